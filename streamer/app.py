@@ -1,0 +1,59 @@
+"""Wiring: builds the codecs, the model runner and a Processor from a Config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from prometheus_client import CollectorRegistry
+
+from streamer.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.config import Config
+from streamer.errors import ConfigError
+from streamer.metrics import Metrics, serve
+from streamer.processor import Processor
+from streamer.runner import ModelRunner, OnnxRunner
+
+REPO_SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+
+
+def input_codec(cfg: Config) -> Codec:
+    i = cfg.input
+    if i.format == "json":
+        return JsonCodec(i.max_message_bytes)
+    assert i.schema is not None  # checked when the config was loaded
+    schema = load_schema(i.schema, key="input.schema")
+    if i.format == "avro":
+        return AvroCodec(schema, i.max_message_bytes)
+    assert i.registry is not None
+    conf = {"url": i.registry.url}
+    if i.registry.basic_auth_user_info is not None:
+        conf["basic.auth.user.info"] = i.registry.basic_auth_user_info.value
+    subject = i.registry.subject or f"{i.topics[0]}-value"
+    return ConfluentAvroCodec(SchemaRegistryClient(conf), subject, schema, i.max_message_bytes)
+
+
+def output_codec(cfg: Config) -> Codec:
+    path = cfg.output.schema or REPO_SCHEMAS / "prediction.avsc"
+    return AvroCodec(load_schema(path, key="output.schema"))
+
+
+def model_runner(cfg: Config) -> ModelRunner:
+    m = cfg.model
+    return OnnxRunner(m.path, m.providers, intra_op_threads=m.intra_op_threads)
+
+
+def build_processor(cfg: Config, runner: ModelRunner | None = None,
+                    registry: CollectorRegistry | None = None) -> Processor:
+    """A ready Processor; serves metrics when ``metrics.enabled`` (on its own registry)."""
+    metrics = None
+    if cfg.metrics.enabled or registry is not None:
+        registry = registry or CollectorRegistry()
+        metrics = Metrics(registry)
+        if cfg.metrics.enabled:
+            try:
+                serve(registry, cfg.metrics.host, cfg.metrics.port)
+            except OSError as exc:
+                raise ConfigError("metrics.port", f"cannot listen on {cfg.metrics.host}:"
+                                                  f"{cfg.metrics.port}: {exc.strerror}") from exc
+    return Processor(cfg, runner or model_runner(cfg), input_codec(cfg), output_codec(cfg), metrics)

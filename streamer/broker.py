@@ -1,0 +1,269 @@
+"""Finding or starting a real Apache Kafka broker for the demo and the tests.
+
+Order of preference:
+
+1. ``KAFKA_BOOTSTRAP`` is set: use that existing cluster, start nothing.
+2. A Docker engine answers: start Apache Kafka's own image through testcontainers.
+3. Otherwise: resolve Apache Kafka's jars with Maven from ``deploy/kafka/pom.xml`` (once, cached
+   under ``.cache/kafka``) and run a single-node KRaft broker with the machine's Java 17 on free
+   loopback ports, its data in a temporary directory.
+
+Readiness is a metadata request that the broker answers, never a fixed sleep; a broker that fails
+to come up raises :class:`LocalBrokerError` with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streamer.errors import LocalBrokerError
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+POM = REPO_ROOT / "deploy" / "kafka" / "pom.xml"
+LOG4J_CONFIG = REPO_ROOT / "deploy" / "kafka" / "log4j2.properties"
+CACHE_DIR = Path(os.environ.get("STREAMER_KAFKA_CACHE", REPO_ROOT / ".cache" / "kafka"))
+START_TIMEOUT_S = 90.0
+
+
+def kafka_version(pom: Path = POM) -> str:
+    """The Kafka version pinned in the pom (the single place it is written)."""
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    node = ET.parse(pom).getroot().find("m:properties/m:kafka.version", ns)
+    if node is None or not node.text:
+        raise LocalBrokerError(f"{pom} has no <kafka.version> property")
+    return node.text.strip()
+
+
+def ensure_jars(pom: Path = POM, cache_dir: Path = CACHE_DIR) -> Path:
+    """Resolve the broker's jars with Maven into ``cache_dir/<version>/libs``; returns that folder."""
+    libs = cache_dir / kafka_version(pom) / "libs"
+    marker = libs / ".complete"
+    if marker.exists():
+        return libs
+    if shutil.which("mvn") is None:
+        raise LocalBrokerError("Maven ('mvn') is not on PATH: it is needed to fetch Kafka's jars")
+    tmp = libs.with_name("libs.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    cmd = ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+           f"-DoutputDirectory={tmp}"]
+    log.info("resolving Apache Kafka %s jars with Maven", kafka_version(pom))
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LocalBrokerError(f"'{' '.join(cmd)}' failed:\n{_tail(proc.stdout + proc.stderr)}")
+    shutil.rmtree(libs, ignore_errors=True)
+    tmp.rename(libs)
+    marker.touch()
+    return libs
+
+
+def wait_for_metadata(bootstrap: str, timeout_s: float, log_file: Path | None = None) -> None:
+    """Block until the cluster at ``bootstrap`` answers a metadata request with at least one broker."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    # A TCP connect first: librdkafka logs every refused connection loudly.
+    while not _port_open(host, int(port)):
+        if time.monotonic() > deadline:
+            raise LocalBrokerError(f"broker at {bootstrap} did not open its port in {timeout_s:.0f}s"
+                                   + _log_tail(log_file))
+        time.sleep(0.1)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LocalBrokerError(f"broker at {bootstrap} did not answer metadata in {timeout_s:.0f}s"
+                                   + _log_tail(log_file))
+        try:
+            if admin.list_topics(timeout=min(remaining, 2.0)).brokers:
+                return
+        except Exception:  # noqa: BLE001 - KafkaException until the broker is ready; retried
+            pass
+
+
+def create_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Create each ``name -> partitions`` topic (replication 1) unless it exists; waits for the result."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    wanted = [NewTopic(t, num_partitions=p, replication_factor=1)
+              for t, p in topics.items() if t not in existing]
+    if not wanted:
+        return
+    for name, fut in admin.create_topics(wanted, operation_timeout=timeout_s).items():
+        try:
+            fut.result(timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a concurrent creator is fine, anything else is not
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise LocalBrokerError(f"could not create topic {name!r}: {exc}") from exc
+    # Topic creation is acknowledged before every partition has a leader: wait for the leaders.
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=timeout_s).topics
+        if all(t in md and len(md[t].partitions) == p and
+               all(pm.leader >= 0 for pm in md[t].partitions.values())
+               for t, p in topics.items()):
+            return
+        time.sleep(0.05)
+    raise LocalBrokerError(f"topics {sorted(topics)} have no leader after {timeout_s:.0f}s")
+
+
+@dataclass
+class LocalKafka:
+    """A single-node KRaft broker run from Apache Kafka's jars in a child process."""
+
+    libs: Path
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="streamer-kafka-")))
+    port: int = 0
+    controller_port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "server.log"
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        java = shutil.which("java")
+        if java is None:
+            raise LocalBrokerError("no 'java' on PATH: Java 17 is needed to run the local Kafka broker")
+        self.port, self.controller_port = _free_port(), _free_port()
+        props = self.workdir / "server.properties"
+        props.write_text(_server_properties(self.port, self.controller_port, self.workdir / "data"))
+        base = [java, "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", f"-Dkafka.logs.dir={self.workdir}",
+                "-cp", f"{self.libs}/*"]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        fmt = subprocess.run([*base, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                              "-c", str(props)], capture_output=True, text=True, check=False)
+        if fmt.returncode != 0:
+            raise LocalBrokerError(f"formatting KRaft storage failed:\n{_tail(fmt.stdout + fmt.stderr)}")
+        out = (self.workdir / "stdout.log").open("wb")
+        # Own session: a Ctrl+C in the terminal goes to us, and we stop the broker in order.
+        self.process = subprocess.Popen([*base, "kafka.Kafka", str(props)], stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        atexit.register(self.stop)
+        try:
+            wait_for_metadata(self.bootstrap, timeout_s, self.log_file)
+        except LocalBrokerError:
+            self.stop()
+            raise
+        if self.process.poll() is not None:
+            raise LocalBrokerError("the Kafka process exited during startup" + _log_tail(self.log_file))
+        log.info("local Apache Kafka broker ready at %s (data in %s)", self.bootstrap, self.workdir)
+
+    def stop(self) -> None:
+        """SIGTERM, wait for a clean shutdown, SIGKILL if it hangs; then delete the data."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def kafka_cluster() -> Iterator[str]:
+    """Yield a bootstrap address of a real broker, chosen in the module's order of preference."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap:
+        wait_for_metadata(bootstrap, 30.0)
+        yield bootstrap
+        return
+    if _docker_reachable():
+        from testcontainers.kafka import KafkaContainer  # only needed with a Docker engine
+
+        with KafkaContainer(f"apache/kafka:{kafka_version()}").with_kraft() as container:
+            bootstrap = container.get_bootstrap_server()
+            wait_for_metadata(bootstrap, START_TIMEOUT_S)
+            yield bootstrap
+        return
+    broker = LocalKafka(ensure_jars())
+    try:
+        broker.start()
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def _server_properties(port: int, controller_port: int, data: Path) -> str:
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=PLAINTEXT",
+        f"log.dirs={data}",
+        "num.partitions=1",
+        "auto.create.topics.enable=false",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=5",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "transaction.state.log.num.partitions=5",
+        "group.initial.rebalance.delay.ms=0",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "",
+    ])
+
+
+def _docker_reachable() -> bool:
+    if os.environ.get("STREAMER_NO_DOCKER"):
+        return False
+    try:
+        import docker  # testcontainers' dependency; absent means no Docker path
+    except ImportError:
+        return False
+    try:
+        docker.from_env(timeout=3).ping()
+    except Exception:  # noqa: BLE001 - any failure means "no engine here"
+        return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host or "127.0.0.1", port), 0.5):
+        return True
+    return False
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _log_tail(log_file: Path | None) -> str:
+    if log_file is None or not log_file.exists():
+        return ""
+    return f"\n--- last lines of {log_file} ---\n{_tail(log_file.read_text(errors='replace'))}"

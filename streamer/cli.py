@@ -1,0 +1,76 @@
+"""The `streamer` command line: argument parsing and wiring only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+from streamer.errors import StreamerError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="streamer", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("STREAMER_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="score events from Kafka until SIGTERM or SIGINT")
+    run.add_argument("--config", required=True, help="YAML config file")
+    demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
+    demo.add_argument("--events", type=int, default=100_000)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "run":
+            return _run(args.config)
+        return _demo(args.events)
+    except StreamerError as exc:
+        print(f"streamer: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(config_path: str) -> int:
+    from streamer.app import build_processor
+    from streamer.config import load_config, redacted
+
+    cfg = load_config(config_path)
+    logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
+    processor = build_processor(cfg)
+    _on_signals(processor.stop)
+    processor.run()
+    return 0
+
+
+def _demo(events: int) -> int:
+    from streamer.demo import run_demo
+
+    if events <= 0:
+        raise SystemExit("streamer demo: --events must be > 0")
+    summary = run_demo(events)
+    print("\n".join(["", "streamer demo summary", *summary.lines()]))
+    return 0
+
+
+def _on_signals(stop: object) -> None:
+    """First SIGTERM/SIGINT: graceful stop (flush, ack, commit). A second: exit at once."""
+
+    def second(signum: int, _frame: FrameType | None) -> None:
+        os._exit(128 + signum)
+
+    def first(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("streamer").info("signal %d: finishing the open batch, then exiting "
+                                           "(send it again to exit at once)", signum)
+        signal.signal(signal.SIGTERM, second)
+        signal.signal(signal.SIGINT, second)
+        stop()  # type: ignore[operator]
+
+    signal.signal(signal.SIGTERM, first)
+    signal.signal(signal.SIGINT, first)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

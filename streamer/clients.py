@@ -1,0 +1,63 @@
+"""Building librdkafka clients from the typed config, with streamer's safety settings forced.
+
+This is the only place raw librdkafka dicts are made. A user's ``kafka:`` mapping is passed
+through verbatim, except for the settings that our delivery guarantee depends on: setting one of
+those to another value is a config error, not a silent override.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from streamer.config import Config, librdkafka_config
+from streamer.errors import ConfigError
+
+# Offsets are stored and committed by the processor after acks (see offsets.py), never by
+# librdkafka when it hands a message over: auto store would lose in-flight messages on a crash.
+CONSUMER_FORCED = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+}
+CONSUMER_DEFAULTS = {
+    "partition.assignment.strategy": "cooperative-sticky",
+    "auto.offset.reset": "earliest",
+    "fetch.wait.max.ms": "50",
+}
+PRODUCER_FORCED = {
+    "enable.idempotence": "true",
+    "acks": "all",
+}
+PRODUCER_DEFAULTS = {
+    "linger.ms": "5",
+    "compression.type": "lz4",
+}
+
+
+def consumer_config(cfg: Config, **extra: Any) -> dict[str, Any]:
+    return _merge(cfg, CONSUMER_DEFAULTS, CONSUMER_FORCED,
+                  {"group.id": cfg.input.group_id, **extra})
+
+
+def producer_config(cfg: Config, **extra: Any) -> dict[str, Any]:
+    return _merge(cfg, PRODUCER_DEFAULTS, PRODUCER_FORCED, extra)
+
+
+def make_consumer(cfg: Config, **extra: Any) -> Consumer:
+    return Consumer(consumer_config(cfg, **extra))
+
+
+def make_producer(cfg: Config, **extra: Any) -> Producer:
+    return Producer(producer_config(cfg, **extra))
+
+
+def _merge(cfg: Config, defaults: dict[str, str], forced: dict[str, str],
+           extra: dict[str, Any]) -> dict[str, Any]:
+    user = librdkafka_config(cfg)
+    for key, value in forced.items():
+        given = user.get(key)
+        if given is not None and str(given).lower() != value:
+            raise ConfigError(f"kafka.{key}", f"must be {value} (streamer commits offsets only "
+                                              f"after acknowledged output), got {given!r}")
+    return {**defaults, **user, **forced, **extra}

@@ -1,0 +1,97 @@
+"""The one error tree of streamer: config errors, record errors and infrastructure errors.
+
+Every error that concerns a single input record carries the record's coordinates (topic,
+partition, offset) and its raw bytes, so the record can be dead-lettered exactly as it came.
+"""
+
+from __future__ import annotations
+
+
+class StreamerError(Exception):
+    """Base class of every error streamer raises on purpose."""
+
+
+class ConfigError(StreamerError):
+    """A configuration value is missing or wrong; ``key`` is its dotted path (``batching.max_size``)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"config key '{key}': {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class RecordError(StreamerError):
+    """A single input record could not be processed at one stage of the pipeline.
+
+    ``stage`` is one of ``deserialize``, ``validate``, ``infer``, ``serialize``, ``produce``.
+    The coordinates are filled in by whoever knows them (the codec does not; the processor does),
+    through :meth:`at`.
+    """
+
+    stage = "unknown"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        raw: bytes | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.raw = raw
+
+    def at(self, topic: str, partition: int, offset: int, raw: bytes | None) -> "RecordError":
+        """Attach the source record's coordinates and bytes; returns self for chaining."""
+        self.topic, self.partition, self.offset, self.raw = topic, partition, offset, raw
+        return self
+
+    def coordinates(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+class DeserializeError(RecordError):
+    """The bytes are not valid for the configured codec (truncated Avro, bad framing, bad JSON)."""
+
+    stage = "deserialize"
+
+
+class ValidationError(RecordError):
+    """A decoded event cannot be scored (missing field, wrong feature count, NaN or infinity)."""
+
+    stage = "validate"
+
+
+class SerializeError(RecordError):
+    """A prediction could not be encoded with the output schema."""
+
+    stage = "serialize"
+
+
+class InferenceError(StreamerError):
+    """The model runtime failed on a batch, or returned the wrong number of output rows."""
+
+
+class BrokerError(StreamerError):
+    """The Kafka cluster refused or failed an operation we cannot continue without."""
+
+
+class CommitError(BrokerError):
+    """An offset commit failed for at least one partition; ``failures`` maps 'topic[p]' to the error."""
+
+    def __init__(self, failures: dict[str, str]) -> None:
+        detail = ", ".join(f"{tp}: {err}" for tp, err in sorted(failures.items()))
+        super().__init__(f"offset commit failed for {len(failures)} partition(s): {detail}")
+        self.failures = failures
+
+
+class DeliveryError(BrokerError):
+    """The producer could not get acknowledgements for every message of a batch."""
+
+
+class LocalBrokerError(StreamerError):
+    """The project's own local Kafka broker could not be resolved, started or reached."""

@@ -1,0 +1,46 @@
+"""Turning a decoded payload into a validated feature row (the ``validate`` stage)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from streamer.config import InputConfig
+from streamer.errors import ValidationError
+from streamer.records import SourceRecord
+
+
+class EventValidator:
+    """Checks a decoded event against the model's input width and builds its SourceRecord."""
+
+    def __init__(self, cfg: InputConfig, n_features: int) -> None:
+        self._cfg = cfg
+        self.n_features = n_features
+
+    def to_record(self, payload: Mapping[str, Any], topic: str, partition: int, offset: int,
+                  key: bytes | None, timestamp_ms: int) -> SourceRecord:
+        """Raises :class:`ValidationError` (without coordinates) when the event cannot be scored."""
+        cfg = self._cfg
+        raw_features = payload.get(cfg.features_field)
+        if raw_features is None:
+            raise ValidationError(f"missing field '{cfg.features_field}'")
+        try:
+            features = np.asarray(raw_features, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"field '{cfg.features_field}' is not a list of numbers") from exc
+        if features.shape != (self.n_features,):
+            raise ValidationError(f"field '{cfg.features_field}' has {features.size} values, "
+                                  f"the model takes {self.n_features}")
+        if not np.isfinite(features).all():
+            raise ValidationError(f"field '{cfg.features_field}' holds NaN or infinity")
+        event_time = payload.get(cfg.time_field, timestamp_ms)
+        if isinstance(event_time, bool) or not isinstance(event_time, int):
+            raise ValidationError(f"field '{cfg.time_field}' is not an integer of milliseconds")
+        return SourceRecord(
+            topic=topic, partition=partition, offset=offset, key=key,
+            event_id=str(payload.get(cfg.id_field, f"{topic}-{partition}-{offset}")),
+            entity_id=str(payload.get(cfg.entity_field, "")),
+            event_time_ms=event_time, timestamp_ms=timestamp_ms, features=features,
+        )

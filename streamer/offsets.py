@@ -1,0 +1,86 @@
+"""Per-partition tracking of done offsets, committing only the contiguous done prefix.
+
+An offset is *done* when everything it produced (its prediction, or its dead letter) has been
+acknowledged by the broker. What may be committed for a partition is the next offset to read
+after the longest run of done offsets, in consumption order, from the last commit.
+
+Worked example. Consumed so far, in order: 34 35 36 37 38 39 40. Done: 34 35 36 40.
+- 34, 35, 36 are done in a row, so the prefix ends at 36.
+- 37 is still in flight, so 38..40 wait behind it whatever their state.
+- We commit 37 (the NEXT offset to read: last done + 1), never 41. A crash now re-reads
+  37..40: 40 is scored twice (at-least-once) and 37..39 are not lost. Committing 41 would lose
+  37..39, which is the bug this module exists to prevent.
+Later 37, 38, 39 finish: the prefix runs to 40 and the commit becomes 41.
+
+The prefix is taken over *consumed* offsets, not over integers, because offsets have gaps that
+are never delivered (transaction markers, compaction): after 40, the next consumed offset may
+be 42, and once everything consumed is done, last consumed + 1 is safe to commit.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class _Partition:
+    consumed: deque[int] = field(default_factory=deque)  # not yet in the done prefix, in order
+    done: set[int] = field(default_factory=set)  # done, but possibly behind an unfinished one
+    position: int | None = None  # next offset to read after the done prefix
+    committed: int | None = None  # last position committed successfully
+
+
+class OffsetTracker:
+    """Tracks, for each assigned partition, which offsets are done and what is safe to commit."""
+
+    def __init__(self) -> None:
+        self._parts: dict[TopicPartition, _Partition] = {}
+
+    def consumed(self, tp: TopicPartition, offset: int) -> None:
+        """Note an offset handed to us by the consumer (always increasing per partition)."""
+        self._parts.setdefault(tp, _Partition()).consumed.append(offset)
+
+    def done(self, tp: TopicPartition, offsets: Iterable[int]) -> None:
+        """Mark offsets done (their outputs are acknowledged) and advance the prefix."""
+        state = self._parts.get(tp)
+        if state is None:  # revoked or lost meanwhile: nothing of it may be committed
+            return
+        state.done.update(offsets)
+        while state.consumed and state.consumed[0] in state.done:
+            offset = state.consumed.popleft()
+            state.done.discard(offset)
+            state.position = offset + 1
+
+    def committable(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """Positions (next offset to read) that moved since their last successful commit."""
+        chosen = self._parts if tps is None else [tp for tp in tps if tp in self._parts]
+        out: dict[TopicPartition, int] = {}
+        for tp in chosen:
+            state = self._parts[tp]
+            if state.position is not None and state.position != state.committed:
+                out[tp] = state.position
+        return out
+
+    def mark_committed(self, positions: dict[TopicPartition, int]) -> None:
+        """Record positions the broker accepted."""
+        for tp, pos in positions.items():
+            if tp in self._parts:
+                self._parts[tp].committed = pos
+
+    def in_flight(self, tp: TopicPartition | None = None) -> int:
+        """How many consumed offsets are not yet in a done prefix (one partition, or all)."""
+        if tp is not None:
+            return len(self._parts[tp].consumed) if tp in self._parts else 0
+        return sum(len(s.consumed) for s in self._parts.values())
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop tracking partitions (revoked or lost); later acks for them are ignored."""
+        for tp in tps:
+            self._parts.pop(tp, None)
+
+    def partitions(self) -> list[TopicPartition]:
+        return list(self._parts)

@@ -1,0 +1,68 @@
+"""The contiguous done prefix: what may be committed, and what must wait."""
+
+from __future__ import annotations
+
+from streamer.offsets import OffsetTracker
+
+TP = ("features", 0)
+
+
+def consumed(tracker: OffsetTracker, offsets: range | list[int], tp: tuple[str, int] = TP) -> None:
+    for o in offsets:
+        tracker.consumed(tp, o)
+
+
+def test_worked_example_commits_37_not_41() -> None:
+    t = OffsetTracker()
+    consumed(t, range(34, 41))
+    t.done(TP, [34, 35, 36, 40])
+    assert t.committable() == {TP: 37}
+    assert t.in_flight(TP) == 4  # 37 38 39 40
+    t.done(TP, [37, 38, 39])
+    assert t.committable() == {TP: 41}
+
+
+def test_nothing_done_nothing_to_commit() -> None:
+    t = OffsetTracker()
+    consumed(t, range(5))
+    t.done(TP, [3, 4])
+    assert t.committable() == {}
+
+
+def test_gaps_in_consumed_offsets_are_skipped() -> None:
+    t = OffsetTracker()
+    consumed(t, [10, 11, 14, 15])  # 12, 13: a transaction marker and a compacted record
+    t.done(TP, [10, 11, 14, 15])
+    assert t.committable() == {TP: 16}
+
+
+def test_only_moved_positions_are_reported_again() -> None:
+    t = OffsetTracker()
+    consumed(t, range(3))
+    t.done(TP, [0, 1, 2])
+    assert t.committable() == {TP: 3}
+    t.mark_committed({TP: 3})
+    assert t.committable() == {}
+    consumed(t, [3])
+    t.done(TP, [3])
+    assert t.committable() == {TP: 4}
+
+
+def test_partitions_are_independent_and_can_be_chosen() -> None:
+    other = ("features", 1)
+    t = OffsetTracker()
+    consumed(t, range(3))
+    consumed(t, range(100, 103), other)
+    t.done(TP, [0, 1])
+    t.done(other, [100, 101, 102])
+    assert t.committable() == {TP: 2, other: 103}
+    assert t.committable([other]) == {other: 103}
+
+
+def test_forgotten_partitions_ignore_late_acks() -> None:
+    t = OffsetTracker()
+    consumed(t, range(3))
+    t.forget([TP])
+    t.done(TP, [0, 1, 2])
+    assert t.committable() == {}
+    assert t.in_flight() == 0
