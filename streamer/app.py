@@ -30,7 +30,8 @@ def input_codec(cfg: Config) -> Codec:
     if i.registry.basic_auth_user_info is not None:
         conf["basic.auth.user.info"] = i.registry.basic_auth_user_info.value
     subject = i.registry.subject or f"{i.topics[0]}-value"
-    return ConfluentAvroCodec(SchemaRegistryClient(conf), subject, schema, i.max_message_bytes)
+    # new_client also understands the client's own mock:// URLs (used by the tests).
+    return ConfluentAvroCodec(SchemaRegistryClient.new_client(conf), subject, schema, i.max_message_bytes)
 
 
 def output_codec(cfg: Config) -> Codec:
