@@ -7,12 +7,15 @@ those to another value is a config error, not a silent override.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
 from streamer.config import Config, librdkafka_config
 from streamer.errors import ConfigError
+
+_LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 
 # Offsets are stored and committed by the processor after acks (see offsets.py), never by
 # librdkafka when it hands a message over: auto store would lose in-flight messages on a crash.
@@ -60,4 +63,5 @@ def _merge(cfg: Config, defaults: dict[str, str], forced: dict[str, str],
         if given is not None and str(given).lower() != value:
             raise ConfigError(f"kafka.{key}", f"must be {value} (streamer commits offsets only "
                                               f"after acknowledged output), got {given!r}")
-    return {**defaults, **user, **forced, **extra}
+    # librdkafka's own log lines go through Python logging, not straight to stderr.
+    return {**defaults, "logger": _LIBRDKAFKA_LOG, **user, **forced, **extra}

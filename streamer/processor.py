@@ -22,7 +22,8 @@ from streamer.batcher import Batch, FlushReason, MicroBatcher
 from streamer.codecs import Codec
 from streamer.config import Config, dead_letter_topic
 from streamer.deadletter import DeadLetter, dead_letter
-from streamer.errors import BrokerError, CommitError, DeliveryError, DeserializeError, RecordError
+from streamer.errors import (BrokerError, CommitError, DeliveryError, DeserializeError,
+                             InferenceError, RecordError)
 from streamer.events import EventValidator
 from streamer.metrics import Metrics
 from streamer.offsets import OffsetTracker
@@ -45,11 +46,19 @@ class Stats:
     flushes: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
     commits: int = 0
+    first_event_at: float | None = None  # monotonic time of the first consumed event
+    last_ack_at: float | None = None  # monotonic time of the latest acknowledged output
 
     @property
     def outputs(self) -> int:
         """Inputs fully handled: predicted or dead-lettered, acknowledged."""
         return self.predictions + sum(self.dead_letters.values())
+
+    def events_per_s(self) -> float:
+        """Outputs per second from the first consumed event to the last ack (group join excluded)."""
+        if self.first_event_at is None or self.last_ack_at is None:
+            return 0.0
+        return self.outputs / max(self.last_ack_at - self.first_event_at, 1e-9)
 
 
 class _InFlight:
@@ -174,6 +183,8 @@ class Processor:
                 continue
             rows.append((row, m))
         self.stats.events += len(messages)
+        if messages and self.stats.first_event_at is None:
+            self.stats.first_event_at = time.monotonic()
         if self.metrics is not None and messages:
             self.metrics.events_consumed.labels(messages[0].topic()).inc(len(messages))
         return rows
@@ -191,6 +202,8 @@ class Processor:
         features = np.stack([r.features for r in records])
         started = time.perf_counter()
         scores = self.runner.run(features)
+        if len(scores) != len(records):  # any ModelRunner, not only ours, must keep rows aligned
+            raise InferenceError(f"model returned {len(scores)} output rows for {len(records)} input rows")
         self._record_batch(batch, time.perf_counter() - started)
         scored_at = int(time.time() * 1000)
         out_topic = self.cfg.output.topic
@@ -218,6 +231,7 @@ class Processor:
             return
         finished, self._acked[:] = list(self._acked), []
         now_ms = time.time() * 1000
+        self.stats.last_ack_at = time.monotonic()
         for unit in finished:
             if unit.error is not None:
                 # Not done, so never committed: the prefix stops before it and a restart redoes it.

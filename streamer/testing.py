@@ -46,6 +46,9 @@ class FunctionRunner:
     def provider(self) -> str:
         return self._provider
 
+    def warm_up(self, rows: int) -> None:
+        """Nothing to warm; not counted in ``calls``."""
+
     def run(self, features: np.ndarray) -> np.ndarray:
         self.calls += 1
         return np.asarray(self._fn(features), dtype=np.float32)
@@ -69,6 +72,9 @@ class PoisonRunner:
     @property
     def provider(self) -> str:
         return self._inner.provider
+
+    def warm_up(self, rows: int) -> None:
+        self._inner.warm_up(rows)
 
     def run(self, features: np.ndarray) -> np.ndarray:
         self.calls += 1

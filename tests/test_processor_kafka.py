@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from streamer.app import build_processor, input_codec, output_codec
-from streamer.demo import produce_events, synthetic_events
+from streamer.demo import encoded_events, produce_events, synthetic_events
 from tests.conftest import (ROOT, Topics, committed_offsets, end_offsets, make_config, read_all)
 
 pytestmark = pytest.mark.kafka
@@ -25,8 +25,7 @@ def produce(bootstrap: str, topics: Topics, n: int, seed: int = 1) -> list[dict[
     cfg = make_config(bootstrap, topics)
     codec = input_codec(cfg)
     events = synthetic_events(n, N_FEATURES, seed=seed)
-    produce_events(bootstrap, topics.input, [codec.encode(e) for e in events],
-                   [str(e["entity_id"]).encode() for e in events])
+    produce_events(bootstrap, topics.input, encoded_events(codec, events))
     return events
 
 
