@@ -102,6 +102,7 @@ class Processor:
         self._batcher: MicroBatcher[tuple[SourceRecord, Any]] = MicroBatcher(
             cfg.batching.max_size, cfg.batching.max_wait_ms, clock)
         self._tracker = OffsetTracker()
+        self._assigned: set[tuple[str, int]] = set()
         self._acked: list[_InFlight] = []
         self._dlq_topic = dead_letter_topic(cfg)
         self._running = False
@@ -171,6 +172,10 @@ class Processor:
         rows = []
         for m in messages:
             topic, partition, offset, value = m.topic(), m.partition(), m.offset(), m.value()
+            if (topic, partition) not in self._assigned:
+                # Fetched before a revoke in the same consume() call: the partition is someone
+                # else's now, and tracking it could commit over the new owner's offsets.
+                continue
             self._tracker.consumed((topic, partition), offset)
             try:
                 if value is None:
@@ -283,6 +288,7 @@ class Processor:
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         log.info("assigned %s", _names(partitions))
+        self._assigned.update((tp.topic, tp.partition) for tp in partitions)
         if self.metrics is not None:
             self.metrics.rebalances.labels("assign").inc()
             self.metrics.assigned_partitions.inc(len(partitions))
@@ -294,6 +300,7 @@ class Processor:
         self._drain("revoke")
         self._commit(revoked)
         self._tracker.forget(revoked)
+        self._assigned -= revoked
         if self.metrics is not None:
             self.metrics.rebalances.labels("revoke").inc()
             self.metrics.assigned_partitions.dec(len(partitions))
@@ -304,6 +311,7 @@ class Processor:
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self._batcher.drop(lambda row: (row[0].topic, row[0].partition) not in lost)
         self._tracker.forget(lost)
+        self._assigned -= lost
         if self.metrics is not None:
             self.metrics.rebalances.labels("lost").inc()
             self.metrics.assigned_partitions.dec(len(partitions))

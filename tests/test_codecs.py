@@ -377,7 +377,7 @@ def test_negative_block_counts_are_walked() -> None:
     )
     # One block of -2 items declared as 2 bytes long, holding the ints 1 and 2, then the end block.
     assert codec.decode(zigzag(-2) + zigzag(2) + zigzag(1) + zigzag(2) + b"\x00") == {"xs": [1, 2]}
-    with pytest.raises(DeserializeError, match="block size"):
+    with pytest.raises(DeserializeError, match="block size|bytes after the record"):
         codec.decode(zigzag(-2) + zigzag(3) + zigzag(1) + zigzag(2) + b"\x00\x00")
 
 
