@@ -190,8 +190,9 @@ class Processor:
         self.stats.events += len(messages)
         if messages and self.stats.first_event_at is None:
             self.stats.first_event_at = time.monotonic()
-        if self.metrics is not None and messages:
-            self.metrics.events_consumed.labels(messages[0].topic()).inc(len(messages))
+        if self.metrics is not None:
+            for topic, count in Counter(m.topic() for m in messages).items():
+                self.metrics.events_consumed.labels(topic).inc(count)
         return rows
 
     def _batch(self, rows: list[tuple[SourceRecord, Any]]) -> list[Batch[tuple[SourceRecord, Any]]]:

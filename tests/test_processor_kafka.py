@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from prometheus_client import CollectorRegistry
 
 from streamer.app import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig
@@ -42,11 +43,17 @@ def test_20k_events_scored_exactly_and_committed(bootstrap: str, topics: Topics)
     n = 20_000
     produce(bootstrap, topics, n)
     cfg = make_config(bootstrap, topics, MAX_BATCH_SIZE="256")
-    processor = build_processor(cfg)
+    registry = CollectorRegistry()
+    processor = build_processor(cfg, registry=registry)
     processor.run(until=lambda s: s.outputs >= n)
 
     assert processor.stats.predictions == n
     assert processor.stats.batches < n / 10  # micro-batches, not one call per event
+    metric = registry.get_sample_value
+    assert metric("streamer_predictions_produced_total", {"topic": topics.output}) == n
+    assert metric("streamer_events_consumed_total", {"topic": topics.input}) == n
+    assert metric("streamer_batch_size_rows_sum") == n
+    assert metric("streamer_batch_size_rows_count") == processor.stats.batches
     inputs = input_index(bootstrap, topics.input)
     out_codec = output_codec(cfg)
     outputs = read_all(bootstrap, topics.output)
