@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamer.config import Config, librdkafka_config
-from streamer.errors import ConfigError
+from streamer.errors import BrokerError, ConfigError
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 
@@ -53,6 +54,26 @@ def make_consumer(cfg: Config, **extra: Any) -> Consumer:
 
 def make_producer(cfg: Config, **extra: Any) -> Producer:
     return Producer(producer_config(cfg, **extra))
+
+
+def make_admin(cfg: Config) -> AdminClient:
+    return AdminClient({"logger": _LIBRDKAFKA_LOG, **librdkafka_config(cfg)})
+
+
+def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0) -> None:
+    """Create ``topic`` with as many partitions as ``like`` (broker's replication) unless it exists."""
+    admin = make_admin(cfg)
+    try:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if topic in topics:
+            return
+        partitions = len(topics[like].partitions) if like in topics else 1
+        admin.create_topics([NewTopic(topic, partitions, replication_factor=-1)])[topic].result(timeout_s)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return
+        raise BrokerError(f"cannot create topic {topic!r}: {err}") from exc
 
 
 def _merge(cfg: Config, defaults: dict[str, str], forced: dict[str, str],

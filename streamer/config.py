@@ -63,6 +63,8 @@ class InputConfig:
     entity_field: str = "entity_id"
     time_field: str = "event_time"
     max_message_bytes: int = 1_048_576
+    feature_min: float | None = None  # a feature below this is a validation error
+    feature_max: float | None = None  # a feature above this is a validation error
     consume_max_messages: int = 1000
     consume_timeout_ms: int = 100
     registry: RegistryConfig | None = None
@@ -94,6 +96,12 @@ class OutputConfig:
 class ProcessingConfig:
     commit_interval_ms: int = 1000
     dead_letter_topic: str | None = None  # default: '<first input topic>.dlq'
+    create_dead_letter_topic: bool = True  # create it at start-up when missing
+    max_poison_fraction: float = 0.5  # more failing rows than this in one batch: the model is broken
+    broken_after_failed_batches: int = 3  # this many whole batches failing in a row: likewise
+    retry_backoff_ms: int = 500  # first wait before retrying a broken model or a failed delivery
+    retry_backoff_max_ms: int = 30_000
+    max_redrives: int = 3  # `streamer dlq redrive` refuses rows redriven this often already
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +194,16 @@ def _check(cfg: Config) -> None:
                        ("processing.commit_interval_ms", cfg.processing.commit_interval_ms)):
         if value <= 0:
             raise ConfigError(key, f"must be > 0, got {value}")
+    p = cfg.processing
+    if not 0 < p.max_poison_fraction <= 1:
+        raise ConfigError("processing.max_poison_fraction", f"must be in (0, 1], got {p.max_poison_fraction}")
+    for key, value in (("processing.broken_after_failed_batches", p.broken_after_failed_batches),
+                       ("processing.retry_backoff_ms", p.retry_backoff_ms),
+                       ("processing.retry_backoff_max_ms", p.retry_backoff_max_ms)):
+        if value < 1:
+            raise ConfigError(key, f"must be >= 1, got {value}")
+    if i.feature_min is not None and i.feature_max is not None and i.feature_min > i.feature_max:
+        raise ConfigError("input.feature_min", f"{i.feature_min} is above input.feature_max {i.feature_max}")
     if not cfg.model.providers:
         raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
     if not cfg.model.path.is_file():
@@ -272,6 +290,10 @@ def _convert(tp: Any, value: Any, key: str, base_dir: Path) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(key, f"expected an integer, got {_kind(value)} {value!r}")
         return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {_kind(value)} {value!r}")
+        return float(value)
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ConfigError(key, f"expected a string, got {_kind(value)}")

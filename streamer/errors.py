@@ -72,8 +72,32 @@ class SerializeError(RecordError):
     stage = "serialize"
 
 
+class PoisonRowError(RecordError):
+    """The model fails on this row alone (found by bisecting a failing batch)."""
+
+    stage = "infer"
+
+
+class ProduceError(RecordError):
+    """The broker refuses this one output for good (too large, invalid): retrying cannot help."""
+
+    stage = "produce"
+
+
 class InferenceError(StreamerError):
     """The model runtime failed on a batch, or returned the wrong number of output rows."""
+
+
+class TransientInferenceError(InferenceError):
+    """A failure that says nothing about the rows (out of device memory, a timeout): retry it."""
+
+
+class ModelBrokenError(InferenceError):
+    """Most of a batch, or a run of whole batches, failed: the model is at fault, not the rows.
+
+    Nothing is dead-lettered for it: the processor pauses its input, retries with back-off and
+    reports itself unhealthy until the model answers again.
+    """
 
 
 class BrokerError(StreamerError):

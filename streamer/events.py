@@ -35,6 +35,12 @@ class EventValidator:
                                   f"the model takes {self.n_features}")
         if not np.isfinite(features).all():
             raise ValidationError(f"field '{cfg.features_field}' holds NaN or infinity")
+        if cfg.feature_min is not None and features.min() < cfg.feature_min:
+            raise ValidationError(f"field '{cfg.features_field}' holds {features.min():g}, "
+                                  f"below input.feature_min {cfg.feature_min:g}")
+        if cfg.feature_max is not None and features.max() > cfg.feature_max:
+            raise ValidationError(f"field '{cfg.features_field}' holds {features.max():g}, "
+                                  f"above input.feature_max {cfg.feature_max:g}")
         event_time = payload.get(cfg.time_field, timestamp_ms)
         if isinstance(event_time, bool) or not isinstance(event_time, int):
             raise ValidationError(f"field '{cfg.time_field}' is not an integer of milliseconds")

@@ -43,6 +43,10 @@ class Metrics:
         self.in_flight_rows = Gauge(f"{p}_in_flight_rows",
                                     "Consumed rows whose outputs are not yet acknowledged",
                                     registry=registry)
+        self.bisections = Counter(f"{p}_batch_bisections", "Failing batches split in two to find "
+                                  "poison rows", registry=registry)
+        self.healthy = Gauge(f"{p}_healthy", "1 while processing; 0 while blocked (model failing, "
+                             "outputs unwritable)", registry=registry)
         self.model_info = Gauge(f"{p}_model_info", "The loaded model (value is always 1)",
                                 ["model", "version", "provider"], registry=registry)
 

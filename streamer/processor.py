@@ -3,13 +3,18 @@
 At-least-once, by construction: an input offset becomes *done* only when the broker has
 acknowledged its prediction (or its dead letter), and only the contiguous done prefix of each
 partition is committed (see offsets.py). A crash at any instant re-reads what was not committed.
+
+The processor *blocks* (pauses its partitions, reports unhealthy, commits nothing past the
+failure, retries with back-off) in two cases: the model looks broken (see isolate.py), or an
+output could not be written (the dead-letter topic is missing or denied, the broker is away).
+It unblocks by itself as soon as the retry goes through; nothing is dropped meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +26,12 @@ from streamer import clients
 from streamer.batcher import Batch, FlushReason, MicroBatcher
 from streamer.codecs import Codec
 from streamer.config import Config, dead_letter_topic
-from streamer.deadletter import DeadLetter, dead_letter
-from streamer.errors import (BrokerError, CommitError, DeliveryError, DeserializeError,
-                             InferenceError, RecordError)
+from streamer.deadletter import dead_letter
+from streamer.delivery import Deliveries, Output, is_permanent
+from streamer.errors import (BrokerError, CommitError, DeserializeError, InferenceError,
+                             ModelBrokenError, PoisonRowError, ProduceError, RecordError)
 from streamer.events import EventValidator
+from streamer.isolate import IsolationPolicy, score_isolating
 from streamer.metrics import Metrics
 from streamer.offsets import OffsetTracker
 from streamer.records import SourceRecord
@@ -32,6 +39,7 @@ from streamer.runner import ModelRunner
 
 log = logging.getLogger(__name__)
 MAX_LATENCY_SAMPLES = 1_000_000
+Row = tuple[SourceRecord, Message]
 
 
 @dataclass
@@ -44,6 +52,8 @@ class Stats:
     batches: int = 0
     rows_batched: int = 0
     flushes: Counter[str] = field(default_factory=Counter)
+    bisections: int = 0
+    model_calls: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     commits: int = 0
     first_event_at: float | None = None  # monotonic time of the first consumed event
@@ -61,29 +71,13 @@ class Stats:
         return self.outputs / max(self.last_ack_at - self.first_event_at, 1e-9)
 
 
-class _InFlight:
-    """Outputs of one unit (a batch, or one dead letter) awaiting their delivery reports.
+@dataclass
+class _Block:
+    """Why the processor is blocked, and when it tries again."""
 
-    One object per unit with one bound callback keeps the per-message cost in Python to a
-    decrement; the bookkeeping happens once, when the last report arrives.
-    """
-
-    __slots__ = ("offsets", "remaining", "error", "event_times_ms", "stage", "done")
-
-    def __init__(self, offsets: dict[tuple[str, int], list[int]], count: int,
-                 event_times_ms: np.ndarray | None, stage: str | None,
-                 done: list[_InFlight]) -> None:
-        self.offsets, self.remaining, self.error = offsets, count, None
-        self.event_times_ms, self.stage, self.done = event_times_ms, stage, done
-        if count == 0:
-            done.append(self)
-
-    def ack(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None and self.error is None:
-            self.error = err
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.done.append(self)
+    reason: str
+    retry_at: float
+    backoff_s: float
 
 
 class Processor:
@@ -99,17 +93,32 @@ class Processor:
         self.stats = Stats()
         self._clock = clock
         self._validator = EventValidator(cfg.input, runner.n_features)
-        self._batcher: MicroBatcher[tuple[SourceRecord, Any]] = MicroBatcher(
-            cfg.batching.max_size, cfg.batching.max_wait_ms, clock)
+        self._batcher: MicroBatcher[Row] = MicroBatcher(cfg.batching.max_size,
+                                                        cfg.batching.max_wait_ms, clock)
+        self._queue: deque[Batch[Row]] = deque()  # flushed batches awaiting the model, in order
         self._tracker = OffsetTracker()
         self._assigned: set[tuple[str, int]] = set()
-        self._acked: list[_InFlight] = []
         self._dlq_topic = dead_letter_topic(cfg)
+        self._policy = IsolationPolicy(max_poison_fraction=cfg.processing.max_poison_fraction)
+        self._failed_batches = 0  # whole batches failing in a row
+        self._model_block: _Block | None = None
+        self._redo: list[Output] = []  # outputs whose delivery failed, to produce again
+        self._delivery_block: _Block | None = None
+        self._paused = False
         self._running = False
         self._failed = False  # set when the loop dies: then close without processing more
         self._last_commit = 0.0
         self.consumer: Any = None
-        self.producer: Any = None
+        self.deliveries: Any = None
+
+    @property
+    def healthy(self) -> bool:
+        return self._model_block is None and self._delivery_block is None
+
+    @property
+    def unhealthy_reason(self) -> str | None:
+        block = self._model_block or self._delivery_block
+        return block.reason if block else None
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -120,9 +129,11 @@ class Processor:
             while self._running:
                 messages = self._consume()
                 rows = self._decode(messages)
-                for batch in self._batch(rows):
-                    self._infer_and_produce(batch)
+                self._batch(rows)
+                self._infer_and_produce()
                 self._collect_acks(timeout_s=0.0)
+                self._redo_failed_deliveries()
+                self._pause_or_resume()
                 self._commit_if_due()
                 if until is not None and until(self.stats):
                     self._running = False
@@ -144,7 +155,11 @@ class Processor:
         if self.metrics is not None:
             self.metrics.model_info.labels(self.cfg.model.name, self.cfg.model.version,
                                            self.runner.provider).set(1)
-        self.producer = clients.make_producer(self.cfg)
+            self.metrics.healthy.set(1)
+        if self.cfg.processing.create_dead_letter_topic:
+            clients.ensure_topic(self.cfg, self._dlq_topic, like=self.cfg.input.topics[0])
+        self.deliveries = Deliveries(clients.make_producer(self.cfg),
+                                     on_full=lambda: self._collect_acks(timeout_s=0.05))
         self.consumer = clients.make_consumer(self.cfg)
         self.consumer.subscribe(list(self.cfg.input.topics), on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -154,7 +169,7 @@ class Processor:
     def _consume(self) -> list[Message]:
         wait = self.cfg.input.consume_timeout_ms / 1000.0
         remaining = self._batcher.remaining_s()
-        if remaining is not None:
+        if remaining is not None and not self._blocked():
             wait = min(wait, remaining)
         messages = self.consumer.consume(self.cfg.input.consume_max_messages, wait)
         good = []
@@ -168,7 +183,7 @@ class Processor:
                 log.warning("consumer error (librdkafka retries it): %s", err)
         return good
 
-    def _decode(self, messages: Sequence[Message]) -> list[tuple[SourceRecord, Any]]:
+    def _decode(self, messages: Sequence[Message]) -> list[Row]:
         rows = []
         for m in messages:
             topic, partition, offset, value = m.topic(), m.partition(), m.offset(), m.value()
@@ -184,7 +199,7 @@ class Processor:
                 row = self._validator.to_record(payload, topic, partition, offset, m.key(),
                                                 m.timestamp()[1])
             except RecordError as exc:
-                self._send_dead_letter(exc.at(topic, partition, offset, value), m)
+                self._send_dead_letter(exc, m)
                 continue
             rows.append((row, m))
         self.stats.events += len(messages)
@@ -195,71 +210,69 @@ class Processor:
                 self.metrics.events_consumed.labels(topic).inc(count)
         return rows
 
-    def _batch(self, rows: list[tuple[SourceRecord, Any]]) -> list[Batch[tuple[SourceRecord, Any]]]:
-        batches = self._batcher.add(rows)
+    def _batch(self, rows: list[Row]) -> None:
+        self._queue.extend(self._batcher.add(rows))
         if not rows:
             due = self._batcher.poll()
             if due is not None:
-                batches.append(due)
-        return batches
+                self._queue.append(due)
 
-    def _infer_and_produce(self, batch: Batch[tuple[SourceRecord, Any]]) -> None:
-        records = [r for r, _ in batch.rows]
-        features = np.stack([r.features for r in records])
-        started = time.perf_counter()
-        scores = self.runner.run(features)
-        if len(scores) != len(records):  # any ModelRunner, not only ours, must keep rows aligned
-            raise InferenceError(f"model returned {len(scores)} output rows for {len(records)} input rows")
-        self._record_batch(batch, time.perf_counter() - started)
-        scored_at = int(time.time() * 1000)
-        out_topic = self.cfg.output.topic
-        offsets: dict[tuple[str, int], list[int]] = {}
-        encoded: list[tuple[SourceRecord, bytes]] = []
-        for record, score_row in zip(records, scores, strict=True):
-            try:
-                value = self.encoder.encode(self._prediction(record, score_row, scored_at))
-            except RecordError as exc:
-                self._send_dead_letter(exc.at(record.topic, record.partition, record.offset,
-                                              None), None, record)
-                continue
-            offsets.setdefault((record.topic, record.partition), []).append(record.offset)
-            encoded.append((record, value))
-        unit = _InFlight(offsets, len(encoded),
-                         np.fromiter((r.event_time_ms for r, _ in encoded), np.int64, len(encoded)),
-                         None, self._acked)
-        for record, value in encoded:
-            self._produce(out_topic, value, record.key, None, unit.ack)
+    def _infer_and_produce(self) -> None:
+        """Score queued batches in order; stop at one the model cannot take (then retry later)."""
+        while self._queue:
+            block = self._model_block
+            if block is not None and self._clock() < block.retry_at:
+                return
+            batch = self._queue[0]
+            outputs = self._score(batch)
+            if outputs is None:
+                return
+            self._queue.popleft()
+            self.deliveries.send(outputs)
 
     def _collect_acks(self, timeout_s: float) -> None:
-        """Serve delivery reports and mark the finished units' offsets done."""
-        self.producer.poll(timeout_s)
-        if not self._acked:
+        """Serve delivery reports: acked outputs mark their offsets done; failures are kept."""
+        acked, failed = self.deliveries.collect(timeout_s)
+        if acked:
+            self._acknowledged(acked)
+        retry = []
+        for out, err in failed:
+            if out.source_tp not in self._assigned:
+                continue  # revoked or lost meanwhile: its new owner redoes it
+            if out.stage is None and is_permanent(err):
+                self._send_dead_letter(ProduceError(f"the broker refused the prediction: {err}"),
+                                       out.source)
+            else:
+                retry.append((out, err))
+        if retry:
+            out, err = retry[-1]
+            self._redo.extend(o for o, _ in retry)
+            self._delivery_block = self._backoff(self._delivery_block,
+                                                 f"cannot write to {out.topic}: {err.str()}")
+            log.warning("%d outputs could not be written (%s: %s): input paused, retrying in %.1f s",
+                        len(retry), out.topic, err, self._delivery_block.backoff_s)
+
+    def _redo_failed_deliveries(self) -> None:
+        block = self._delivery_block
+        if block is None:
             return
-        finished, self._acked[:] = list(self._acked), []
-        now_ms = time.time() * 1000
-        self.stats.last_ack_at = time.monotonic()
-        for unit in finished:
-            if unit.error is not None:
-                # Not done, so never committed: the prefix stops before it and a restart redoes it.
-                raise DeliveryError(f"delivery failed: {unit.error}")
-            for tp, offs in unit.offsets.items():
-                self._tracker.done(tp, offs)
-            if unit.stage is not None:
-                self.stats.dead_letters[unit.stage] += 1
-                if self.metrics is not None:
-                    self.metrics.dead_letters.labels(unit.stage).inc()
-                continue
-            n = len(unit.event_times_ms) if unit.event_times_ms is not None else 0
-            self.stats.predictions += n
-            if n:
-                lat = now_ms - unit.event_times_ms
-                if len(self.stats.latencies_ms) < MAX_LATENCY_SAMPLES:
-                    self.stats.latencies_ms.extend(lat.tolist())
-                if self.metrics is not None:
-                    self.metrics.predictions_produced.labels(self.cfg.output.topic).inc(n)
-                    for v in lat:
-                        self.metrics.end_to_end.observe(v / 1000.0)
+        if not self._redo:
+            if self.deliveries.in_flight == 0:  # every retried output went through
+                self._delivery_block = None
+                log.info("outputs are being written again: resuming input")
+            return
+        if self._clock() >= block.retry_at:
+            redo, self._redo = self._redo, []
+            self.deliveries.send(redo)
+
+    def _pause_or_resume(self) -> None:
+        blocked = self._blocked()
+        if blocked != self._paused and self._assigned:
+            tps = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
+            (self.consumer.pause if blocked else self.consumer.resume)(tps)
+        self._paused = blocked
         if self.metrics is not None:
+            self.metrics.healthy.set(0 if blocked else 1)
             self.metrics.in_flight_rows.set(self._tracker.in_flight())
 
     def _commit_if_due(self) -> None:
@@ -290,9 +303,11 @@ class Processor:
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         log.info("assigned %s", _names(partitions))
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        if self._paused and partitions:
+            consumer.pause(partitions)  # blocked: new partitions wait like the others
         if self.metrics is not None:
             self.metrics.rebalances.labels("assign").inc()
-            self.metrics.assigned_partitions.inc(len(partitions))
+            self.metrics.assigned_partitions.set(len(self._assigned))
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Finish the revoked partitions' work and commit it before they go (cooperative)."""
@@ -300,40 +315,126 @@ class Processor:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self._drain("revoke")
         self._commit(revoked)
-        self._tracker.forget(revoked)
-        self._assigned -= revoked
+        self._forget(revoked)
         if self.metrics is not None:
             self.metrics.rebalances.labels("revoke").inc()
-            self.metrics.assigned_partitions.dec(len(partitions))
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Lost partitions may belong to someone else already: drop their work, commit nothing."""
         log.warning("lost %s: dropping their in-flight work", _names(partitions))
-        lost = {(tp.topic, tp.partition) for tp in partitions}
-        self._batcher.drop(lambda row: (row[0].topic, row[0].partition) not in lost)
-        self._tracker.forget(lost)
-        self._assigned -= lost
+        self._forget({(tp.topic, tp.partition) for tp in partitions})
         if self.metrics is not None:
             self.metrics.rebalances.labels("lost").inc()
-            self.metrics.assigned_partitions.dec(len(partitions))
+
+    def _forget(self, tps: set[tuple[str, int]]) -> None:
+        """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""
+        def keep(row: Row) -> bool:
+            return (row[0].topic, row[0].partition) not in tps
+
+        self._batcher.drop(keep)
+        self._queue = deque(b for b in (_filtered(b, keep) for b in self._queue) if b.rows)
+        self._redo = [o for o in self._redo if o.source_tp not in tps]
+        self._tracker.forget(tps)
+        self._assigned -= tps
+        if self.metrics is not None:
+            self.metrics.assigned_partitions.set(len(self._assigned))
 
     # ---- helpers --------------------------------------------------------------------------
+
+    def _score(self, batch: Batch[Row]) -> list[Output] | None:
+        """Predictions and dead letters for a batch; None when the model is held as broken."""
+        records = [r for r, _ in batch.rows]
+        features = np.stack([r.features for r in records])
+        started = time.perf_counter()
+        try:
+            scored = score_isolating(self.runner, features, self._policy)
+        except ModelBrokenError as exc:
+            self._hold_model(str(exc))
+            return None
+        self._record_batch(batch, time.perf_counter() - started, scored.calls, scored.bisections)
+        if len(scored.poison) == len(records):
+            self._failed_batches += 1
+            if (self._failed_batches >= self.cfg.processing.broken_after_failed_batches
+                    and not self._model_answers()):
+                self._hold_model(f"{self._failed_batches} batches in a row failed entirely")
+                return None
+        else:
+            self._failed_batches = 0
+        if self._model_block is not None:
+            log.info("the model answers again: resuming input")
+            self._model_block = None
+        scored_at = int(time.time() * 1000)
+        outputs: list[Output] = []
+        for i, ((record, message), score_row) in enumerate(zip(batch.rows, scored.scores, strict=True)):
+            if i in scored.poison:
+                self._send_dead_letter(scored.poison[i], message, cause=scored.poison[i])
+                continue
+            try:
+                value = self.encoder.encode(self._prediction(record, score_row, scored_at))
+            except RecordError as exc:
+                self._send_dead_letter(exc, message)
+                continue
+            outputs.append(Output(self.cfg.output.topic, record.key, value, None, message,
+                                  event_time_ms=record.event_time_ms))
+        return outputs
+
+    def _model_answers(self) -> bool:
+        """Does the model score the warm-up input? Tells poison rows from a broken model."""
+        try:
+            self.runner.run(np.zeros((1, self.runner.n_features), dtype=np.float32))
+        except InferenceError:
+            return False
+        return True
+
+    def _hold_model(self, reason: str) -> None:
+        self._model_block = self._backoff(self._model_block, f"model failing: {reason}")
+        log.error("%s; input paused, retrying in %.1f s", reason, self._model_block.backoff_s)
+
+    def _backoff(self, block: _Block | None, reason: str) -> _Block:
+        p = self.cfg.processing
+        backoff = (p.retry_backoff_ms / 1000.0 if block is None
+                   else min(block.backoff_s * 2, p.retry_backoff_max_ms / 1000.0))
+        return _Block(reason, self._clock() + backoff, backoff)
+
+    def _blocked(self) -> bool:
+        return self._model_block is not None or self._delivery_block is not None
+
+    def _acknowledged(self, acked: list[Output]) -> None:
+        now_ms = time.time() * 1000
+        self.stats.last_ack_at = time.monotonic()
+        by_tp: dict[tuple[str, int], list[int]] = {}
+        latencies = []
+        for out in acked:
+            by_tp.setdefault(out.source_tp, []).append(out.source.offset())
+            if out.stage is None:
+                latencies.append(now_ms - out.event_time_ms)
+            else:
+                self.stats.dead_letters[out.stage] += 1
+                if self.metrics is not None:
+                    self.metrics.dead_letters.labels(out.stage).inc()
+        for tp, offsets in by_tp.items():
+            self._tracker.done(tp, offsets)
+        self.stats.predictions += len(latencies)
+        if len(self.stats.latencies_ms) < MAX_LATENCY_SAMPLES:
+            self.stats.latencies_ms.extend(latencies)
+        if self.metrics is not None and latencies:
+            self.metrics.predictions_produced.labels(self.cfg.output.topic).inc(len(latencies))
+            for v in latencies:
+                self.metrics.end_to_end.observe(v / 1000.0)
 
     def _drain(self, reason: FlushReason) -> None:
         """Flush the open batch, wait for every ack (up to the ack timeout), commit.
 
-        After a failure only what is already acknowledged is committed: the open batch stays
-        unprocessed (and uncommitted) for whoever reads these partitions next.
+        Blocked, or after a failure, only what is already acknowledged is committed: the rest
+        stays uncommitted for whoever reads these partitions next.
         """
-        batch = None if self._failed else self._batcher.flush(reason)
-        if batch is not None:
-            self._infer_and_produce(batch)
-        left = self.producer.flush(self.cfg.output.ack_timeout_ms / 1000.0)
-        try:
-            self._collect_acks(timeout_s=0.0)
-        except DeliveryError:
-            if not self._failed:
-                raise
+        if not (self._failed or self._blocked()):
+            batch = self._batcher.flush(reason)
+            if batch is not None:
+                self._queue.append(batch)
+            self._infer_and_produce()
+        left = self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
+        self._collect_acks(timeout_s=0.0)
         if left:
             log.error("%d outputs not acknowledged within %d ms: their inputs stay uncommitted",
                       left, self.cfg.output.ack_timeout_ms)
@@ -343,33 +444,24 @@ class Processor:
         if self.consumer is not None:
             self.consumer.close()  # runs the revoke callback: nothing is left to flush by then
             self.consumer = None
-        if self.producer is not None:
-            self.producer.flush(self.cfg.output.ack_timeout_ms / 1000.0)
-            self.producer = None
+        if self.deliveries is not None:
+            self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
+            self.deliveries = None
 
-    def _produce(self, topic: str, value: bytes | None, key: bytes | None,
-                 headers: list[tuple[str, bytes]] | None, on_delivery: Callable[..., None]) -> None:
-        while True:
-            try:
-                self.producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
-                return
-            except BufferError:
-                # The local queue is full: serve delivery reports until there is room.
-                self._collect_acks(timeout_s=0.05)
-
-    def _send_dead_letter(self, error: RecordError, message: Message | None,
-                          record: SourceRecord | None = None) -> None:
-        key = message.key() if message is not None else (record.key if record else None)
-        headers = message.headers() if message is not None else None
-        ts = message.timestamp()[1] if message is not None else (record.timestamp_ms if record else 0)
-        letter: DeadLetter = dead_letter(
-            error, dlq_topic=self._dlq_topic, key=key, original_headers=headers, timestamp_ms=ts,
-            group_id=self.cfg.input.group_id, model_name=self.cfg.model.name,
-            model_version=self.cfg.model.version)
+    def _send_dead_letter(self, error: RecordError | InferenceError, message: Message,
+                          cause: BaseException | None = None) -> None:
+        if not isinstance(error, RecordError):
+            poison = PoisonRowError(f"the model fails on this row: {error}")
+            poison.__cause__ = cause
+            error = poison
+        error.at(message.topic(), message.partition(), message.offset(), message.value())
+        letter = dead_letter(
+            error, dlq_topic=self._dlq_topic, key=message.key(), original_headers=message.headers(),
+            timestamp_ms=message.timestamp()[1], group_id=self.cfg.input.group_id,
+            model_name=self.cfg.model.name, model_version=self.cfg.model.version)
         log.debug("dead letter %s at %s: %s", error.stage, error.coordinates(), error)
-        unit = _InFlight({(letter.source_topic, letter.source_partition): [letter.source_offset]},
-                         1, None, letter.stage, self._acked)
-        self._produce(letter.topic, letter.value, letter.key, letter.headers, unit.ack)
+        self.deliveries.send([Output(letter.topic, letter.key, letter.value, letter.headers,
+                                     message, stage=letter.stage)])
 
     def _prediction(self, record: SourceRecord, scores: np.ndarray, scored_at: int) -> dict[str, Any]:
         return {
@@ -380,10 +472,12 @@ class Processor:
             "event_time": record.event_time_ms, "scored_at": scored_at,
         }
 
-    def _record_batch(self, batch: Batch[Any], seconds: float) -> None:
+    def _record_batch(self, batch: Batch[Any], seconds: float, calls: int, bisections: int) -> None:
         self.stats.batches += 1
         self.stats.rows_batched += len(batch.rows)
         self.stats.flushes[batch.reason] += 1
+        self.stats.model_calls += calls
+        self.stats.bisections += bisections
         if self.metrics is not None:
             m = self.metrics
             m.batch_size.observe(len(batch.rows))
@@ -391,11 +485,17 @@ class Processor:
             m.batch_wait.observe(batch.wait_s)
             m.inference.labels(self.cfg.model.name, self.cfg.model.version,
                                self.runner.provider).observe(seconds)
+            if bisections:
+                m.bisections.inc(bisections)
 
     def _commit_failed(self, error: CommitError, count: int) -> None:
         log.warning("%s (will retry)", error)
         if self.metrics is not None:
             self.metrics.commit_failures.inc(count)
+
+
+def _filtered(batch: Batch[Row], keep: Callable[[Row], bool]) -> Batch[Row]:
+    return Batch(tuple(r for r in batch.rows if keep(r)), batch.reason, batch.wait_s)
 
 
 def _names(partitions: Iterable[TopicPartition]) -> str:

@@ -8,6 +8,7 @@ nothing the single INFO line naming the active provider does not.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
@@ -15,13 +16,17 @@ from typing import Literal, Protocol
 import numpy as np
 import onnxruntime as ort
 
-from streamer.errors import ConfigError, InferenceError
+from streamer.errors import ConfigError, InferenceError, TransientInferenceError
 
 Device = Literal["cuda", "cpu"]
 _PROVIDERS: dict[str, str] = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 # ONNX Runtime's default logger severity (2 = warning); it has no getter, so this is what we restore.
 _ORT_DEFAULT_SEVERITY = 2
 _ORT_FATAL_ONLY = 4
+
+# What ONNX Runtime says when the device, not the data, failed: worth a retry on fewer rows.
+_TRANSIENT = re.compile(r"out of memory|Failed to allocate|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+                        r"|BFCArena|timed? ?out", re.I)
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +136,10 @@ class OnnxRunner:
         try:
             out = np.asarray(self._session.run([self._output], {self._input: x})[0], dtype=np.float32)
         except Exception as exc:  # onnxruntime's error classes share no useful base beyond Exception
+            if _TRANSIENT.search(str(exc)):
+                raise TransientInferenceError(
+                    f"model {self.path.name} ran out of a resource on {len(x)} rows: {exc}"
+                ) from exc
             raise InferenceError(f"model {self.path.name} failed on a batch of {len(x)} rows: {exc}") from exc
         if out.ndim < 2:
             out = out.reshape(-1, 1)

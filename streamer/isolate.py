@@ -1,0 +1,86 @@
+"""Scoring a batch so that one poison row cannot sink it: bisect failures down to single rows.
+
+A failing batch is split in halves and each half retried, recursively, until the failing rows
+stand alone; every other row is scored as usual. One poison row in a batch of n costs at most
+2*log2(n) extra model calls. A failure that looks transient (out of memory, a timeout) is retried
+with back-off first, and on smaller halves after that, before any row is called poison.
+
+A broken model is not a poison row: when more than ``max_poison_fraction`` of a batch of two or
+more rows fails, bisection stops and :class:`ModelBrokenError` is raised, so that the processor
+holds the batch and retries instead of flooding the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
+from streamer.runner import ModelRunner
+
+
+@dataclass(slots=True)
+class Scored:
+    """What came of one batch: scores for the good rows, an error for each poison row."""
+
+    scores: np.ndarray  # [rows, n_outputs]; rows listed in ``poison`` hold NaN
+    poison: dict[int, InferenceError] = field(default_factory=dict)
+    calls: int = 0  # model calls made, the first one included
+    bisections: int = 0  # batches split in two
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationPolicy:
+    max_poison_fraction: float = 0.5
+    transient_retries: int = 2
+    transient_backoff_s: float = 0.05
+
+
+def score_isolating(runner: ModelRunner, features: np.ndarray,
+                    policy: IsolationPolicy = IsolationPolicy(),
+                    sleep: Callable[[float], None] = time.sleep) -> Scored:
+    """Score ``features`` [rows, n_features]; isolate failing rows; raise if the model is broken."""
+    n = len(features)
+    limit = int(policy.max_poison_fraction * n) if n >= 2 else n
+    result = Scored(scores=np.empty((0, 0), np.float32))
+    outputs: dict[int, np.ndarray] = {}
+
+    def attempt(lo: int, hi: int) -> np.ndarray | InferenceError:
+        for k in range(policy.transient_retries + 1):
+            result.calls += 1
+            try:
+                return runner.run(features[lo:hi])
+            except TransientInferenceError as exc:
+                if k == policy.transient_retries:
+                    return exc  # still failing: smaller halves next
+                sleep(policy.transient_backoff_s * 2 ** k)
+            except InferenceError as exc:
+                return exc
+        raise AssertionError("unreachable")
+
+    def solve(lo: int, hi: int) -> None:
+        got = attempt(lo, hi)
+        if isinstance(got, np.ndarray):
+            outputs[lo] = got
+            return
+        if hi - lo == 1:
+            result.poison[lo] = got
+            if len(result.poison) > limit:
+                raise ModelBrokenError(f"{len(result.poison)} of {n} rows fail: the model is "
+                                       f"failing, not the rows (last error: {got})") from got
+            return
+        result.bisections += 1
+        mid = (lo + hi) // 2
+        solve(lo, mid)
+        solve(mid, hi)
+
+    solve(0, n)
+    width = next(iter(outputs.values())).shape[1] if outputs else 1
+    scores = np.full((n, width), np.nan, dtype=np.float32)
+    for lo, block in outputs.items():
+        scores[lo:lo + len(block)] = block
+    result.scores = scores
+    return result
