@@ -19,6 +19,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="score events from Kafka until SIGTERM or SIGINT")
     run.add_argument("--config", required=True, help="YAML config file")
+    dlq = sub.add_parser("dlq", help="inspect or redrive dead letters")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
+    inspect = dlq_sub.add_parser("inspect", help="print one line per dead letter")
+    inspect.add_argument("--config", required=True)
+    inspect.add_argument("--limit", type=int)
+    redrive = dlq_sub.add_parser("redrive", help="re-publish dead letters to their original topic")
+    redrive.add_argument("--config", required=True)
+    redrive.add_argument("--stage", choices=["deserialize", "validate", "infer", "serialize", "produce"])
+    redrive.add_argument("--limit", type=int)
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
     demo.add_argument("--events", type=int, default=100_000)
     args = parser.parse_args(argv)
@@ -27,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args.config)
+        if args.command == "dlq":
+            return _dlq(args)
         return _demo(args.events)
     except StreamerError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
@@ -42,6 +53,21 @@ def _run(config_path: str) -> int:
     processor = build_processor(cfg)
     _on_signals(processor.stop)
     processor.run()
+    return 0
+
+
+def _dlq(args: argparse.Namespace) -> int:
+    from streamer import dlq
+    from streamer.config import load_config
+
+    cfg = load_config(args.config)
+    if args.dlq_command == "inspect":
+        lines = dlq.inspect(cfg, args.limit)
+        print("\n".join(lines) if lines else "no dead letters")
+        return 0
+    result = dlq.redrive(cfg, args.stage, args.limit)
+    print(f"redriven {result.redriven}, refused {result.refused} (redriven "
+          f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages)")
     return 0
 
 

@@ -9,7 +9,32 @@ from streamer.errors import RecordError
 
 Headers = list[tuple[str, bytes]]
 HEADER_PREFIX = "streamer.dlq."
+REDRIVE_HEADER = "streamer.redrive.count"  # set by `streamer dlq redrive` on the re-published row
 MAX_TRACE_CHARS = 2000
+
+
+def redrive_count(headers: Headers | None) -> int:
+    """How often a record has been redriven already (0 when never), from its own headers."""
+    for key, value in reversed(headers or []):
+        if key == REDRIVE_HEADER:
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                return 0
+    return 0
+
+
+def header(headers: Headers | None, name: str) -> str | None:
+    """The value of one of our dead-letter headers (``stage``, ``original.topic``, ...)."""
+    for key, value in headers or []:
+        if key == HEADER_PREFIX + name:
+            return value.decode("utf-8", "replace") if value is not None else None
+    return None
+
+
+def original_headers(headers: Headers | None) -> Headers:
+    """A dead letter's headers without ours: what the original record carried, byte for byte."""
+    return [(k, v) for k, v in headers or [] if not k.startswith(HEADER_PREFIX)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +53,11 @@ class DeadLetter:
 
 def dead_letter(error: RecordError, *, dlq_topic: str, key: bytes | None,
                 original_headers: Headers | None, timestamp_ms: int, group_id: str,
-                model_name: str, model_version: str, attempt: int = 1) -> DeadLetter:
-    """Build the dead letter for ``error``, whose coordinates and raw bytes must be set."""
+                model_name: str, model_version: str) -> DeadLetter:
+    """Build the dead letter for ``error``, whose coordinates and raw bytes must be set.
+
+    ``attempt`` counts how often the record has failed: one more than its redrives so far.
+    """
     assert error.topic is not None and error.partition is not None and error.offset is not None
     cause = error.__cause__ or error
     trace = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
@@ -45,7 +73,7 @@ def dead_letter(error: RecordError, *, dlq_topic: str, key: bytes | None,
         "exception.stacktrace": trace[-MAX_TRACE_CHARS:],
         "model.name": model_name,
         "model.version": model_version,
-        "attempt": str(attempt),
+        "attempt": str(redrive_count(original_headers) + 1),
     }
     headers = list(original_headers or [])
     headers.extend((HEADER_PREFIX + k, v.encode("utf-8", "replace")) for k, v in ours.items())

@@ -42,7 +42,12 @@ class IsolationPolicy:
 def score_isolating(runner: ModelRunner, features: np.ndarray,
                     policy: IsolationPolicy = IsolationPolicy(),
                     sleep: Callable[[float], None] = time.sleep) -> Scored:
-    """Score ``features`` [rows, n_features]; isolate failing rows; raise if the model is broken."""
+    """Score ``features`` [rows, n_features]; isolate failing rows; raise if the model is broken.
+
+    Raises:
+        ModelBrokenError: both halves of the batch fail and the model cannot score the warm-up
+            input either, or more than ``max_poison_fraction`` of the rows fail.
+    """
     n = len(features)
     limit = int(policy.max_poison_fraction * n) if n >= 2 else n
     result = Scored(scores=np.empty((0, 0), np.float32))
@@ -61,26 +66,47 @@ def score_isolating(runner: ModelRunner, features: np.ndarray,
                 return exc
         raise AssertionError("unreachable")
 
-    def solve(lo: int, hi: int) -> None:
-        got = attempt(lo, hi)
+    def settle(lo: int, hi: int, got: np.ndarray | InferenceError) -> None:
         if isinstance(got, np.ndarray):
             outputs[lo] = got
-            return
-        if hi - lo == 1:
+        elif hi - lo == 1:
             result.poison[lo] = got
             if len(result.poison) > limit:
                 raise ModelBrokenError(f"{len(result.poison)} of {n} rows fail: the model is "
                                        f"failing, not the rows (last error: {got})") from got
-            return
+        else:
+            split(lo, hi, got)
+
+    def split(lo: int, hi: int, failure: InferenceError) -> None:
         result.bisections += 1
         mid = (lo + hi) // 2
-        solve(lo, mid)
-        solve(mid, hi)
+        left = attempt(lo, mid)
+        if isinstance(left, np.ndarray) and not isinstance(failure, TransientInferenceError):
+            # The whole failed and its left half did not: the right half holds the culprit.
+            # (Not so after running out of memory: the halves may both be fine.)
+            right: np.ndarray | InferenceError = failure
+        else:
+            right = attempt(mid, hi)
+            if (lo, hi) == (0, n) and not isinstance(right, np.ndarray) and not model_answers(runner):
+                result.calls += 1
+                raise ModelBrokenError(f"both halves of a batch of {n} fail and so does the warm-up "
+                                       f"input: the model is failing, not the rows ({failure})") from failure
+        settle(lo, mid, left)
+        settle(mid, hi, right)
 
-    solve(0, n)
+    settle(0, n, attempt(0, n))
     width = next(iter(outputs.values())).shape[1] if outputs else 1
     scores = np.full((n, width), np.nan, dtype=np.float32)
     for lo, block in outputs.items():
         scores[lo:lo + len(block)] = block
     result.scores = scores
     return result
+
+
+def model_answers(runner: ModelRunner) -> bool:
+    """Does the model score one row of zeros (the warm-up input)? Tells poison from a broken model."""
+    try:
+        runner.run(np.zeros((1, runner.n_features), dtype=np.float32))
+    except InferenceError:
+        return False
+    return True

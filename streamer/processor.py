@@ -31,7 +31,7 @@ from streamer.delivery import Deliveries, Output, is_permanent
 from streamer.errors import (BrokerError, CommitError, DeserializeError, InferenceError,
                              ModelBrokenError, PoisonRowError, ProduceError, RecordError)
 from streamer.events import EventValidator
-from streamer.isolate import IsolationPolicy, score_isolating
+from streamer.isolate import IsolationPolicy, model_answers, score_isolating
 from streamer.metrics import Metrics
 from streamer.offsets import OffsetTracker
 from streamer.records import SourceRecord
@@ -355,7 +355,7 @@ class Processor:
         if len(scored.poison) == len(records):
             self._failed_batches += 1
             if (self._failed_batches >= self.cfg.processing.broken_after_failed_batches
-                    and not self._model_answers()):
+                    and not model_answers(self.runner)):
                 self._hold_model(f"{self._failed_batches} batches in a row failed entirely")
                 return None
         else:
@@ -377,14 +377,6 @@ class Processor:
             outputs.append(Output(self.cfg.output.topic, record.key, value, None, message,
                                   event_time_ms=record.event_time_ms))
         return outputs
-
-    def _model_answers(self) -> bool:
-        """Does the model score the warm-up input? Tells poison rows from a broken model."""
-        try:
-            self.runner.run(np.zeros((1, self.runner.n_features), dtype=np.float32))
-        except InferenceError:
-            return False
-        return True
 
     def _hold_model(self, reason: str) -> None:
         self._model_block = self._backoff(self._model_block, f"model failing: {reason}")

@@ -1,0 +1,97 @@
+"""Bisection of failing batches: poison rows isolated cheaply, a broken model recognised."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
+from streamer.isolate import IsolationPolicy, score_isolating
+from streamer.testing import FunctionRunner, PoisonRunner
+
+SENTINEL = 777.0
+
+
+def healthy() -> FunctionRunner:
+    return FunctionRunner(lambda x: x.sum(axis=1, keepdims=True) * 2, n_features=4)
+
+
+def batch(n: int, poison: tuple[int, ...] = ()) -> np.ndarray:
+    x = np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 100
+    for i in poison:
+        x[i, 0] = SENTINEL
+    return x
+
+
+def test_one_poison_row_in_256_costs_at_most_2_log2_n_extra_calls() -> None:
+    runner = PoisonRunner(healthy(), SENTINEL)
+    x = batch(256, poison=(137,))
+    scored = score_isolating(runner, x)
+    assert set(scored.poison) == {137}
+    extra = scored.calls - 1
+    assert extra <= 2 * math.log2(256), extra
+    good = np.delete(np.arange(256), 137)
+    np.testing.assert_allclose(scored.scores[good], healthy().run(x[good]))
+    assert np.isnan(scored.scores[137]).all()
+
+
+def test_several_poison_rows_are_all_found() -> None:
+    runner = PoisonRunner(healthy(), SENTINEL)
+    scored = score_isolating(runner, batch(64, poison=(0, 31, 32, 63)))
+    assert set(scored.poison) == {0, 31, 32, 63}
+    assert all(isinstance(e, InferenceError) for e in scored.poison.values())
+
+
+def test_a_model_failing_everything_is_broken_not_poison() -> None:
+    def fail(x: np.ndarray) -> np.ndarray:
+        raise InferenceError("model is broken")
+
+    runner = FunctionRunner(fail, n_features=4)
+    with pytest.raises(ModelBrokenError, match="the model is failing"):
+        score_isolating(runner, batch(256))
+    assert runner.calls == 4  # the batch, its two halves, the warm-up input: not 511 calls
+
+
+def test_a_model_failing_on_real_rows_only_is_broken_past_the_poison_fraction() -> None:
+    def fails_unless_zero(x: np.ndarray) -> np.ndarray:
+        if not (x == 0).all():
+            raise InferenceError("bad scaling")
+        return x[:, :1]
+
+    runner = FunctionRunner(fails_unless_zero, n_features=4)
+    with pytest.raises(ModelBrokenError, match="33 of 64 rows fail"):
+        score_isolating(runner, batch(64) + 1)
+
+
+def test_single_failing_row_is_poison_not_broken() -> None:
+    scored = score_isolating(PoisonRunner(healthy(), SENTINEL), batch(1, poison=(0,)))
+    assert set(scored.poison) == {0}
+
+
+def test_transient_failure_is_retried_with_backoff_before_anything_is_poison() -> None:
+    failures = [2]
+
+    def flaky(x: np.ndarray) -> np.ndarray:
+        if failures[0]:
+            failures[0] -= 1
+            raise TransientInferenceError("CUDA out of memory")
+        return x[:, :1]
+
+    sleeps: list[float] = []
+    scored = score_isolating(FunctionRunner(flaky, 4), batch(32), IsolationPolicy(), sleeps.append)
+    assert scored.poison == {} and scored.calls == 3
+    assert sleeps == [0.05, 0.1]
+
+
+def test_out_of_memory_on_big_batches_falls_back_to_smaller_ones() -> None:
+    def small_only(x: np.ndarray) -> np.ndarray:
+        if len(x) > 64:
+            raise TransientInferenceError("Failed to allocate memory")
+        return x[:, :1]
+
+    scored = score_isolating(FunctionRunner(small_only, 4), batch(256), IsolationPolicy(),
+                             lambda s: None)
+    assert scored.poison == {}
+    np.testing.assert_allclose(scored.scores, batch(256)[:, :1])
