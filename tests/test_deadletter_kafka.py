@@ -1,0 +1,233 @@
+"""Poison rows on the real broker: every input ends as a prediction or a dead letter, never lost."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from confluent_kafka import Producer
+
+from streamer import dlq
+from streamer.app import build_processor, input_codec, model_runner, output_codec
+from streamer.broker import create_topics
+from streamer.config import Config, with_overrides
+from streamer.deadletter import HEADER_PREFIX, REDRIVE_HEADER, header
+from streamer.demo import synthetic_events
+from streamer.errors import InferenceError
+from streamer.testing import FunctionRunner, PoisonRunner
+from tests.conftest import Topics, committed_offsets, end_offsets, make_config, read_all
+
+pytestmark = pytest.mark.kafka
+SENTINEL = 4242.0
+STAGE = {"garbage": "deserialize", "hostile": "deserialize", "nan": "validate",
+         "width": "validate", "bounds": "validate", "poison": "infer"}
+
+
+def zigzag(n: int) -> bytes:
+    n, out = (n << 1) ^ (n >> 63), bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    return bytes([*out, n])
+
+
+def payload(kind: str, event: dict[str, Any], codec: Any) -> bytes:
+    e = dict(event, features=list(event["features"]))
+    if kind == "hostile":  # a few bytes declaring 100 million floats
+        return b"\x02a\x02b\x00" + zigzag(100_000_000) + b"\x00\x00\x80\x3f"
+    if kind == "nan":
+        e["features"][3] = float("nan")
+    elif kind == "width":
+        e["features"] = e["features"][:31]
+    elif kind == "poison":
+        e["features"][0] = SENTINEL
+    elif kind == "bounds":
+        e["features"][5] = 50.0
+    data = codec.encode(e)
+    return data[:7] if kind == "garbage" else data
+
+
+def produce_raw(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes, list[tuple[str, bytes]]]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10})
+    failed: list[str] = []
+    for key, value, headers in messages:
+        producer.produce(topic, value, key, headers=headers,
+                         on_delivery=lambda err, _m: failed.append(str(err)) if err else None)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not failed, failed
+
+
+def mixed_stream(bootstrap: str, topics: Topics, cfg: Config, kinds: list[str]) -> list[dict[str, Any]]:
+    codec = input_codec(cfg)
+    events = synthetic_events(len(kinds), 32, seed=11)
+    produce_raw(bootstrap, topics.input, [
+        (str(e["entity_id"]).encode(), payload(kind, e, codec),
+         [("trace-id", f"t{i}".encode()), ("bin", b"\x00\xff")])
+        for i, (e, kind) in enumerate(zip(events, kinds, strict=True))])
+    return events
+
+
+def by_trace(bootstrap: str, topic: str) -> dict[int, Any]:
+    """Input messages as stored, by the index in their trace-id header."""
+    return {int(dict(m.headers())["trace-id"][1:]): m for m in read_all(bootstrap, topic)}
+
+
+def test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic(bootstrap: str, topics: Topics) -> None:
+    n = 20_000
+    rng = np.random.default_rng(5)
+    kinds = list(rng.choice(["good", "garbage", "nan", "width", "poison"], size=n,
+                            p=[0.967, 0.01, 0.01, 0.01, 0.003]))
+    kinds[1234] = "hostile"
+    cfg = make_config(bootstrap, topics, MAX_BATCH_SIZE="256")
+    events = mixed_stream(bootstrap, topics, cfg, kinds)
+    processor = build_processor(cfg, runner=PoisonRunner(model_runner(cfg), SENTINEL))
+    processor.run(until=lambda s: s.outputs >= n)
+
+    bad = {i: k for i, k in enumerate(kinds) if k != "good"}
+    assert processor.stats.predictions == n - len(bad)
+    assert processor.stats.dead_letters == Counter(STAGE[k] for k in bad.values())
+    assert processor.stats.bisections > 0
+
+    # Good rows: predicted exactly as ONNX Runtime scores them, nothing for bad rows.
+    predictions = {p["event_id"]: p for p in (output_codec(cfg).decode(m.value())
+                                              for m in read_all(bootstrap, topics.output))}
+    good = [i for i, k in enumerate(kinds) if k == "good"]
+    assert set(predictions) == {events[i]["event_id"] for i in good}
+    session = ort.InferenceSession(str(cfg.model.path), providers=["CPUExecutionProvider"])
+    feats = np.asarray([events[i]["features"] for i in good], dtype=np.float32)
+    expected = session.run(None, {"features": feats})[0]
+    got = np.asarray([predictions[events[i]["event_id"]]["scores"] for i in good], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+    # Bad rows: each once in the dead-letter topic, original bytes, key and headers intact.
+    inputs = by_trace(bootstrap, topics.input)
+    letters = read_all(bootstrap, topics.dlq)
+    assert len(letters) == len(bad)
+    seen = set()
+    for letter in letters:
+        h = letter.headers()
+        index = int(dict(h)["trace-id"][1:])
+        original = inputs[index]
+        assert header(h, "stage") == STAGE[bad[index]], (index, bad[index], header(h, "exception.message"))
+        assert letter.value() == original.value() and letter.key() == original.key()
+        assert h[:2] == original.headers()  # the original headers first, byte for byte
+        assert (header(h, "original.topic"), header(h, "original.partition"),
+                header(h, "original.offset")) == (topics.input, str(original.partition()),
+                                                  str(original.offset()))
+        assert header(h, "consumer.group") == topics.group and header(h, "attempt") == "1"
+        assert header(h, "model.name") == "fraud_mlp" and header(h, "exception.class")
+        seen.add(index)
+    assert seen == set(bad)
+    assert committed_offsets(bootstrap, topics.group, topics.input) == end_offsets(bootstrap, topics.input)
+
+
+def test_a_broken_model_pauses_instead_of_flooding_the_dead_letter_topic(bootstrap: str,
+                                                                         topics: Topics) -> None:
+    n = 3_000
+    cfg = with_overrides(make_config(bootstrap, topics), processing={"retry_backoff_ms": 100})
+    mixed_stream(bootstrap, topics, cfg, ["good"] * n)
+    real = model_runner(cfg)
+    broken = [True]
+
+    def model(x: np.ndarray) -> np.ndarray:
+        if broken[0]:
+            raise InferenceError("model file is corrupt")
+        return real.run(x)
+
+    runner = FunctionRunner(model, real.n_features)
+    processor = build_processor(cfg, runner=runner)
+    during: dict[str, Any] = {}
+
+    def until(stats: Any) -> bool:
+        if broken[0] and not processor.healthy and runner.calls >= 12:  # several retries in
+            during.update(committed=committed_offsets(bootstrap, topics.group, topics.input),
+                          dead_letters=sum(stats.dead_letters.values()),
+                          reason=processor.unhealthy_reason, outputs=stats.outputs)
+            broken[0] = False  # the model is fixed
+        return stats.outputs >= n
+
+    processor.run(until=until)
+    assert during, "the processor never reported itself unhealthy"
+    assert "model failing" in during["reason"]
+    assert during["dead_letters"] == 0 and during["outputs"] == 0
+    assert all(offset < 0 for offset in during["committed"].values())  # nothing committed
+    assert processor.healthy
+    assert processor.stats.predictions == n
+    assert read_all(bootstrap, topics.dlq) == []
+    assert committed_offsets(bootstrap, topics.group, topics.input) == end_offsets(bootstrap, topics.input)
+
+
+def test_unwritable_dead_letter_topic_blocks_commits_until_it_exists(bootstrap: str,
+                                                                     topics: Topics) -> None:
+    n, bad_index = 2_000, 700
+    missing = f"{topics.dlq}-later"
+    cfg = make_config(bootstrap, topics)
+    cfg = with_overrides(cfg, processing={"dead_letter_topic": missing, "retry_backoff_ms": 200,
+                                          "create_dead_letter_topic": False})
+    cfg = type(cfg)(**{**{f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
+                       "kafka": {**cfg.kafka, "topic.metadata.propagation.max.ms": "1000"}})
+    kinds = ["good"] * n
+    kinds[bad_index] = "garbage"
+    mixed_stream(bootstrap, topics, cfg, kinds)
+    bad = by_trace(bootstrap, topics.input)[bad_index]
+    processor = build_processor(cfg)
+    during: dict[str, Any] = {}
+
+    def until(stats: Any) -> bool:
+        if not during and not processor.healthy:
+            during["since"] = time.monotonic()
+        elif "committed" not in during and during and time.monotonic() - during["since"] > 2:
+            during["committed"] = committed_offsets(bootstrap, topics.group, topics.input)
+            during["reason"] = processor.unhealthy_reason
+            create_topics(bootstrap, {missing: 1})  # fixed: the topic exists now
+        return stats.outputs >= n
+
+    processor.run(until=until)
+    assert "committed" in during, "the processor never blocked on the unwritable topic"
+    assert missing in during["reason"]
+    assert during["committed"][bad.partition()] <= bad.offset()  # nothing past the failing row
+    letters = read_all(bootstrap, missing)
+    assert [m.value() for m in letters] == [bad.value()]
+    assert processor.stats.predictions == n - 1 and processor.healthy
+    assert committed_offsets(bootstrap, topics.group, topics.input) == end_offsets(bootstrap, topics.input)
+
+
+def test_inspect_and_redrive_after_a_config_fix(bootstrap: str, topics: Topics) -> None:
+    n = 1_000
+    kinds = ["good"] * n
+    for i in range(0, n, 50):
+        kinds[i] = "bounds"  # 20 rows over input.feature_max
+    for i in range(25, n, 100):
+        kinds[i] = "garbage"  # 10 rows that no fix can save
+    strict = with_overrides(make_config(bootstrap, topics), input={"feature_max": 10.0})
+    events = mixed_stream(bootstrap, topics, strict, kinds)
+    build_processor(strict).run(until=lambda s: s.outputs >= n)
+
+    lines = dlq.inspect(strict)
+    assert len(lines) == 30
+    assert sum("validate" in line and "above input.feature_max 10" in line for line in lines) == 20
+    assert all(f"{topics.input}[" in line and "attempt 1" in line for line in lines)
+    assert len(dlq.inspect(strict, limit=5)) == 5
+
+    fixed = with_overrides(strict, input={"feature_max": 100.0})
+    result = dlq.redrive(fixed, stage="validate")
+    assert (result.redriven, result.refused, result.skipped) == (20, 0, 10)
+    processor = build_processor(fixed)
+    processor.run(until=lambda s: s.outputs >= 20)
+    assert processor.stats.predictions == 20
+
+    predictions = [output_codec(fixed).decode(m.value()) for m in read_all(bootstrap, topics.output)]
+    assert {p["event_id"] for p in predictions} == \
+        {events[i]["event_id"] for i, k in enumerate(kinds) if k in ("good", "bounds")}
+    redriven = [m for m in read_all(bootstrap, topics.input) if dict(m.headers()).get(REDRIVE_HEADER)]
+    assert len(redriven) == 20 and all(dict(m.headers())[REDRIVE_HEADER] == b"1" for m in redriven)
+    assert all(not k.startswith(HEADER_PREFIX) for m in redriven for k, _ in m.headers())
+
+    again = dlq.redrive(fixed, stage="validate")
+    assert again.redriven == 0  # progress was committed: nothing twice
+    never = with_overrides(fixed, processing={"max_redrives": 0})
+    assert dlq.redrive(never, stage="deserialize").refused == 10
