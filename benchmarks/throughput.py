@@ -6,6 +6,8 @@
 (b) The model alone on pre-built float32 arrays at the configured batch size.
 (c) The processor (decode, batch, infer, encode, produce, commit after acks).
 (d) A naive loop: one message at a time: poll, decode, predict, produce, wait for the ack, commit.
+(e) The processor on a copy of the input where 1% of the rows make the model fail (bisection and
+    dead letters at work); its ratio against (c) is the cost of poison rows.
 Prints each figure in events/s and the ratios c/a, c/b, c/d. Kafka rates run from the first
 consumed message to the last ack, so group joins are not counted. A benchmark, not a test: the
 figures are only comparable within one run on one machine.
@@ -32,6 +34,10 @@ from streamer.broker import create_topics, kafka_cluster  # noqa: E402
 from streamer.config import Config  # noqa: E402
 from streamer.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.events import EventValidator  # noqa: E402
+from streamer.records import prediction_fields  # noqa: E402
+from streamer.testing import PoisonRunner  # noqa: E402
+
+POISON = 9999.0
 
 
 def fresh(base: Config, tag: str) -> Config:
@@ -87,11 +93,21 @@ def model_only(cfg: Config, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def processor_run(cfg: Config, n: int) -> float:
-    processor = build_processor(cfg)
+def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
+    runner = PoisonRunner(model_runner(cfg), POISON) if poisoned else None
+    processor = build_processor(cfg, runner=runner)
     processor.run(until=lambda s: s.outputs >= n)
-    assert processor.stats.predictions == n
+    assert processor.stats.predictions == n - poisoned
+    assert processor.stats.dead_letters["infer"] == poisoned
     return processor.stats.events_per_s()
+
+
+def poisoned_copy(events: list[dict[str, object]], every: int) -> list[dict[str, object]]:
+    """The same events with every ``every``-th one made to fail in the model."""
+    out = [dict(e) for e in events]
+    for e in out[::every]:
+        e["features"] = [POISON, *list(e["features"])[1:]]  # type: ignore[call-overload]
+    return out
 
 
 def naive(cfg: Config, n: int) -> float:
@@ -111,12 +127,9 @@ def naive(cfg: Config, n: int) -> float:
         rec = validator.to_record(decoder.decode(m.value()), m.topic(), m.partition(), m.offset(),
                                   m.key(), m.timestamp()[1])
         score = runner.run(rec.features[None, :])[0]
-        producer.produce(cfg.output.topic, encoder.encode({
-            "event_id": rec.event_id, "entity_id": rec.entity_id, "scores": score.tolist(),
-            "model_name": cfg.model.name, "model_version": cfg.model.version,
-            "source_topic": rec.topic, "source_partition": rec.partition,
-            "source_offset": rec.offset, "event_time": rec.event_time_ms,
-            "scored_at": int(time.time() * 1000)}), m.key())
+        fields = prediction_fields(rec, score, cfg.model.name, cfg.model.version,
+                                   int(time.time() * 1000))
+        producer.produce(cfg.output.topic, encoder.encode(fields), m.key())
         if producer.flush(30):
             raise RuntimeError("naive loop: a prediction was not acknowledged")
         consumer.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)],
@@ -146,18 +159,25 @@ def main() -> None:
             "b": lambda c: model_only(c, args.events),
             "c": lambda c: processor_run(c, args.events),
             "d": lambda c: naive(c, args.naive_events),
+            "e": lambda c: processor_run(c, args.events, poisoned=len(events[::100])),
         }
+        poisoned_topic = f"{base.input.topics[0]}-poisoned"
+        create_topics(bootstrap, {poisoned_topic: 3})
+        produce_events(bootstrap, poisoned_topic, encoded_events(codec, poisoned_copy(events, 100)))
         for tag, fn in runs.items():
             cfg = fresh(base, tag)
+            if tag == "e":
+                cfg = replace(cfg, input=replace(cfg.input, topics=(poisoned_topic,)))
             create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
             figures[tag] = fn(cfg)
-    names = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop"}
+    names = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
+             "e": "processor, 1% poison"}
     print(f"events {args.events} (naive {args.naive_events}), batch {args.batch}, "
           f"provider {model_runner(base).provider}")
-    for k in "abcd":
+    for k in "abcde":
         print(f"({k}) {names[k]:<20} {figures[k]:>12,.0f} events/s")
     print(f"c/a {figures['c'] / figures['a']:.3f}   c/b {figures['c'] / figures['b']:.3f}   "
-          f"c/d {figures['c'] / figures['d']:.1f}")
+          f"c/d {figures['c'] / figures['d']:.1f}   e/c {figures['e'] / figures['c']:.3f}")
 
 
 if __name__ == "__main__":

@@ -208,9 +208,9 @@ def _check(cfg: Config) -> None:
         raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
     if not cfg.model.path.is_file():
         raise ConfigError("model.path", f"no model file at {cfg.model.path}")
-    for key, p in (("input.schema", i.schema), ("output.schema", cfg.output.schema)):
-        if p is not None and not p.is_file():
-            raise ConfigError(key, f"no schema file at {p}")
+    for key, schema in (("input.schema", i.schema), ("output.schema", cfg.output.schema)):
+        if schema is not None and not schema.is_file():
+            raise ConfigError(key, f"no schema file at {schema}")
 
 
 def _interpolate(value: Any, key: str, env: Mapping[str, str]) -> Any:

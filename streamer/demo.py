@@ -18,7 +18,7 @@ from streamer.app import build_processor, input_codec
 from streamer.broker import create_topics, kafka_cluster
 from streamer.codecs import Codec
 from streamer.config import Config, dead_letter_topic, load_config
-from streamer.processor import Stats
+from streamer.stats import Stats
 
 log = logging.getLogger(__name__)
 EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "config" / "example.yaml"

@@ -10,6 +10,7 @@ committing can publish a row again.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ def inspect(cfg: Config, limit: int | None = None) -> list[str]:
     try:
         for m in _read_to_end(consumer, dead_letter_topic(cfg), committed=False):
             h = m.headers()
-            when = dt.datetime.fromtimestamp(m.timestamp()[1] / 1000, dt.timezone.utc)
+            when = dt.datetime.fromtimestamp(m.timestamp()[1] / 1000, dt.UTC)
             lines.append(f"{when:%Y-%m-%dT%H:%M:%S}Z  {header(h, 'stage') or '?':<11}  "
                          f"{header(h, 'original.topic')}[{header(h, 'original.partition')}]"
                          f"@{header(h, 'original.offset')}  attempt {header(h, 'attempt')}  "
@@ -109,10 +110,15 @@ def _read_to_end(consumer: Consumer, topic: str, committed: bool,
     if not todo:
         return
     consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
+    deadline = time.monotonic() + timeout_s
     while todo:
-        batch: list[Any] = consumer.consume(500, timeout_s)
+        # consume(n, t) waits for n messages or t seconds: short waits, and a deadline overall
+        batch: list[Any] = consumer.consume(500, 0.2)
         if not batch:
-            raise BrokerError(f"reading {topic}: no message for {timeout_s:.0f}s before its end offsets")
+            if time.monotonic() > deadline:
+                raise BrokerError(f"reading {topic}: no message for {timeout_s:.0f}s before its end offsets")
+            continue
+        deadline = time.monotonic() + timeout_s
         for m in batch:
             if m.error() or m.partition() not in todo:
                 continue

@@ -45,7 +45,7 @@ class RecordError(StreamerError):
         self.offset = offset
         self.raw = raw
 
-    def at(self, topic: str, partition: int, offset: int, raw: bytes | None) -> "RecordError":
+    def at(self, topic: str, partition: int, offset: int, raw: bytes | None) -> RecordError:
         """Attach the source record's coordinates and bytes; returns self for chaining."""
         self.topic, self.partition, self.offset, self.raw = topic, partition, offset, raw
         return self

@@ -16,7 +16,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,47 +28,26 @@ from streamer.codecs import Codec
 from streamer.config import Config, dead_letter_topic
 from streamer.deadletter import dead_letter
 from streamer.delivery import Deliveries, Output, is_permanent
-from streamer.errors import (BrokerError, CommitError, DeserializeError, InferenceError,
-                             ModelBrokenError, PoisonRowError, ProduceError, RecordError)
+from streamer.errors import (
+    BrokerError,
+    CommitError,
+    DeserializeError,
+    InferenceError,
+    ModelBrokenError,
+    PoisonRowError,
+    ProduceError,
+    RecordError,
+)
 from streamer.events import EventValidator
 from streamer.isolate import IsolationPolicy, model_answers, score_isolating
 from streamer.metrics import Metrics
 from streamer.offsets import OffsetTracker
-from streamer.records import SourceRecord
+from streamer.records import SourceRecord, prediction_fields
 from streamer.runner import ModelRunner
+from streamer.stats import Stats
 
 log = logging.getLogger(__name__)
-MAX_LATENCY_SAMPLES = 1_000_000
 Row = tuple[SourceRecord, Message]
-
-
-@dataclass
-class Stats:
-    """Counts kept by the processor for summaries (the demo, benchmarks, tests)."""
-
-    events: int = 0
-    predictions: int = 0
-    dead_letters: Counter[str] = field(default_factory=Counter)
-    batches: int = 0
-    rows_batched: int = 0
-    flushes: Counter[str] = field(default_factory=Counter)
-    bisections: int = 0
-    model_calls: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
-    commits: int = 0
-    first_event_at: float | None = None  # monotonic time of the first consumed event
-    last_ack_at: float | None = None  # monotonic time of the latest acknowledged output
-
-    @property
-    def outputs(self) -> int:
-        """Inputs fully handled: predicted or dead-lettered, acknowledged."""
-        return self.predictions + sum(self.dead_letters.values())
-
-    def events_per_s(self) -> float:
-        """Outputs per second from the first consumed event to the last ack (group join excluded)."""
-        if self.first_event_at is None or self.last_ack_at is None:
-            return 0.0
-        return self.outputs / max(self.last_ack_at - self.first_event_at, 1e-9)
 
 
 @dataclass
@@ -370,7 +349,8 @@ class Processor:
                 self._send_dead_letter(scored.poison[i], message, cause=scored.poison[i])
                 continue
             try:
-                value = self.encoder.encode(self._prediction(record, score_row, scored_at))
+                value = self.encoder.encode(prediction_fields(record, score_row, self.cfg.model.name,
+                                                               self.cfg.model.version, scored_at))
             except RecordError as exc:
                 self._send_dead_letter(exc, message)
                 continue
@@ -407,8 +387,7 @@ class Processor:
         for tp, offsets in by_tp.items():
             self._tracker.done(tp, offsets)
         self.stats.predictions += len(latencies)
-        if len(self.stats.latencies_ms) < MAX_LATENCY_SAMPLES:
-            self.stats.latencies_ms.extend(latencies)
+        self.stats.record_latencies(latencies)
         if self.metrics is not None and latencies:
             self.metrics.predictions_produced.labels(self.cfg.output.topic).inc(len(latencies))
             for v in latencies:
@@ -454,15 +433,6 @@ class Processor:
         log.debug("dead letter %s at %s: %s", error.stage, error.coordinates(), error)
         self.deliveries.send([Output(letter.topic, letter.key, letter.value, letter.headers,
                                      message, stage=letter.stage)])
-
-    def _prediction(self, record: SourceRecord, scores: np.ndarray, scored_at: int) -> dict[str, Any]:
-        return {
-            "event_id": record.event_id, "entity_id": record.entity_id,
-            "scores": scores.tolist(), "model_name": self.cfg.model.name,
-            "model_version": self.cfg.model.version, "source_topic": record.topic,
-            "source_partition": record.partition, "source_offset": record.offset,
-            "event_time": record.event_time_ms, "scored_at": scored_at,
-        }
 
     def _record_batch(self, batch: Batch[Any], seconds: float, calls: int, bisections: int) -> None:
         self.stats.batches += 1

@@ -74,7 +74,8 @@ def test_unknown_key_and_bad_enum_are_named() -> None:
         load(doc)
     doc = minimal()
     doc["input"]["format"] = "protobuf"
-    with pytest.raises(ConfigError, match=r"'input\.format': must be one of 'avro', 'avro-confluent', 'json'"):
+    with pytest.raises(ConfigError,
+                       match=r"'input\.format': must be one of 'avro', 'avro-confluent', 'json'"):
         load(doc)
 
 

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from streamer.app import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig
 from streamer.demo import encoded_events, produce_events, synthetic_events
-from tests.conftest import (ROOT, Topics, committed_offsets, end_offsets, make_config, read_all)
+from tests.conftest import ROOT, Topics, committed_offsets, end_offsets, make_config, read_all
 
 pytestmark = pytest.mark.kafka
 N_FEATURES = 32
