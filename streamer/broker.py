@@ -153,7 +153,8 @@ class LocalKafka:
                 f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", f"-Dkafka.logs.dir={self.workdir}",
                 "-cp", f"{self.libs}/*"]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        fmt = subprocess.run([*base, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+        # "--cluster-id=": a base64 id can start with "-", which argparse would take for a flag.
+        fmt = subprocess.run([*base, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                               "-c", str(props)], capture_output=True, text=True, check=False)
         if fmt.returncode != 0:
             raise LocalBrokerError(f"formatting KRaft storage failed:\n{_tail(fmt.stdout + fmt.stderr)}")

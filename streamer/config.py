@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import types
 import typing
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from streamer.errors import ConfigError
 
 Format = Literal["avro", "avro-confluent", "json"]
 Provider = Literal["cuda", "cpu"]
+Guarantee = Literal["at_least_once", "exactly_once"]
 
 MAX_BATCH_SIZE = 65_536  # one ORT call on a bigger batch gains nothing and risks device memory
 _SECRET_KEY = re.compile(r"(password|secret|credentials|user\.info|token|key\.pem)", re.I)
@@ -94,6 +96,9 @@ class OutputConfig:
 
 @dataclass(frozen=True, slots=True)
 class ProcessingConfig:
+    guarantee: Guarantee = "at_least_once"
+    transactional_id: str | None = None  # exactly-once; default '<group_id>-<instance id or host>'
+    transaction_timeout_ms: int = 60_000
     commit_interval_ms: int = 1000
     dead_letter_topic: str | None = None  # default: '<first input topic>.dlq'
     create_dead_letter_topic: bool = True  # create it at start-up when missing
@@ -164,6 +169,18 @@ def dead_letter_topic(cfg: Config) -> str:
     return cfg.processing.dead_letter_topic or f"{cfg.input.topics[0]}.dlq"
 
 
+def transactional_id(cfg: Config) -> str:
+    """Stable per process, so a restarted process fences its own previous incarnation.
+
+    ``<group_id>-<group.instance.id>`` with static membership, else ``<group_id>-<hostname>``:
+    run several processes on one host with static membership or an explicit id each.
+    """
+    if cfg.processing.transactional_id:
+        return cfg.processing.transactional_id
+    instance = cfg.kafka.get("group.instance.id")
+    return f"{cfg.input.group_id}-{instance if isinstance(instance, str) else socket.gethostname()}"
+
+
 def redacted(cfg: Config) -> dict[str, Any]:
     """A printable view of the ``kafka`` mapping with secrets shown as ``***``."""
     return {k: repr(v) if isinstance(v, Secret) else v for k, v in cfg.kafka.items()}
@@ -197,6 +214,9 @@ def _check(cfg: Config) -> None:
     p = cfg.processing
     if not 0 < p.max_poison_fraction <= 1:
         raise ConfigError("processing.max_poison_fraction", f"must be in (0, 1], got {p.max_poison_fraction}")
+    if p.transaction_timeout_ms <= p.commit_interval_ms:
+        raise ConfigError("processing.transaction_timeout_ms",
+                          f"must exceed processing.commit_interval_ms ({p.commit_interval_ms})")
     for key, value in (("processing.broken_after_failed_batches", p.broken_after_failed_batches),
                        ("processing.retry_backoff_ms", p.retry_backoff_ms),
                        ("processing.retry_backoff_max_ms", p.retry_backoff_max_ms)):

@@ -44,11 +44,12 @@ class Output:
 
 
 class _Unit:
-    __slots__ = ("outputs", "remaining", "errors", "finished")
+    __slots__ = ("outputs", "remaining", "errors", "finished", "generation")
 
-    def __init__(self, outputs: list[Output], finished: list[_Unit]) -> None:
+    def __init__(self, outputs: list[Output], finished: list[_Unit], generation: int) -> None:
         self.outputs, self.remaining, self.finished = outputs, len(outputs), finished
         self.errors: dict[int, KafkaError] = {}
+        self.generation = generation
 
     def report(self, index: int, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
@@ -61,16 +62,20 @@ class _Unit:
 class Deliveries:
     """Sends outputs through one producer and sorts the reports into acked and failed."""
 
-    def __init__(self, producer: Any, on_full: Callable[[], None]) -> None:
+    def __init__(self, producer: Any, on_full: Callable[[], None],
+                 before_send: Callable[[], None] = lambda: None) -> None:
         self.producer = producer
         self._on_full = on_full  # called when the local queue is full, to serve reports
+        self._before_send = before_send  # exactly-once: opens the transaction
         self._finished: list[_Unit] = []
+        self._generation = 0
         self.in_flight = 0
 
     def send(self, outputs: list[Output]) -> None:
         if not outputs:
             return
-        unit = _Unit(outputs, self._finished)
+        self._before_send()
+        unit = _Unit(outputs, self._finished, self._generation)
         self.in_flight += len(outputs)
         for i, out in enumerate(outputs):
             out.attempts += 1
@@ -95,6 +100,8 @@ class Deliveries:
             return acked, failed
         finished, self._finished[:] = list(self._finished), []
         for unit in finished:
+            if unit.generation != self._generation:
+                continue  # sent before discard(): already written off
             self.in_flight -= len(unit.outputs)
             for i, out in enumerate(unit.outputs):
                 err = unit.errors.get(i)
@@ -103,6 +110,12 @@ class Deliveries:
                 else:
                     failed.append((out, err))
         return acked, failed
+
+    def discard(self) -> None:
+        """Write off everything sent so far (an aborted transaction): its reports are ignored."""
+        self._generation += 1
+        self._finished[:] = []
+        self.in_flight = 0
 
     def flush(self, timeout_s: float) -> int:
         """Wait for every report (up to ``timeout_s``); returns how many are still unreported."""

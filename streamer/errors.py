@@ -117,5 +117,9 @@ class DeliveryError(BrokerError):
     """The producer could not get acknowledgements for every message of a batch."""
 
 
+class TransactionAbortedError(BrokerError):
+    """The open transaction must be aborted; the caller rewinds to the last commit and redoes."""
+
+
 class LocalBrokerError(StreamerError):
     """The project's own local Kafka broker could not be resolved, started or reached."""

@@ -32,6 +32,7 @@ class _Partition:
     done: set[int] = field(default_factory=set)  # done, but possibly behind an unfinished one
     position: int | None = None  # next offset to read after the done prefix
     committed: int | None = None  # last position committed successfully
+    first: int | None = None  # first offset consumed since tracking began
 
 
 class OffsetTracker:
@@ -42,7 +43,10 @@ class OffsetTracker:
 
     def consumed(self, tp: TopicPartition, offset: int) -> None:
         """Note an offset handed to us by the consumer (always increasing per partition)."""
-        self._parts.setdefault(tp, _Partition()).consumed.append(offset)
+        state = self._parts.setdefault(tp, _Partition())
+        if state.first is None:
+            state.first = offset
+        state.consumed.append(offset)
 
     def done(self, tp: TopicPartition, offsets: Iterable[int]) -> None:
         """Mark offsets done (their outputs are acknowledged) and advance the prefix."""
@@ -70,6 +74,21 @@ class OffsetTracker:
         for tp, pos in positions.items():
             if tp in self._parts:
                 self._parts[tp].committed = pos
+
+    def rewind(self) -> dict[TopicPartition, int]:
+        """Forget everything not committed; return where each partition must be read again.
+
+        For an aborted transaction: its outputs are gone, so every offset after the last commit
+        (or from the first one consumed, when nothing was committed yet) is read again.
+        """
+        positions = {}
+        for tp, state in self._parts.items():
+            start = state.committed if state.committed is not None else state.first
+            if start is None:
+                continue
+            positions[tp] = start
+            self._parts[tp] = _Partition(committed=state.committed, first=start)
+        return positions
 
     def in_flight(self, tp: TopicPartition | None = None) -> int:
         """How many consumed offsets are not yet in a done prefix (one partition, or all)."""

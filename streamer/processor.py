@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from streamer import clients
 from streamer.batcher import Batch, FlushReason, MicroBatcher
 from streamer.codecs import Codec
-from streamer.config import Config, dead_letter_topic
+from streamer.config import Config, dead_letter_topic, transactional_id
 from streamer.deadletter import dead_letter
 from streamer.delivery import Deliveries, Output, is_permanent
 from streamer.errors import (
@@ -37,6 +37,7 @@ from streamer.errors import (
     PoisonRowError,
     ProduceError,
     RecordError,
+    TransactionAbortedError,
 )
 from streamer.events import EventValidator
 from streamer.isolate import IsolationPolicy, model_answers, score_isolating
@@ -45,6 +46,7 @@ from streamer.offsets import OffsetTracker
 from streamer.records import SourceRecord, prediction_fields
 from streamer.runner import ModelRunner
 from streamer.stats import Stats
+from streamer.transactions import Transactions
 
 log = logging.getLogger(__name__)
 Row = tuple[SourceRecord, Message]
@@ -84,6 +86,10 @@ class Processor:
         self._redo: list[Output] = []  # outputs whose delivery failed, to produce again
         self._delivery_block: _Block | None = None
         self._paused = False
+        self._txn: Transactions | None = None  # exactly-once only
+        self._txn_failure: str | None = None  # an output of the open transaction failed
+        self._uncounted: list[Output] = []  # exactly-once: acked, counted once committed
+        self._fatal: KafkaError | None = None
         self._running = False
         self._failed = False  # set when the loop dies: then close without processing more
         self._last_commit = 0.0
@@ -137,15 +143,22 @@ class Processor:
             self.metrics.healthy.set(1)
         if self.cfg.processing.create_dead_letter_topic:
             clients.ensure_topic(self.cfg, self._dlq_topic, like=self.cfg.input.topics[0])
-        self.deliveries = Deliveries(clients.make_producer(self.cfg),
-                                     on_full=lambda: self._collect_acks(timeout_s=0.05))
+        producer = clients.make_producer(self.cfg, error_cb=self._on_client_error,
+                                         **self._transactional_settings())
         self.consumer = clients.make_consumer(self.cfg)
+        if self.cfg.processing.guarantee == "exactly_once":
+            self._txn = Transactions(producer, self.consumer.consumer_group_metadata,
+                                     self.cfg.output.ack_timeout_ms / 1000.0)
+        self.deliveries = Deliveries(producer, on_full=lambda: self._collect_acks(timeout_s=0.05),
+                                     before_send=self._txn.begin if self._txn else lambda: None)
         self.consumer.subscribe(list(self.cfg.input.topics), on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         self._last_commit = self._clock()
         self._running = True
 
     def _consume(self) -> list[Message]:
+        if self._fatal is not None:
+            raise BrokerError(f"fatal producer error: {self._fatal}")
         wait = self.cfg.input.consume_timeout_ms / 1000.0
         remaining = self._batcher.remaining_s()
         if remaining is not None and not self._blocked():
@@ -214,6 +227,11 @@ class Processor:
         acked, failed = self.deliveries.collect(timeout_s)
         if acked:
             self._acknowledged(acked)
+        if failed and self._txn is not None:
+            # A transaction with a failed output cannot commit: abort it and redo from the commit.
+            out, err = failed[0]
+            self._txn_failure = f"cannot write to {out.topic}: {err.str()}"
+            return
         retry = []
         for out, err in failed:
             if out.source_tp not in self._assigned:
@@ -235,14 +253,15 @@ class Processor:
         block = self._delivery_block
         if block is None:
             return
-        if not self._redo:
-            if self.deliveries.in_flight == 0:  # every retried output went through
-                self._delivery_block = None
-                log.info("outputs are being written again: resuming input")
+        if self._clock() < block.retry_at:
             return
-        if self._clock() >= block.retry_at:
+        if self._redo:
             redo, self._redo = self._redo, []
             self.deliveries.send(redo)
+            block.retry_at = self._clock() + block.backoff_s  # then see whether they went through
+        elif self.deliveries.in_flight == 0:
+            self._delivery_block = None
+            log.info("outputs are being written again: resuming input")
 
     def _pause_or_resume(self) -> None:
         blocked = self._blocked()
@@ -255,12 +274,19 @@ class Processor:
             self.metrics.in_flight_rows.set(self._tracker.in_flight())
 
     def _commit_if_due(self) -> None:
-        if (self._clock() - self._last_commit) * 1000 >= self.cfg.processing.commit_interval_ms:
+        due = (self._clock() - self._last_commit) * 1000 >= self.cfg.processing.commit_interval_ms
+        if due or self._txn_failure is not None:
             self._commit()
 
     def _commit(self, tps: Iterable[tuple[str, int]] | None = None) -> None:
-        """Synchronously commit the done prefix; a partition's failure is logged and retried later."""
+        """Synchronously commit the done prefix; a partition's failure is logged and retried later.
+
+        Exactly-once: commit the open transaction with the positions instead (all partitions).
+        """
         self._last_commit = self._clock()
+        if self._txn is not None:
+            self._commit_transaction()
+            return
         positions = self._tracker.committable(tps)
         if not positions:
             return
@@ -302,8 +328,46 @@ class Processor:
         """Lost partitions may belong to someone else already: drop their work, commit nothing."""
         log.warning("lost %s: dropping their in-flight work", _names(partitions))
         self._forget({(tp.topic, tp.partition) for tp in partitions})
+        if self._txn is not None and self._txn.open:
+            self._abort("partitions lost")  # its offsets can no longer be committed
         if self.metrics is not None:
             self.metrics.rebalances.labels("lost").inc()
+
+    def _commit_transaction(self) -> None:
+        assert self._txn is not None
+        if not self._txn.open:
+            return
+        left = self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
+        self._collect_acks(timeout_s=0.0)
+        if self._failed or left or self._txn_failure:
+            self._abort(self._txn_failure or ("outputs unacknowledged" if left else "processing failed"))
+            return
+        positions = self._tracker.committable()
+        try:
+            self._txn.commit([TopicPartition(t, p, off) for (t, p), off in positions.items()])
+        except TransactionAbortedError as exc:
+            self._abort(str(exc))
+            return
+        self._tracker.mark_committed(positions)
+        self.stats.commits += 1
+        uncounted, self._uncounted = self._uncounted, []
+        self._count(uncounted)
+
+    def _abort(self, reason: str) -> None:
+        """Abort the open transaction and read everything after the last commit again."""
+        assert self._txn is not None
+        log.warning("aborting the transaction (%s): rewinding to the last commit", reason)
+        self._txn.abort()
+        self.deliveries.discard()
+        self._uncounted = []
+        self._batcher.drop(lambda row: False)
+        self._queue.clear()
+        for (topic, partition), offset in self._tracker.rewind().items():
+            if (topic, partition) in self._assigned:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+        if self._txn_failure is not None:  # an output could not be written: wait before redoing
+            self._delivery_block = self._backoff(self._delivery_block, self._txn_failure)
+            self._txn_failure = None
 
     def _forget(self, tps: set[tuple[str, int]]) -> None:
         """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""
@@ -372,20 +436,29 @@ class Processor:
         return self._model_block is not None or self._delivery_block is not None
 
     def _acknowledged(self, acked: list[Output]) -> None:
-        now_ms = time.time() * 1000
-        self.stats.last_ack_at = time.monotonic()
         by_tp: dict[tuple[str, int], list[int]] = {}
-        latencies = []
         for out in acked:
             by_tp.setdefault(out.source_tp, []).append(out.source.offset())
+        for tp, offsets in by_tp.items():
+            self._tracker.done(tp, offsets)
+        if self._txn is None:
+            self._count(acked)
+        else:
+            self._uncounted.extend(acked)  # not final until the transaction commits
+
+    def _count(self, acked: list[Output]) -> None:
+        if not acked:
+            return
+        now_ms = time.time() * 1000
+        self.stats.last_ack_at = time.monotonic()
+        latencies = []
+        for out in acked:
             if out.stage is None:
                 latencies.append(now_ms - out.event_time_ms)
             else:
                 self.stats.dead_letters[out.stage] += 1
                 if self.metrics is not None:
                     self.metrics.dead_letters.labels(out.stage).inc()
-        for tp, offsets in by_tp.items():
-            self._tracker.done(tp, offsets)
         self.stats.predictions += len(latencies)
         self.stats.record_latencies(latencies)
         if self.metrics is not None and latencies:
@@ -415,6 +488,8 @@ class Processor:
         if self.consumer is not None:
             self.consumer.close()  # runs the revoke callback: nothing is left to flush by then
             self.consumer = None
+        if self._txn is not None and self._txn.open and self._fatal is None:
+            self._txn.abort()
         if self.deliveries is not None:
             self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
             self.deliveries = None
@@ -449,6 +524,19 @@ class Processor:
                                self.runner.provider).observe(seconds)
             if bisections:
                 m.bisections.inc(bisections)
+
+    def _transactional_settings(self) -> dict[str, Any]:
+        if self.cfg.processing.guarantee != "exactly_once":
+            return {}
+        return {"transactional.id": transactional_id(self.cfg),
+                "transaction.timeout.ms": self.cfg.processing.transaction_timeout_ms}
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback: a fatal producer error (idempotence broken) ends the loop."""
+        if err.fatal():
+            self._fatal = err
+        else:
+            log.warning("producer: %s", err)
 
     def _commit_failed(self, error: CommitError, count: int) -> None:
         log.warning("%s (will retry)", error)

@@ -70,12 +70,15 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Any]:
             if time.monotonic() > deadline:
                 raise AssertionError(f"reading {topic}: partitions {sorted(remaining)} not read "
                                      f"to their end offsets {ends} in {timeout_s}s")
-            for m in consumer.consume(1000, 0.5):
+            for m in consumer.consume(1000, 0.2):
                 if m.error():
                     raise AssertionError(f"reading {topic}: {m.error()}")
                 out.append(m)
-                if m.offset() + 1 >= ends[m.partition()]:
-                    remaining.discard(m.partition())
+            # The position, not the last message: transactional topics end in commit markers,
+            # which take an offset and are never delivered.
+            for tp in consumer.position([TopicPartition(topic, p) for p in remaining]):
+                if tp.offset >= ends[tp.partition]:
+                    remaining.discard(tp.partition)
         return out
     finally:
         consumer.close()

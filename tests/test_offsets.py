@@ -66,3 +66,19 @@ def test_forgotten_partitions_ignore_late_acks() -> None:
     t.done(TP, [0, 1, 2])
     assert t.committable() == {}
     assert t.in_flight() == 0
+
+
+def test_rewind_returns_the_last_commit_or_the_first_consumed_offset() -> None:
+    other = ("features", 1)
+    t = OffsetTracker()
+    consumed(t, range(10, 20))
+    consumed(t, range(50, 55), other)
+    t.done(TP, range(10, 15))
+    t.mark_committed({TP: 15})
+    t.done(TP, range(15, 18))
+    t.done(other, [50, 51])
+    assert t.rewind() == {TP: 15, other: 50}
+    assert t.committable() == {} and t.in_flight() == 0
+    consumed(t, range(15, 17))
+    t.done(TP, [15, 16])
+    assert t.committable() == {TP: 17}

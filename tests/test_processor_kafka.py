@@ -39,10 +39,11 @@ def input_index(bootstrap: str, topic: str) -> dict[tuple[int, int], dict[str, o
             for m in read_all(bootstrap, topic)}
 
 
-def test_20k_events_scored_exactly_and_committed(bootstrap: str, topics: Topics) -> None:
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_20k_events_scored_exactly_and_committed(bootstrap: str, topics: Topics, guarantee: str) -> None:
     n = 20_000
     produce(bootstrap, topics, n)
-    cfg = make_config(bootstrap, topics, MAX_BATCH_SIZE="256")
+    cfg = make_config(bootstrap, topics, MAX_BATCH_SIZE="256", GUARANTEE=guarantee)
     registry = CollectorRegistry()
     processor = build_processor(cfg, registry=registry)
     processor.run(until=lambda s: s.outputs >= n)

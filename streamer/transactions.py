@@ -1,0 +1,72 @@
+"""Exactly-once: transactions that carry a batch's outputs and its input offsets together.
+
+Read-process-write (KIP-447): outputs are produced inside a transaction, and the consumed
+positions are added with ``send_offsets_to_transaction`` and the consumer's *group metadata*, so a
+member fenced by a rebalance cannot commit. The consumer never commits by itself in this mode.
+
+Errors come in three kinds, and anything unclassified counts as fatal:
+- retriable: the same call is tried again, a few times;
+- abortable (``txn_requires_abort``): :class:`TransactionAbortedError`; the caller aborts and
+  rewinds its consumer to the last committed positions;
+- fatal (fenced, producer fatal): :class:`BrokerError`; the process exits non-zero for its
+  supervisor to restart it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from streamer.errors import BrokerError, TransactionAbortedError
+
+log = logging.getLogger(__name__)
+RETRIES = 5
+T = TypeVar("T")
+
+
+class Transactions:
+    """The transactional state of one producer: at most one transaction open at a time."""
+
+    def __init__(self, producer: Any, group_metadata: Callable[[], Any], timeout_s: float) -> None:
+        self._producer = producer
+        self._group_metadata = group_metadata
+        self._timeout_s = timeout_s
+        self.open = False
+        self._call("init_transactions", lambda: producer.init_transactions(timeout_s))
+
+    def begin(self) -> None:
+        if not self.open:
+            self._call("begin_transaction", self._producer.begin_transaction)
+            self.open = True
+
+    def commit(self, offsets: list[TopicPartition]) -> None:
+        """Add ``offsets`` (next offsets to read) to the open transaction and commit it."""
+        if offsets:
+            metadata = self._group_metadata()
+            self._call("send_offsets_to_transaction", lambda: self._producer.send_offsets_to_transaction(
+                offsets, metadata, self._timeout_s))
+        self._call("commit_transaction", lambda: self._producer.commit_transaction(self._timeout_s))
+        self.open = False
+
+    def abort(self) -> None:
+        if self.open:
+            self._call("abort_transaction", lambda: self._producer.abort_transaction(self._timeout_s))
+            self.open = False
+
+    def _call(self, name: str, fn: Callable[[], T]) -> T:
+        for attempt in range(1, RETRIES + 1):
+            try:
+                return fn()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal():
+                    raise BrokerError(f"{name}: fatal producer error: {err}") from exc
+                if err.txn_requires_abort():
+                    raise TransactionAbortedError(f"{name}: {err}") from exc
+                if not err.retriable() or attempt == RETRIES:
+                    raise BrokerError(f"{name} failed: {err}") from exc
+                log.warning("%s: %s (retrying, %d of %d)", name, err, attempt, RETRIES)
+        raise AssertionError("unreachable")
