@@ -59,6 +59,7 @@ class _Block:
     reason: str
     retry_at: float
     backoff_s: float
+    resent: bool = False  # the failed outputs were produced again
 
 
 class Processor:
@@ -253,13 +254,14 @@ class Processor:
         block = self._delivery_block
         if block is None:
             return
-        if self._clock() < block.retry_at:
-            return
         if self._redo:
-            redo, self._redo = self._redo, []
-            self.deliveries.send(redo)
-            block.retry_at = self._clock() + block.backoff_s  # then see whether they went through
-        elif self.deliveries.in_flight == 0:
+            if self._clock() >= block.retry_at:
+                redo, self._redo = self._redo, []
+                self.deliveries.send(redo)
+                block.resent = True
+        elif self.deliveries.in_flight == 0 and (block.resent or self._clock() >= block.retry_at):
+            # Everything re-sent was acknowledged (a failure would have refilled _redo), or, after
+            # an aborted transaction, the back-off is over and the redo starts from the commit.
             self._delivery_block = None
             log.info("outputs are being written again: resuming input")
 
