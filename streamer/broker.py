@@ -143,26 +143,37 @@ class LocalKafka:
         return self.workdir / "server.log"
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        java = shutil.which("java")
-        if java is None:
-            raise LocalBrokerError("no 'java' on PATH: Java 17 is needed to run the local Kafka broker")
+        """Format fresh storage on two free ports and start the broker."""
         self.port, self.controller_port = _free_port(), _free_port()
         props = self.workdir / "server.properties"
         props.write_text(_server_properties(self.port, self.controller_port, self.workdir / "data"))
-        base = [java, "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", f"-Dkafka.logs.dir={self.workdir}",
-                "-cp", f"{self.libs}/*"]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         # "--cluster-id=": a base64 id can start with "-", which argparse would take for a flag.
-        fmt = subprocess.run([*base, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-                              "-c", str(props)], capture_output=True, text=True, check=False)
+        fmt = subprocess.run([*self._java(), "kafka.tools.StorageTool", "format",
+                              f"--cluster-id={cluster_id}", "-c", str(props)],
+                             capture_output=True, text=True, check=False)
         if fmt.returncode != 0:
             raise LocalBrokerError(f"formatting KRaft storage failed:\n{_tail(fmt.stdout + fmt.stderr)}")
-        out = (self.workdir / "stdout.log").open("wb")
-        # Own session: a Ctrl+C in the terminal goes to us, and we stop the broker in order.
-        self.process = subprocess.Popen([*base, "kafka.Kafka", str(props)], stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
         atexit.register(self.stop)
+        self._launch(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL the broker, as a crash would: its data stays for :meth:`restart`."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def restart(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start the broker again on the same ports and data (after :meth:`kill`)."""
+        self._launch(timeout_s)
+
+    def _launch(self, timeout_s: float) -> None:
+        out = (self.workdir / "stdout.log").open("ab")
+        # Own session: a Ctrl+C in the terminal goes to us, and we stop the broker in order.
+        self.process = subprocess.Popen([*self._java(), "kafka.Kafka",
+                                         str(self.workdir / "server.properties")],
+                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_for_metadata(self.bootstrap, timeout_s, self.log_file)
         except LocalBrokerError:
@@ -171,6 +182,14 @@ class LocalKafka:
         if self.process.poll() is not None:
             raise LocalBrokerError("the Kafka process exited during startup" + _log_tail(self.log_file))
         log.info("local Apache Kafka broker ready at %s (data in %s)", self.bootstrap, self.workdir)
+
+    def _java(self) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise LocalBrokerError("no 'java' on PATH: Java 17 is needed to run the local Kafka broker")
+        return [java, "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", f"-Dkafka.logs.dir={self.workdir}",
+                "-cp", f"{self.libs}/*"]
 
     def stop(self) -> None:
         """SIGTERM, wait for a clean shutdown, SIGKILL if it hangs; then delete the data."""

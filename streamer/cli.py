@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from streamer.errors import StreamerError
@@ -45,13 +45,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(config_path: str) -> int:
+    # Signals first: one that arrives while the model loads means "stop", not a hard kill.
+    stop_requested: list[bool] = []
+    stop: list[Callable[[], None]] = [lambda: stop_requested.append(True)]
+    _on_signals(lambda: stop[0]())
+
     from streamer.app import build_processor
     from streamer.config import load_config, redacted
 
     cfg = load_config(config_path)
     logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
     processor = build_processor(cfg)
-    _on_signals(processor.stop)
+    stop[0] = processor.stop
+    if stop_requested:
+        return 0
     processor.run()
     return 0
 
@@ -81,7 +88,7 @@ def _demo(events: int) -> int:
     return 0
 
 
-def _on_signals(stop: object) -> None:
+def _on_signals(stop: Callable[[], None]) -> None:
     """First SIGTERM/SIGINT: graceful stop (flush, ack, commit). A second: exit at once."""
 
     def second(signum: int, _frame: FrameType | None) -> None:
@@ -92,7 +99,7 @@ def _on_signals(stop: object) -> None:
                                            "(send it again to exit at once)", signum)
         signal.signal(signal.SIGTERM, second)
         signal.signal(signal.SIGINT, second)
-        stop()  # type: ignore[operator]
+        stop()
 
     signal.signal(signal.SIGTERM, first)
     signal.signal(signal.SIGINT, first)

@@ -39,13 +39,25 @@ PRODUCER_DEFAULTS = {
 }
 
 
+# The one `kafka:` mapping serves both clients; librdkafka warns about (and ignores) the other
+# client's properties, so the common ones of each kind are left out where they do not apply.
+CONSUMER_ONLY = ("group.", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
+                 "auto.offset.reset", "enable.auto.", "auto.commit.", "fetch.", "isolation.level",
+                 "partition.assignment.strategy", "queued.", "max.partition.fetch.bytes",
+                 "check.crcs", "enable.partition.eof")
+PRODUCER_ONLY = ("linger.ms", "queue.buffering.", "batch.", "acks", "request.required.acks",
+                 "compression.", "enable.idempotence", "transactional.id", "transaction.timeout.ms",
+                 "message.timeout.ms", "delivery.timeout.ms", "retries", "retry.backoff.ms",
+                 "max.in.flight", "partitioner", "sticky.partitioning.linger.ms")
+
+
 def consumer_config(cfg: Config, **extra: Any) -> dict[str, Any]:
     return _merge(cfg, CONSUMER_DEFAULTS, CONSUMER_FORCED,
-                  {"group.id": cfg.input.group_id, **extra})
+                  {"group.id": cfg.input.group_id, **extra}, leave_out=PRODUCER_ONLY)
 
 
 def producer_config(cfg: Config, **extra: Any) -> dict[str, Any]:
-    return _merge(cfg, PRODUCER_DEFAULTS, PRODUCER_FORCED, extra)
+    return _merge(cfg, PRODUCER_DEFAULTS, PRODUCER_FORCED, extra, leave_out=CONSUMER_ONLY)
 
 
 def make_consumer(cfg: Config, **extra: Any) -> Consumer:
@@ -77,8 +89,8 @@ def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0) ->
 
 
 def _merge(cfg: Config, defaults: dict[str, str], forced: dict[str, str],
-           extra: dict[str, Any]) -> dict[str, Any]:
-    user = librdkafka_config(cfg)
+           extra: dict[str, Any], leave_out: tuple[str, ...]) -> dict[str, Any]:
+    user = {k: v for k, v in librdkafka_config(cfg).items() if not k.startswith(leave_out)}
     for key, value in forced.items():
         given = user.get(key)
         if given is not None and str(given).lower() != value:

@@ -13,6 +13,7 @@ It unblocks by itself as soon as the retry goes through; nothing is dropped mean
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,8 @@ from streamer.stats import Stats
 from streamer.transactions import Transactions
 
 log = logging.getLogger(__name__)
+# Fault injection for the test suite and benchmarks/chaos.py only; unset in any real deployment.
+_FAULT = os.environ.get("STREAMER_FAULT", "")
 Row = tuple[SourceRecord, Message]
 
 
@@ -286,6 +289,8 @@ class Processor:
         Exactly-once: commit the open transaction with the positions instead (all partitions).
         """
         self._last_commit = self._clock()
+        if _FAULT == "crash-before-commit" and self._tracker.committable():
+            os._exit(86)  # fault-injection tests: outputs written, input offsets not committed
         if self._txn is not None:
             self._commit_transaction()
             return

@@ -1,0 +1,220 @@
+"""Fault injection for the test suite and the chaos benchmark: processors as child processes,
+and an exact audit of what reached the output and dead-letter topics.
+
+The audit reads with ``isolation.level=read_committed``, as downstream users must, and maps every
+prediction and dead letter back to the input offset it stands for.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from streamer.codecs import AvroCodec, load_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
+
+
+def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: str, group: str,
+                 guarantee: str, instance: str | None = None, kafka: dict[str, Any] | None = None,
+                 processing: dict[str, Any] | None = None, batching: dict[str, Any] | None = None) -> Path:
+    """The example config with these topics, group and guarantee, written to ``path``."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["kafka"] = {"bootstrap.servers": bootstrap, "session.timeout.ms": 6000,
+                    "heartbeat.interval.ms": 1000, **(kafka or {})}
+    if instance is not None:
+        doc["kafka"]["group.instance.id"] = instance  # static membership: restarts do not rebalance
+    doc["input"].update(topics=[input_topic], group_id=group)
+    doc["output"]["topic"] = output_topic
+    doc["batching"] = {"max_size": 256, "max_wait_ms": 20, **(batching or {})}
+    doc["processing"] = {"guarantee": guarantee, "commit_interval_ms": 500,
+                         "transaction_timeout_ms": 15000, **(processing or {})}
+    for section, key in (("input", "schema"), ("model", "path"), ("output", "schema")):
+        doc[section][key] = str((EXAMPLE.parent / doc[section][key]).resolve())
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+class ChildProcessor:
+    """`streamer run` in a child process that can be killed, stopped and continued."""
+
+    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
+        self.config, self.log = config, log
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ChildProcessor:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "streamer", "run", "--config",
+                                          str(self.config)], env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT, cwd=ROOT)
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def terminate(self, timeout_s: float = 60) -> int:
+        """SIGTERM and wait for the graceful exit; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_for_log(self, text: str, timeout_s: float = 60) -> None:
+        """Wait until the process's log shows ``text`` (e.g. 'assigned': it joined the group)."""
+        wait_until(lambda: text in self.log.read_text(errors="replace"), timeout_s,
+                   f"{self.log.name} to log {text!r}", self.tail)
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str,
+               explain: Callable[[], str] = lambda: "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{explain()}")
+        time.sleep(0.05)
+
+
+def end_offsets(bootstrap: str, topic: str, committed_only: bool = True) -> dict[int, int]:
+    """Each partition's end: with ``committed_only`` (read_committed) the last stable offset,
+    which an open transaction holds back; else the high watermark."""
+    isolation = "read_committed" if committed_only else "read_uncommitted"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks",
+                         "isolation.level": isolation})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
+    finally:
+        consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets (-1001 where none), read with the admin client."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])
+    result = admin.list_consumer_group_offsets([req])[group].result(timeout=30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+
+def caught_up(bootstrap: str, group: str, topic: str) -> bool:
+    """Has the group committed every input offset?"""
+    return committed_offsets(bootstrap, group, topic) == end_offsets(bootstrap, topic)
+
+
+def written(bootstrap: str, topic: str) -> int:
+    """Messages written to ``topic`` so far, committed or not (a progress signal, not an audit)."""
+    return sum(end_offsets(bootstrap, topic, committed_only=False).values())
+
+
+def read_all(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Message]:
+    """Every committed message of ``topic`` up to its end offsets as of now (read_committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        remaining = {p for p, end in ends.items() if end > 0}
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reading {topic}: partitions {sorted(remaining)} not read "
+                                     f"to their end offsets {ends} in {timeout_s}s "
+                                     "(an open transaction holds them back?)")
+            for m in consumer.consume(1000, 0.2):
+                if m.error():
+                    raise AssertionError(f"reading {topic}: {m.error()}")
+                out.append(m)
+            # The position, not the last message: transactional topics end in commit markers,
+            # which take an offset and are never delivered.
+            for tp in consumer.position([TopicPartition(topic, p) for p in remaining]):
+                if tp.offset >= ends[tp.partition]:
+                    remaining.discard(tp.partition)
+        return out
+    finally:
+        consumer.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Audit:
+    """What a run left behind, counted against every input offset."""
+
+    events: int
+    lost: int  # input offsets with no prediction and no dead letter
+    duplicated: int  # input offsets with more than one
+    out_of_order: int  # predictions behind a later offset of the same input partition
+
+    def line(self) -> str:
+        return f"events {self.events}, lost {self.lost}, duplicated {self.duplicated}"
+
+
+def audit(bootstrap: str, input_topic: str, output_topic: str, dlq_topic: str) -> Audit:
+    """Count outputs per input offset over the committed output and dead-letter topics."""
+    ends = end_offsets(bootstrap, input_topic)
+    decoder = AvroCodec(load_schema(ROOT / "schemas" / "prediction.avsc"))
+    seen: Counter[tuple[int, int]] = Counter()
+    out_of_order = 0
+    last: dict[tuple[int, int], int] = {}  # (output partition, input partition) -> last offset
+    for m in read_all(bootstrap, output_topic):
+        p = decoder.decode(m.value())
+        source = (p["source_partition"], p["source_offset"])
+        seen[source] += 1
+        lane = (m.partition(), source[0])
+        if source[1] < last.get(lane, -1):
+            out_of_order += 1
+        last[lane] = source[1]
+    for m in read_all(bootstrap, dlq_topic):
+        h = {k: v for k, v in m.headers() or []}
+        seen[(int(h["streamer.dlq.original.partition"]), int(h["streamer.dlq.original.offset"]))] += 1
+    expected = {(p, o) for p, end in ends.items() for o in range(end)}
+    return Audit(events=len(expected), lost=len(expected - set(seen)),
+                 duplicated=sum(1 for k, c in seen.items() if c > 1 and k in expected),
+                 out_of_order=out_of_order)
+
+
+def markers_visible(bootstrap: str, topic: str, timeout_s: float = 30.0) -> bool:
+    """Write a marker to every partition; can a read_committed reader see them all (no hanging
+    transaction holding the partition's last stable offset back)?"""
+    parts = end_offsets(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in parts:
+        producer.produce(topic, b"marker", partition=p)
+    if producer.flush(30):
+        return False
+    try:
+        got = read_all(bootstrap, topic, timeout_s)
+    except AssertionError:
+        return False
+    return sum(m.value() == b"marker" for m in got) == len(parts)
