@@ -8,6 +8,8 @@
 (d) A naive loop: one message at a time: poll, decode, predict, produce, wait for the ack, commit.
 (e) The processor on a copy of the input where 1% of the rows make the model fail (bisection and
     dead letters at work); its ratio against (c) is the cost of poison rows.
+(f) The processor with processing.guarantee exactly_once; its ratio against (c) is the cost of
+    transactions.
 Prints each figure in events/s and the ratios c/a, c/b, c/d. Kafka rates run from the first
 consumed message to the last ack, so group joins are not counted. A benchmark, not a test: the
 figures are only comparable within one run on one machine.
@@ -160,6 +162,9 @@ def main() -> None:
             "c": lambda c: processor_run(c, args.events),
             "d": lambda c: naive(c, args.naive_events),
             "e": lambda c: processor_run(c, args.events, poisoned=len(events[::100])),
+            "f": lambda c: processor_run(replace(c, processing=replace(
+                c.processing, guarantee="exactly_once", transactional_id=f"bench-{c.input.group_id}")),
+                args.events),
         }
         poisoned_topic = f"{base.input.topics[0]}-poisoned"
         create_topics(bootstrap, {poisoned_topic: 3})
@@ -171,13 +176,14 @@ def main() -> None:
             create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
             figures[tag] = fn(cfg)
     names = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
-             "e": "processor, 1% poison"}
+             "e": "processor, 1% poison", "f": "processor, exactly-once"}
     print(f"events {args.events} (naive {args.naive_events}), batch {args.batch}, "
           f"provider {model_runner(base).provider}")
-    for k in "abcde":
+    for k in "abcdef":
         print(f"({k}) {names[k]:<20} {figures[k]:>12,.0f} events/s")
     print(f"c/a {figures['c'] / figures['a']:.3f}   c/b {figures['c'] / figures['b']:.3f}   "
-          f"c/d {figures['c'] / figures['d']:.1f}   e/c {figures['e'] / figures['c']:.3f}")
+          f"c/d {figures['c'] / figures['d']:.1f}   e/c {figures['e'] / figures['c']:.3f}   "
+          f"f/c {figures['f'] / figures['c']:.3f}")
 
 
 if __name__ == "__main__":

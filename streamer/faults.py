@@ -20,13 +20,23 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from streamer.codecs import AvroCodec, load_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
+_LOADING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
+            KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
 
 
 def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: str, group: str,
@@ -127,13 +137,22 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 
 
 def caught_up(bootstrap: str, group: str, topic: str) -> bool:
-    """Has the group committed every input offset?"""
-    return committed_offsets(bootstrap, group, topic) == end_offsets(bootstrap, topic)
+    """Has the group committed every input offset? (False while the broker cannot say.)"""
+    try:
+        return committed_offsets(bootstrap, group, topic) == end_offsets(bootstrap, topic)
+    except KafkaException as exc:
+        if exc.args[0].retriable() or exc.args[0].code() in _LOADING:
+            return False  # a restarted broker is still loading its coordinators
+        raise
 
 
 def written(bootstrap: str, topic: str) -> int:
-    """Messages written to ``topic`` so far, committed or not (a progress signal, not an audit)."""
-    return sum(end_offsets(bootstrap, topic, committed_only=False).values())
+    """Messages written to ``topic`` so far, committed or not (a progress signal, not an audit);
+    0 while the broker cannot say."""
+    try:
+        return sum(end_offsets(bootstrap, topic, committed_only=False).values())
+    except KafkaException:
+        return 0
 
 
 def read_all(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Message]:
