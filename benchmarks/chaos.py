@@ -2,9 +2,9 @@
 
     python benchmarks/chaos.py [--events N] [--processor-kills K] [--broker-kills B] [--seed S]
 
-For each guarantee, on a broker of its own, two processors (static members) score N events while
-processors are SIGKILLed and the broker is kill -9'd at random instants, each restarted at once
-as a supervisor would. Then the output and dead-letter topics are audited read_committed against
+For each guarantee, on a broker of its own, two processors (dynamic members, each with its own
+transactional.id) score N events while processors are SIGKILLed and the broker is kill -9'd at
+random instants, each restarted at once as a supervisor would. Then the output and dead-letter topics are audited read_committed against
 every input offset, and one line is printed per guarantee:
 
     events N, lost L, duplicated D, processor kills K, broker kills B, events/s R
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +46,7 @@ def run(guarantee: str, events: int, processor_kills: int, broker_kills: int, rn
         for name in ("a", "b"):
             cfg = write_config(workdir / f"{guarantee}-{name}.yaml", bootstrap=bootstrap,
                                input_topic=topic, output_topic=out, group=group,
-                               guarantee=guarantee, instance=name,
+                               guarantee=guarantee,
                                processing={"transactional_id": f"{group}-{name}"})
             procs.append(ChildProcessor(cfg, workdir / f"{guarantee}-{name}.log"))
         # Faults at random fractions of the output written so far, in order.
@@ -74,12 +75,18 @@ def run(guarantee: str, events: int, processor_kills: int, broker_kills: int, rn
                     p.start()
             time.sleep(0.05)
         seconds = time.monotonic() - started
+        hung = 0
         for p in procs:
-            p.terminate()
+            try:
+                p.terminate(timeout_s=120)
+            except subprocess.TimeoutExpired:
+                hung += 1  # reported: a graceful stop that did not finish is a finding
+                p.kill()
         result = audit(bootstrap, topic, out, f"{topic}.dlq")
         return (f"{guarantee:<14} events {result.events}, lost {result.lost}, duplicated "
                 f"{result.duplicated}, processor kills {kills['processor']}, broker kills "
-                f"{kills['broker']}, events/s {events / seconds:,.0f}")
+                f"{kills['broker']}, events/s {events / seconds:,.0f}"
+                + (f" ({hung} processors did not stop on SIGTERM)" if hung else ""))
     finally:
         broker.stop()
 
@@ -90,11 +97,15 @@ def main() -> None:
     ap.add_argument("--processor-kills", type=int, default=8)
     ap.add_argument("--broker-kills", type=int, default=2)
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--guarantees", default="at_least_once,exactly_once")
+    ap.add_argument("--logs", help="keep the processors' configs and logs in this folder")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="streamer-chaos-") as tmp:
-        for guarantee in ("at_least_once", "exactly_once"):
+        if args.logs:
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+        for guarantee in args.guarantees.split(","):
             line = run(guarantee, args.events, args.processor_kills, args.broker_kills,
-                       random.Random(args.seed), Path(tmp))
+                       random.Random(args.seed), Path(args.logs or tmp))
             print(line, flush=True)
 
 

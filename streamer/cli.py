@@ -89,16 +89,18 @@ def _demo(events: int) -> int:
 
 
 def _on_signals(stop: Callable[[], None]) -> None:
-    """First SIGTERM/SIGINT: graceful stop (flush, ack, commit). A second: exit at once."""
+    """First SIGTERM/SIGINT: graceful stop (flush, ack, commit). A second: exit at once.
 
-    def second(signum: int, _frame: FrameType | None) -> None:
-        os._exit(128 + signum)
+    The second is left to the kernel's default action, not to a Python handler: Python runs
+    handlers only between bytecodes, and a process stuck in a blocking librdkafka call (a commit
+    to a coordinator that went away) must still die when told twice.
+    """
 
     def first(signum: int, _frame: FrameType | None) -> None:
         logging.getLogger("streamer").info("signal %d: finishing the open batch, then exiting "
                                            "(send it again to exit at once)", signum)
-        signal.signal(signal.SIGTERM, second)
-        signal.signal(signal.SIGINT, second)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         stop()
 
     signal.signal(signal.SIGTERM, first)

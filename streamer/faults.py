@@ -7,12 +7,14 @@ prediction and dead letter back to the input offset it stands for.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,14 +24,12 @@ from typing import Any
 import yaml
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from streamer.codecs import AvroCodec, load_schema
 
@@ -60,7 +60,11 @@ def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: 
 
 
 class ChildProcessor:
-    """`streamer run` in a child process that can be killed, stopped and continued."""
+    """`streamer run` in a child process that can be killed, stopped and continued.
+
+    Every child still running when this process exits is killed, so that a failed test or an
+    interrupted benchmark leaves no processor behind.
+    """
 
     def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
         self.config, self.log = config, log
@@ -72,6 +76,7 @@ class ChildProcessor:
             self.proc = subprocess.Popen([sys.executable, "-m", "streamer", "run", "--config",
                                           str(self.config)], env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, cwd=ROOT)
+        _CHILDREN.add(self)
         return self
 
     def signal(self, sig: int) -> None:
@@ -104,6 +109,17 @@ class ChildProcessor:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+_CHILDREN: weakref.WeakSet[ChildProcessor] = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_children() -> None:
+    for child in list(_CHILDREN):
+        if child.proc is not None and child.proc.poll() is None:
+            child.proc.send_signal(signal.SIGCONT)
+            child.proc.kill()
+
+
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str,
                explain: Callable[[], str] = lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
@@ -128,12 +144,20 @@ def end_offsets(bootstrap: str, topic: str, committed_only: bool = True) -> dict
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offsets (-1001 where none), read with the admin client."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
-    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])
-    result = admin.list_consumer_group_offsets([req])[group].result(timeout=30)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
+    """The group's committed offsets (-1001 where none).
+
+    Read by a consumer that names the group but never joins it. Not with the admin client's
+    list_consumer_group_offsets: in librdkafka 2.16 its response handler crashes the process
+    (SIGSEGV in rd_kafka_cgrp_op) when a restarted broker answers "coordinator loading".
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        result = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=30)
+        return {tp.partition: tp.offset for tp in result}
+    finally:
+        consumer.close()
 
 
 def caught_up(bootstrap: str, group: str, topic: str) -> bool:

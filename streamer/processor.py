@@ -48,6 +48,7 @@ from streamer.records import SourceRecord, prediction_fields
 from streamer.runner import ModelRunner
 from streamer.stats import Stats
 from streamer.transactions import Transactions
+from streamer.watchdog import deadline
 
 log = logging.getLogger(__name__)
 # Fault injection for the test suite and benchmarks/chaos.py only; unset in any real deployment.
@@ -299,7 +300,8 @@ class Processor:
             return
         offsets = [TopicPartition(t, p, off) for (t, p), off in positions.items()]
         try:
-            result = self.consumer.commit(offsets=offsets, asynchronous=False)
+            with deadline(2 * self.cfg.output.ack_timeout_ms / 1000.0 + 10, "offset commit"):
+                result = self.consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             self._commit_failed(CommitError({"all": str(exc.args[0])}), len(offsets))
             return

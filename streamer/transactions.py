@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaException, TopicPartition
 
 from streamer.errors import BrokerError, TransactionAbortedError
+from streamer.watchdog import deadline
 
 log = logging.getLogger(__name__)
 RETRIES = 5
@@ -59,7 +60,8 @@ class Transactions:
     def _call(self, name: str, fn: Callable[[], T]) -> T:
         for attempt in range(1, RETRIES + 1):
             try:
-                return fn()
+                with deadline(2 * self._timeout_s + 10, name):
+                    return fn()
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.fatal():

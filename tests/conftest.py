@@ -55,3 +55,10 @@ def make_config(bootstrap: str, topics: Topics, **env: str) -> Config:
 read_all = faults.read_all
 end_offsets = faults.end_offsets
 committed_offsets = faults.committed_offsets
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processors() -> Iterator[None]:
+    """A failed fault test must not leave its child processors running into the next test."""
+    yield
+    faults._kill_children()
