@@ -4,7 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit kafka-jars bench clean
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test unit kafka-jars prometheus bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,10 +18,16 @@ $(STAMP): pyproject.toml
 kafka-jars: $(STAMP)
 	$(PY) -c 'from streamer.broker import ensure_jars; print(ensure_jars())'
 
+# Debian's prometheus and promtool: the observability tests run a real Prometheus server.
+prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
+
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS))
 
-test: kafka-jars
+test: kafka-jars prometheus
 	$(PY) -m pytest -q
 
 unit: $(STAMP)
@@ -27,6 +35,9 @@ unit: $(STAMP)
 
 bench: kafka-jars
 	$(PY) benchmarks/throughput.py
+
+chaos: kafka-jars
+	$(PY) benchmarks/chaos.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -10,7 +11,8 @@ from prometheus_client import CollectorRegistry
 from streamer.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
 from streamer.config import Config
 from streamer.errors import ConfigError
-from streamer.metrics import Metrics, serve
+from streamer.health import HealthServer, Status
+from streamer.metrics import Metrics
 from streamer.processor import Processor
 from streamer.runner import ModelRunner, OnnxRunner
 
@@ -46,15 +48,21 @@ def model_runner(cfg: Config) -> ModelRunner:
 
 def build_processor(cfg: Config, runner: ModelRunner | None = None,
                     registry: CollectorRegistry | None = None) -> Processor:
-    """A ready Processor; serves metrics when ``metrics.enabled`` (on its own registry)."""
+    """A ready Processor; with ``metrics.enabled`` it serves /metrics, /healthz and /readyz."""
     metrics = None
     if cfg.metrics.enabled or registry is not None:
         registry = registry or CollectorRegistry()
         metrics = Metrics(registry)
-        if cfg.metrics.enabled:
-            try:
-                serve(registry, cfg.metrics.host, cfg.metrics.port)
-            except OSError as exc:
-                raise ConfigError("metrics.port", f"cannot listen on {cfg.metrics.host}:"
-                                                  f"{cfg.metrics.port}: {exc.strerror}") from exc
-    return Processor(cfg, runner or model_runner(cfg), input_codec(cfg), output_codec(cfg), metrics)
+    processor = Processor(cfg, runner or model_runner(cfg), input_codec(cfg), output_codec(cfg), metrics)
+    if cfg.metrics.enabled:
+        assert registry is not None
+        processor.http = serve_http(cfg, registry, processor.status)
+    return processor
+
+
+def serve_http(cfg: Config, registry: CollectorRegistry, status: Callable[[], Status]) -> HealthServer:
+    try:
+        return HealthServer(registry, cfg.metrics.host, cfg.metrics.port, status)
+    except OSError as exc:
+        raise ConfigError("metrics.port", f"cannot listen on {cfg.metrics.host}:"
+                                          f"{cfg.metrics.port}: {exc.strerror}") from exc

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
@@ -28,6 +29,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     redrive.add_argument("--config", required=True)
     redrive.add_argument("--stage", choices=["deserialize", "validate", "infer", "serialize", "produce"])
     redrive.add_argument("--limit", type=int)
+    lag = sub.add_parser("lag-exporter", help="export a group's lag, with or without live members")
+    lag.add_argument("--config", help="YAML config (kafka, input.group_id, input.topics, metrics)")
+    lag.add_argument("--bootstrap", help="instead of --config: the cluster")
+    lag.add_argument("--group", help="instead of --config: the consumer group")
+    lag.add_argument("--topics", help="instead of --config: comma-separated topics")
+    lag.add_argument("--host", default=None, help="bind address (default metrics.host or 127.0.0.1)")
+    lag.add_argument("--port", type=int, default=None, help="port (default metrics.port + 1 or 9401)")
+    lag.add_argument("--interval", type=float, default=15.0, help="seconds between collections")
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
     demo.add_argument("--events", type=int, default=100_000)
     args = parser.parse_args(argv)
@@ -38,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args.config)
         if args.command == "dlq":
             return _dlq(args)
+        if args.command == "lag-exporter":
+            return _lag_exporter(args)
         return _demo(args.events)
     except StreamerError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
@@ -75,6 +86,36 @@ def _dlq(args: argparse.Namespace) -> int:
     result = dlq.redrive(cfg, args.stage, args.limit)
     print(f"redriven {result.redriven}, refused {result.refused} (redriven "
           f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages)")
+    return 0
+
+
+def _lag_exporter(args: argparse.Namespace) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from streamer.config import librdkafka_config, load_config
+    from streamer.health import HealthServer, Status
+    from streamer.lag import LagExporter
+
+    host, port = "127.0.0.1", 9401
+    if args.config:
+        cfg = load_config(args.config)
+        client, group, topics = librdkafka_config(cfg), cfg.input.group_id, list(cfg.input.topics)
+        host, port = cfg.metrics.host, cfg.metrics.port + 1
+    elif args.bootstrap and args.group and args.topics:
+        client, group, topics = {"bootstrap.servers": args.bootstrap}, args.group, args.topics.split(",")
+    else:
+        raise SystemExit("streamer lag-exporter: give --config, or --bootstrap, --group and --topics")
+    registry = CollectorRegistry()
+    exporter = LagExporter(client, group, topics, registry)
+    server = HealthServer(registry, args.host or host, args.port if args.port is not None else port,
+                          lambda: Status(healthy=True, ready=True))
+    stop = threading.Event()
+    _on_signals(stop.set)
+    try:
+        exporter.run(args.interval, stop)
+    finally:
+        server.close()
+        exporter.close()
     return 0
 
 

@@ -114,6 +114,8 @@ class MetricsConfig:
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = 9400
+    stats_interval_ms: int = 5000  # librdkafka statistics (consumer lag) this often
+    stall_timeout_ms: int = 60_000  # work but no commit for this long: unhealthy
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,8 @@ class Deliveries:
         self._before_send = before_send  # exactly-once: opens the transaction
         self._finished: list[_Unit] = []
         self._generation = 0
-        self.in_flight = 0
+        self.in_flight = 0  # outputs sent and not yet reported
+        self.units_in_flight = 0  # batches (or dead letters) sent and not yet fully reported
 
     def send(self, outputs: list[Output]) -> None:
         if not outputs:
@@ -77,6 +78,7 @@ class Deliveries:
         self._before_send()
         unit = _Unit(outputs, self._finished, self._generation)
         self.in_flight += len(outputs)
+        self.units_in_flight += 1
         for i, out in enumerate(outputs):
             out.attempts += 1
             callback = partial(unit.report, i)
@@ -103,6 +105,7 @@ class Deliveries:
             if unit.generation != self._generation:
                 continue  # sent before discard(): already written off
             self.in_flight -= len(unit.outputs)
+            self.units_in_flight -= 1
             for i, out in enumerate(unit.outputs):
                 err = unit.errors.get(i)
                 if err is None:
@@ -116,6 +119,7 @@ class Deliveries:
         self._generation += 1
         self._finished[:] = []
         self.in_flight = 0
+        self.units_in_flight = 0
 
     def flush(self, timeout_s: float) -> int:
         """Wait for every report (up to ``timeout_s``); returns how many are still unreported."""

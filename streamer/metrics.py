@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import platform
+
+import confluent_kafka
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from streamer import __version__
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
 FAST_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -49,8 +54,28 @@ class Metrics:
                              "outputs unwritable)", registry=registry)
         self.model_info = Gauge(f"{p}_model_info", "The loaded model (value is always 1)",
                                 ["model", "version", "provider"], registry=registry)
-
-
-def serve(registry: CollectorRegistry, host: str, port: int) -> None:
-    """Serve ``/metrics`` on ``host:port`` in a daemon thread (loopback unless configured)."""
-    start_http_server(port, addr=host, registry=registry)
+        tp = ["topic", "partition"]
+        self.consumer_lag = Gauge(f"{p}_consumer_lag_messages", "Messages behind the partition's end "
+                                  "(librdkafka statistics)", tp, registry=registry)
+        self.committed_offset = Gauge(f"{p}_committed_offset", "Last committed position", tp,
+                                      registry=registry)
+        self.partition_stalled = Gauge(f"{p}_partition_stalled", "1 when a partition with work has "
+                                       "not committed for metrics.stall_timeout_ms", tp,
+                                       registry=registry)
+        self.paused_partitions = Gauge(f"{p}_paused_partitions", "Partitions paused now",
+                                       registry=registry)
+        self.in_flight_batches = Gauge(f"{p}_in_flight_batches", "Batches flushed and not yet "
+                                       "scored, plus output units awaiting acks", registry=registry)
+        self.producer_queue = Gauge(f"{p}_producer_queue_messages", "Messages in the producer's "
+                                    "local queue", registry=registry)
+        self.build_info = Gauge(f"{p}_build_info", "streamer and runtime versions (value is 1)",
+                                ["version", "python", "librdkafka"], registry=registry)
+        self.build_info.labels(__version__, platform.python_version(), confluent_kafka.libversion()[0]).set(1)
+        # Known label values start at zero, so dashboards and alerts see a series before the
+        # first event of its kind.
+        for stage in ("deserialize", "validate", "infer", "serialize", "produce"):
+            self.dead_letters.labels(stage)
+        for reason in ("full", "timeout", "revoke", "shutdown"):
+            self.flushes.labels(reason)
+        for kind in ("assign", "revoke", "lost"):
+            self.rebalances.labels(kind)

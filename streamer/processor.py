@@ -12,6 +12,7 @@ It unblocks by itself as soon as the retry goes through; nothing is dropped mean
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -41,6 +42,7 @@ from streamer.errors import (
     TransactionAbortedError,
 )
 from streamer.events import EventValidator
+from streamer.health import Status
 from streamer.isolate import IsolationPolicy, model_answers, score_isolating
 from streamer.metrics import Metrics
 from streamer.offsets import OffsetTracker
@@ -95,11 +97,17 @@ class Processor:
         self._txn_failure: str | None = None  # an output of the open transaction failed
         self._uncounted: list[Output] = []  # exactly-once: acked, counted once committed
         self._fatal: KafkaError | None = None
+        self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
+        self._ready = False  # warmed up and in the group
+        self._lag: dict[tuple[str, int], int] = {}  # from librdkafka statistics
+        self._progress_at: dict[tuple[str, int], float] = {}  # last commit move, or idle
+        self._stalled: set[tuple[str, int]] = set()
         self._running = False
         self._failed = False  # set when the loop dies: then close without processing more
         self._last_commit = 0.0
         self.consumer: Any = None
         self.deliveries: Any = None
+        self.http: Any = None  # the HealthServer, when metrics are served
 
     @property
     def healthy(self) -> bool:
@@ -117,6 +125,7 @@ class Processor:
         self._open()
         try:
             while self._running:
+                self._heartbeat = self._clock()
                 messages = self._consume()
                 rows = self._decode(messages)
                 self._batch(rows)
@@ -125,6 +134,7 @@ class Processor:
                 self._redo_failed_deliveries()
                 self._pause_or_resume()
                 self._commit_if_due()
+                self._watch_progress()
                 if until is not None and until(self.stats):
                     self._running = False
             self._drain("shutdown")
@@ -150,7 +160,9 @@ class Processor:
             clients.ensure_topic(self.cfg, self._dlq_topic, like=self.cfg.input.topics[0])
         producer = clients.make_producer(self.cfg, error_cb=self._on_client_error,
                                          **self._transactional_settings())
-        self.consumer = clients.make_consumer(self.cfg)
+        stats = ({"statistics.interval.ms": self.cfg.metrics.stats_interval_ms,
+                  "stats_cb": self._on_stats} if self.metrics is not None else {})
+        self.consumer = clients.make_consumer(self.cfg, **stats)
         if self.cfg.processing.guarantee == "exactly_once":
             self._txn = Transactions(producer, self.consumer.consumer_group_metadata,
                                      self.cfg.output.ack_timeout_ms / 1000.0)
@@ -269,6 +281,53 @@ class Processor:
             self._delivery_block = None
             log.info("outputs are being written again: resuming input")
 
+    def status(self) -> Status:
+        """Alive (the loop turns), not blocked, no stalled partition; ready once in the group."""
+        stall_s = self.cfg.metrics.stall_timeout_ms / 1000.0
+        silent = self._clock() - self._heartbeat
+        if self._running and silent > stall_s:
+            reason = f"main loop silent for {silent:.0f} s (a model call hanging?)"
+        elif not self.healthy:
+            reason = self.unhealthy_reason or "blocked"
+        elif self._stalled:
+            reason = "no progress on " + ", ".join(f"{t}[{p}]" for t, p in sorted(self._stalled))
+        else:
+            reason = ""
+        return Status(healthy=not reason, ready=self._ready and self._running, reason=reason)
+
+    def _watch_progress(self) -> None:
+        """A partition with work (lag, or rows in flight) whose commit has not moved is stalled."""
+        now, stall_s = self._clock(), self.cfg.metrics.stall_timeout_ms / 1000.0
+        stalled = set()
+        for tp in self._assigned:
+            busy = self._lag.get(tp, 0) > 0 or self._tracker.in_flight(tp) > 0
+            if not busy:
+                self._progress_at[tp] = now
+            elif now - self._progress_at.setdefault(tp, now) > stall_s:
+                stalled.add(tp)
+        if self.metrics is not None:
+            for tp in stalled ^ self._stalled:
+                self.metrics.partition_stalled.labels(*map(str, tp)).set(1 if tp in stalled else 0)
+            self.metrics.in_flight_batches.set(len(self._queue) + self.deliveries.units_in_flight)
+            self.metrics.producer_queue.set(len(self.deliveries.producer))
+        self._stalled = stalled
+
+    def _on_stats(self, stats_json: str) -> None:
+        """librdkafka statistics: consumer lag and committed offsets per assigned partition."""
+        try:
+            stats = json.loads(stats_json)
+        except ValueError:
+            return
+        for topic, tstats in stats.get("topics", {}).items():
+            for part, pstats in tstats.get("partitions", {}).items():
+                tp = (topic, int(part))
+                if tp not in self._assigned:
+                    continue
+                lag = pstats.get("consumer_lag", -1)
+                self._lag[tp] = max(lag, 0)
+                if self.metrics is not None and lag >= 0:
+                    self.metrics.consumer_lag.labels(topic, part).set(lag)
+
     def _pause_or_resume(self) -> None:
         blocked = self._blocked()
         if blocked != self._paused and self._assigned:
@@ -277,6 +336,7 @@ class Processor:
         self._paused = blocked
         if self.metrics is not None:
             self.metrics.healthy.set(0 if blocked else 1)
+            self.metrics.paused_partitions.set(len(self._assigned) if blocked else 0)
             self.metrics.in_flight_rows.set(self._tracker.in_flight())
 
     def _commit_if_due(self) -> None:
@@ -307,7 +367,7 @@ class Processor:
             return
         failures = {f"{tp.topic}[{tp.partition}]": str(tp.error) for tp in result if tp.error}
         accepted = {(tp.topic, tp.partition): tp.offset for tp in result if not tp.error}
-        self._tracker.mark_committed(accepted)
+        self._committed(accepted)
         self.stats.commits += 1
         if failures:
             self._commit_failed(CommitError(failures), len(failures))
@@ -317,10 +377,13 @@ class Processor:
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         log.info("assigned %s", _names(partitions))
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        self._ready = True
         if self._paused and partitions:
             consumer.pause(partitions)  # blocked: new partitions wait like the others
         if self.metrics is not None:
             self.metrics.rebalances.labels("assign").inc()
+            for tp in partitions:  # a series per partition from the start, for alerts
+                self.metrics.partition_stalled.labels(tp.topic, str(tp.partition)).set(0)
             self.metrics.assigned_partitions.set(len(self._assigned))
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -357,10 +420,18 @@ class Processor:
         except TransactionAbortedError as exc:
             self._abort(str(exc))
             return
-        self._tracker.mark_committed(positions)
+        self._committed(positions)
         self.stats.commits += 1
         uncounted, self._uncounted = self._uncounted, []
         self._count(uncounted)
+
+    def _committed(self, positions: dict[tuple[str, int], int]) -> None:
+        self._tracker.mark_committed(positions)
+        now = self._clock()
+        for (topic, partition), offset in positions.items():
+            self._progress_at[(topic, partition)] = now
+            if self.metrics is not None:
+                self.metrics.committed_offset.labels(topic, str(partition)).set(offset)
 
     def _abort(self, reason: str) -> None:
         """Abort the open transaction and read everything after the last commit again."""
@@ -388,6 +459,9 @@ class Processor:
         self._redo = [o for o in self._redo if o.source_tp not in tps]
         self._tracker.forget(tps)
         self._assigned -= tps
+        for tp in tps:
+            self._lag.pop(tp, None)
+            self._progress_at.pop(tp, None)
         if self.metrics is not None:
             self.metrics.assigned_partitions.set(len(self._assigned))
 
@@ -494,6 +568,7 @@ class Processor:
         self._commit()
 
     def _close(self) -> None:
+        self._running = False
         if self.consumer is not None:
             self.consumer.close()  # runs the revoke callback: nothing is left to flush by then
             self.consumer = None

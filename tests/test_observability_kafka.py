@@ -1,0 +1,242 @@
+"""Metrics, health and lag on a real broker, checked by a real Prometheus server.
+
+Every expression of the Grafana dashboard and of the alert rules is evaluated through
+Prometheus's HTTP API while a processor and the lag exporter run, and must return a series.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from streamer.app import build_processor, input_codec
+from streamer.config import Config, with_overrides
+from streamer.demo import encoded_events, produce_events, synthetic_events
+from streamer.faults import ChildProcessor, write_config
+from streamer.health import HealthServer, Status
+from streamer.lag import LagExporter
+from streamer.processor import Processor
+from streamer.testing import FunctionRunner
+from tests.conftest import ROOT, Topics, make_config
+
+pytestmark = pytest.mark.kafka
+DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "streamer.json"
+ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+COMPARISON = re.compile(r"\s*(>|<|>=|<=|==|!=)\s*[-+0-9.eE]+\s*$")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(url: str, timeout: float = 5) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def observed_config(bootstrap: str, topics: Topics, **metrics: Any) -> Config:
+    cfg = make_config(bootstrap, topics)
+    return with_overrides(cfg, metrics={"enabled": True, "port": 0, "stats_interval_ms": 1000,
+                                        **metrics})
+
+
+def feed(bootstrap: str, topics: Topics, cfg: Config, n: int, seed: int = 1) -> None:
+    produce_events(bootstrap, topics.input,
+                   encoded_events(input_codec(cfg), synthetic_events(n, 32, seed=seed), stamp_now=True))
+
+
+class Running:
+    """A processor running in a thread of this process until stopped."""
+
+    def __init__(self, processor: Processor) -> None:
+        self.processor = processor
+        self.thread = threading.Thread(target=processor.run, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.processor.stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[[dict[str, int]], str]]:
+    """Start Debian's prometheus (installed by `make test`) scraping the given jobs every second."""
+    binary = shutil.which("prometheus")
+    assert binary, "no prometheus binary: `make test` installs Debian's prometheus package"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(jobs: dict[str, int]) -> str:
+        port = free_port()
+        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                  "rule_files": [str(ALERTS)],
+                  "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{p}"]}]}
+                                     for job, p in jobs.items()]}
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        log = (tmp_path / "prometheus.log").open("wb")
+        procs.append(subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                       f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                       f"--web.listen-address=127.0.0.1:{port}"],
+                                      stdout=log, stderr=subprocess.STDOUT))
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _ready(url), 60, "prometheus to be ready")
+        return url
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return get(f"{url}/-/ready", 1)[0] == 200
+    except OSError:
+        return False
+
+
+def query(url: str, expr: str) -> list[Any]:
+    code, body = get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    assert code == 200, f"{expr}: HTTP {code} {body}"
+    return json.loads(body)["data"]["result"]
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    dash = json.loads(DASHBOARD.read_text())
+    return [(f"panel '{p['title']}'", t["expr"]) for p in dash["panels"] for t in p["targets"]]
+
+
+def alert_queries() -> list[tuple[str, str]]:
+    rules = yaml.safe_load(ALERTS.read_text())["groups"][0]["rules"]
+    return [(f"alert {r['alert']}", COMPARISON.sub("", r["expr"])) for r in rules]
+
+
+def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: Topics,
+                                                      prometheus: Callable[[dict[str, int]], str]) -> None:
+    cfg = observed_config(bootstrap, topics)
+    feed(bootstrap, topics, cfg, 2000)
+    running = Running(build_processor(cfg))
+    registry = CollectorRegistry()
+    exporter = LagExporter({"bootstrap.servers": bootstrap}, topics.group, [topics.input], registry)
+    lag_http = HealthServer(registry, "127.0.0.1", 0, lambda: Status(True, True))
+    stop = threading.Event()
+    lag_thread = threading.Thread(target=exporter.run, args=(1.0, stop), daemon=True)
+    lag_thread.start()
+    try:
+        url = prometheus({"streamer": running.processor.http.port, "streamer-lag": lag_http.port})
+        deadline = time.monotonic() + 60
+        while True:  # a live stream while Prometheus gathers enough samples for rate()
+            feed(bootstrap, topics, cfg, 200, seed=int(time.monotonic()))
+            ready = query(url, 'count_over_time(up{job="streamer"}[1m]) >= 8') and \
+                query(url, 'count_over_time(up{job="streamer-lag"}[1m]) >= 8') and \
+                query(url, "streamer_end_to_end_latency_seconds_count > 0")
+            if ready:
+                break
+            assert time.monotonic() < deadline, "prometheus did not gather samples in 60 s"
+            time.sleep(0.5)
+        assert all(float(r["value"][1]) == 1 for r in query(url, "up")), query(url, "up")
+        empty = [f"{where}: {expr}" for where, expr in dashboard_queries() + alert_queries()
+                 if not query(url, expr)]
+        assert not empty, "these return no series:\n" + "\n".join(empty)
+    finally:
+        stop.set()
+        lag_thread.join(30)
+        running.stop()
+        lag_http.close()
+        exporter.close()
+    check = subprocess.run(["promtool", "check", "rules", str(ALERTS)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_lag_is_exact_while_no_processor_runs(bootstrap: str, topics: Topics) -> None:
+    cfg = make_config(bootstrap, topics)
+    exporter = LagExporter({"bootstrap.servers": bootstrap}, topics.group, [topics.input],
+                           CollectorRegistry())
+    try:
+        feed(bootstrap, topics, cfg, 1000)
+        build_processor(cfg).run(until=lambda s: s.outputs >= 1000)
+        assert sum(exporter.collect().values()) == 0
+        assert exporter.members.labels(topics.group)._value.get() == 0  # nobody is running
+        feed(bootstrap, topics, cfg, 700, seed=2)  # arriving while every processor is down
+        assert sum(exporter.collect().values()) == 700
+        assert exporter.lag_seconds_max.labels(topics.group)._value.get() > 0
+        feed(bootstrap, topics, cfg, 300, seed=3)
+        assert sum(exporter.collect().values()) == 1000
+        build_processor(cfg).run(until=lambda s: s.outputs >= 1000)
+        assert sum(exporter.collect().values()) == 0
+        assert exporter.lag_seconds_max.labels(topics.group)._value.get() == 0
+    finally:
+        exporter.close()
+
+
+def test_a_hanging_model_is_reported_unhealthy(bootstrap: str, topics: Topics) -> None:
+    cfg = observed_config(bootstrap, topics, stall_timeout_ms=1500)
+    release = threading.Event()
+    real = build_processor(cfg).runner
+
+    def hanging(x: np.ndarray) -> np.ndarray:
+        release.wait(60)
+        return real.run(x)
+
+    running = Running(build_processor(cfg, runner=FunctionRunner(hanging, real.n_features)))
+    base = f"http://127.0.0.1:{running.processor.http.port}"
+    try:
+        wait_for(lambda: get(f"{base}/readyz")[0] == 200, 60, "readiness (model warm, group joined)")
+        assert get(f"{base}/healthz")[0] == 200
+        feed(bootstrap, topics, cfg, 100)
+        started = time.monotonic()
+        wait_for(lambda: get(f"{base}/healthz")[0] == 503, 30, "/healthz to report the hang")
+        assert time.monotonic() - started < 1.5 + 10  # within the stall timeout, plus a batch wait
+        assert "main loop silent" in get(f"{base}/healthz")[1]
+    finally:
+        release.set()
+        running.stop()
+
+
+def test_no_secret_in_metrics_or_logs(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+    secret = "s3cret-Hunter2-do-not-leak"
+    port = free_port()
+    config = write_config(tmp_path / "cfg.yaml", bootstrap=bootstrap, input_topic=topics.input,
+                          output_topic=topics.output, group=topics.group, guarantee="at_least_once",
+                          kafka={"sasl.username": "scorer", "sasl.password": "${SASL_PASSWORD}"})
+    doc = yaml.safe_load(config.read_text())
+    doc["metrics"] = {"enabled": True, "port": port}
+    config.write_text(yaml.safe_dump(doc))
+    feed(bootstrap, topics, make_config(bootstrap, topics), 200)
+    proc = ChildProcessor(config, tmp_path / "run.log",
+                          env={"SASL_PASSWORD": secret, "STREAMER_LOG_LEVEL": "DEBUG"}).start()
+    proc.wait_for_log("assigned")
+    status, scrape = get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200 and "streamer_events_consumed_total" in scrape
+    assert proc.terminate() == 0
+    log = proc.log.read_text()
+    assert "sasl.password" in log and "***" in log  # the setting is logged, redacted
+    assert secret not in scrape and secret not in log
