@@ -37,6 +37,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     lag.add_argument("--host", default=None, help="bind address (default metrics.host or 127.0.0.1)")
     lag.add_argument("--port", type=int, default=None, help="port (default metrics.port + 1 or 9401)")
     lag.add_argument("--interval", type=float, default=15.0, help="seconds between collections")
+    rp = sub.add_parser("replay", help="score a bounded range of the input topics (backfill)")
+    rp.add_argument("--config", required=True)
+    rp.add_argument("--from", dest="from_", required=True,
+                    help="ISO-8601 time, a duration ago (2h), earliest, or partition:offset,...")
+    rp.add_argument("--to", help="same forms; default: the end offsets when the run starts")
+    rp.add_argument("--output-topic", help="default: <output.topic>.backfill")
+    rp.add_argument("--model", help="another ONNX model file")
+    rp.add_argument("--model-version", help="the version recorded in the predictions")
+    rp.add_argument("--run-id", help="resume or name a run (default: a new one)")
+    rp.add_argument("--force", action="store_true", help="run a finished run id again")
+    rp.add_argument("--batch-size", type=int, default=4096)
+    rp.add_argument("--max-wait-ms", type=int, default=200)
+    rp.add_argument("--allow-live-output", action="store_true",
+                    help="allow --output-topic to be the live output topic")
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
     demo.add_argument("--events", type=int, default=100_000)
     args = parser.parse_args(argv)
@@ -49,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dlq(args)
         if args.command == "lag-exporter":
             return _lag_exporter(args)
+        if args.command == "replay":
+            return _replay(args)
         return _demo(args.events)
     except StreamerError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
@@ -116,6 +132,23 @@ def _lag_exporter(args: argparse.Namespace) -> int:
     finally:
         server.close()
         exporter.close()
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streamer.config import load_config
+    from streamer.replay import parse_when, run_replay
+
+    cfg = load_config(args.config)
+    summary = run_replay(
+        cfg, parse_when(args.from_, "--from"), parse_when(args.to, "--to") if args.to else None,
+        run_id=args.run_id, output_topic=args.output_topic,
+        model_path=Path(args.model).resolve() if args.model else None,
+        model_version=args.model_version, force=args.force, batch_size=args.batch_size,
+        max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output)
+    print("\n".join(summary.lines()))
     return 0
 
 

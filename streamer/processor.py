@@ -97,6 +97,9 @@ class Processor:
         self._txn_failure: str | None = None  # an output of the open transaction failed
         self._uncounted: list[Output] = []  # exactly-once: acked, counted once committed
         self._fatal: KafkaError | None = None
+        self._bounds: dict[tuple[str, int], tuple[int, int]] | None = None
+        self.commit_metadata: Callable[[tuple[str, int]], str] | None = None  # kept with commits
+        self.run_id: str | None = None  # replay runs stamp their predictions
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
         self._ready = False  # warmed up and in the group
         self._lag: dict[tuple[str, int], int] = {}  # from librdkafka statistics
@@ -120,8 +123,14 @@ class Processor:
 
     # ---- the loop -------------------------------------------------------------------------
 
-    def run(self, until: Callable[[Stats], bool] | None = None) -> None:
-        """Process until :meth:`stop` is called (or ``until(stats)`` is true), then shut down."""
+    def run(self, until: Callable[[Stats], bool] | None = None,
+            bounds: dict[tuple[str, int], tuple[int, int]] | None = None) -> None:
+        """Process until :meth:`stop` is called (or ``until(stats)`` is true), then shut down.
+
+        With ``bounds`` (a replay), read exactly ``[start, end)`` of each of those partitions,
+        assigned directly rather than through the group protocol, and stop once all are done.
+        """
+        self._bounds = bounds
         self._open()
         try:
             while self._running:
@@ -135,7 +144,7 @@ class Processor:
                 self._pause_or_resume()
                 self._commit_if_due()
                 self._watch_progress()
-                if until is not None and until(self.stats):
+                if (until is not None and until(self.stats)) or self._bounds_done():
                     self._running = False
             self._drain("shutdown")
         except BaseException:
@@ -168,8 +177,14 @@ class Processor:
                                      self.cfg.output.ack_timeout_ms / 1000.0)
         self.deliveries = Deliveries(producer, on_full=lambda: self._collect_acks(timeout_s=0.05),
                                      before_send=self._txn.begin if self._txn else lambda: None)
-        self.consumer.subscribe(list(self.cfg.input.topics), on_assign=self._on_assign,
-                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+        if self._bounds is None:
+            self.consumer.subscribe(list(self.cfg.input.topics), on_assign=self._on_assign,
+                                    on_revoke=self._on_revoke, on_lost=self._on_lost)
+        else:
+            todo = [TopicPartition(t, p, start) for (t, p), (start, end) in self._bounds.items()
+                    if start < end]
+            self.consumer.assign(todo)
+            self._on_assign(self.consumer, todo)
         self._last_commit = self._clock()
         self._running = True
 
@@ -200,6 +215,8 @@ class Processor:
                 # Fetched before a revoke in the same consume() call: the partition is someone
                 # else's now, and tracking it could commit over the new owner's offsets.
                 continue
+            if self._bounds is not None and offset >= self._bounds[(topic, partition)][1]:
+                continue  # past the replay's end: not ours to score
             self._tracker.consumed((topic, partition), offset)
             try:
                 if value is None:
@@ -281,6 +298,17 @@ class Processor:
             self._delivery_block = None
             log.info("outputs are being written again: resuming input")
 
+    def _bounds_done(self) -> bool:
+        """A replay is done when every partition's reads reached its end and nothing is in flight."""
+        if self._bounds is None:
+            return False
+        todo = [TopicPartition(t, p) for (t, p), (start, end) in self._bounds.items() if start < end]
+        if self._tracker.in_flight() or self._queue or len(self._batcher):
+            return False
+        # The consumer's position, not the last offset seen: commit markers take offsets too.
+        return all(tp.offset >= self._bounds[(tp.topic, tp.partition)][1]
+                   for tp in self.consumer.position(todo))
+
     def status(self) -> Status:
         """Alive (the loop turns), not blocked, no stalled partition; ready once in the group."""
         stall_s = self.cfg.metrics.stall_timeout_ms / 1000.0
@@ -358,7 +386,7 @@ class Processor:
         positions = self._tracker.committable(tps)
         if not positions:
             return
-        offsets = [TopicPartition(t, p, off) for (t, p), off in positions.items()]
+        offsets = [self._position(tp, off) for tp, off in positions.items()]
         try:
             with deadline(2 * self.cfg.output.ack_timeout_ms / 1000.0 + 10, "offset commit"):
                 result = self.consumer.commit(offsets=offsets, asynchronous=False)
@@ -416,7 +444,7 @@ class Processor:
             return
         positions = self._tracker.committable()
         try:
-            self._txn.commit([TopicPartition(t, p, off) for (t, p), off in positions.items()])
+            self._txn.commit([self._position(tp, off) for tp, off in positions.items()])
         except TransactionAbortedError as exc:
             self._abort(str(exc))
             return
@@ -424,6 +452,11 @@ class Processor:
         self.stats.commits += 1
         uncounted, self._uncounted = self._uncounted, []
         self._count(uncounted)
+
+    def _position(self, tp: tuple[str, int], offset: int) -> TopicPartition:
+        if self.commit_metadata is None:
+            return TopicPartition(tp[0], tp[1], offset)
+        return TopicPartition(tp[0], tp[1], offset, metadata=self.commit_metadata(tp))
 
     def _committed(self, positions: dict[tuple[str, int], int]) -> None:
         self._tracker.mark_committed(positions)
@@ -497,7 +530,8 @@ class Processor:
                 continue
             try:
                 value = self.encoder.encode(prediction_fields(record, score_row, self.cfg.model.name,
-                                                               self.cfg.model.version, scored_at))
+                                                               self.cfg.model.version, scored_at,
+                                                               self.run_id))
             except RecordError as exc:
                 self._send_dead_letter(exc, message)
                 continue

@@ -37,11 +37,11 @@ class Prediction:
 
 
 def prediction_fields(source: SourceRecord, scores: np.ndarray, model_name: str, model_version: str,
-                      scored_at_ms: int) -> dict[str, Any]:
+                      scored_at_ms: int, run_id: str | None = None) -> dict[str, Any]:
     """The prediction record (schemas/prediction.avsc) for one scored source record."""
     return {
         "event_id": source.event_id, "entity_id": source.entity_id, "scores": scores.tolist(),
         "model_name": model_name, "model_version": model_version, "source_topic": source.topic,
         "source_partition": source.partition, "source_offset": source.offset,
-        "event_time": source.event_time_ms, "scored_at": scored_at_ms,
+        "event_time": source.event_time_ms, "scored_at": scored_at_ms, "run_id": run_id,
     }

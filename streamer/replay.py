@@ -1,0 +1,212 @@
+"""`streamer replay`: score a bounded range of a topic under a run id, apart from live traffic.
+
+A run reads ``[from, to)`` of every input partition with a consumer group of its own
+(``<group_id>.replay.<run_id>``, never the live group) and writes to a backfill topic. Its
+bounds are saved in the metadata of its first commit, so that a crashed run resumes exactly
+where it stopped, with the same bounds, even when ``--from 2h`` would now mean another time.
+A finished run refuses to run again unless forced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from confluent_kafka import Consumer, TopicPartition
+
+from streamer import clients
+from streamer.app import build_processor
+from streamer.config import Config
+from streamer.errors import ConfigError, StreamerError
+from streamer.stats import Stats
+
+log = logging.getLogger(__name__)
+Bounds = dict[tuple[str, int], tuple[int, int]]
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+DEFAULT_BATCH, DEFAULT_WAIT_MS = 4096, 200
+
+
+class ReplayFinishedError(StreamerError):
+    """The run id has already covered its whole range."""
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """A replay bound: 'earliest', 'latest', a timestamp in ms, or per-partition offsets."""
+
+    kind: str
+    timestamp_ms: int = 0
+    offsets: tuple[tuple[int, int], ...] = ()
+
+
+def parse_when(text: str, key: str, now_ms: int | None = None) -> When:
+    """ISO-8601 time, a duration ago (``2h``, ``30m``, ``7d``), earliest/latest, or ``P:O,...``."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    text = text.strip()
+    if text in ("earliest", "latest"):
+        return When(text)
+    if m := _DURATION.match(text):
+        return When("timestamp", now_ms - int(float(m.group(1)) * _UNIT_MS[m.group(2)]))
+    if _OFFSETS.match(text):
+        pairs = tuple((int(p), int(o)) for p, o in (item.split(":") for item in text.split(",")))
+        return When("offsets", offsets=pairs)
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(key, f"{text!r} is not an ISO-8601 time, a duration like 2h, "
+                               "'earliest', 'latest' or partition:offset pairs") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return When("timestamp", int(moment.timestamp() * 1000))
+
+
+def resolve(consumer: Consumer, tps: list[TopicPartition], start: When, end: When,
+            timeout_s: float = 30.0) -> Bounds:
+    """Turn the two bounds into ``[start, end)`` offsets per partition, as of now."""
+    marks = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=timeout_s)
+             for tp in tps}
+
+    def offsets(when: When) -> dict[tuple[str, int], int]:
+        if when.kind == "earliest":
+            return {k: low for k, (low, _) in marks.items()}
+        if when.kind == "latest":
+            return {k: high for k, (_, high) in marks.items()}
+        if when.kind == "offsets":
+            if len({tp.topic for tp in tps}) != 1:
+                raise ConfigError("--from/--to", "partition:offset bounds need a single input topic")
+            given = dict(when.offsets)
+            return {k: min(max(given.get(k[1], marks[k][0]), marks[k][0]), marks[k][1]) for k in marks}
+        found = consumer.offsets_for_times(
+            [TopicPartition(t, p, when.timestamp_ms) for t, p in marks], timeout=timeout_s)
+        # -1: no message at or after that time, so the bound is the partition's end.
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else marks[(tp.topic, tp.partition)][1]
+                for tp in found}
+
+    starts, ends = offsets(start), offsets(end)
+    return {k: (starts[k], max(starts[k], ends[k])) for k in marks}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySummary:
+    run_id: str
+    output_topic: str
+    events: int
+    resumed: bool
+    stats: Stats
+    seconds: float
+
+    def lines(self) -> list[str]:
+        s = self.stats
+        return [f"replay {self.run_id} {'resumed and ' if self.resumed else ''}finished",
+                f"events in range {self.events}, predictions {s.predictions}, dead letters "
+                f"{sum(s.dead_letters.values())}, to {self.output_topic}",
+                f"throughput {s.events_per_s():,.0f} events/s, {self.seconds:.1f} s in all"]
+
+
+def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str | None = None,
+               output_topic: str | None = None, model_path: Path | None = None,
+               model_version: str | None = None, force: bool = False,
+               batch_size: int = DEFAULT_BATCH, max_wait_ms: int = DEFAULT_WAIT_MS,
+               allow_live_output: bool = False, progress: TextIO | None = None) -> ReplaySummary:
+    """Plan (or resume) the run, score its range, and return when every partition is done."""
+    run_id = run_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:4]
+    output_topic = output_topic or f"{cfg.output.topic}.backfill"
+    if output_topic == cfg.output.topic and not allow_live_output:
+        raise ConfigError("--output-topic", f"{output_topic!r} is the live output topic; a replay "
+                                            "writes to a backfill topic (or pass --allow-live-output)")
+    group = f"{cfg.input.group_id}.replay.{run_id}"
+    rcfg = replace(
+        cfg, input=replace(cfg.input, group_id=group),
+        output=replace(cfg.output, topic=output_topic),
+        model=replace(cfg.model, path=model_path or cfg.model.path,
+                      version=model_version or cfg.model.version),
+        batching=replace(cfg.batching, max_size=batch_size, max_wait_ms=max_wait_ms),
+        processing=replace(cfg.processing, dead_letter_topic=f"{output_topic}.dlq"))
+    bounds, resumed = _plan(rcfg, run_id, start, end or When("latest"), force)
+    clients.ensure_topic(rcfg, output_topic, like=cfg.input.topics[0])
+    total = sum(e - s for s, e in bounds.values())
+    log.info("replay %s: %d events in range, %s", run_id, total,
+             ", ".join(f"{t}[{p}] {s}..{e}" for (t, p), (s, e) in sorted(bounds.items())))
+    processor = build_processor(rcfg)
+    processor.run_id = run_id
+    meta = {tp: json.dumps({"run": run_id, "end": e}) for tp, (_, e) in bounds.items()}
+    processor.commit_metadata = meta.__getitem__
+    bar = _Progress(total, progress or sys.stderr)
+    started = time.monotonic()
+    processor.run(until=lambda s: bar.update(s.outputs), bounds=bounds)
+    bar.close(processor.stats.outputs)
+    return ReplaySummary(run_id, output_topic, total, resumed, processor.stats,
+                         time.monotonic() - started)
+
+
+def _plan(cfg: Config, run_id: str, start: When, end: When, force: bool) -> tuple[Bounds, bool]:
+    """The run's bounds: from its saved commit metadata when resuming, else resolved now and saved."""
+    consumer = Consumer(clients.consumer_config(cfg))
+    try:
+        tps = []
+        for topic in cfg.input.topics:
+            meta = consumer.list_topics(topic, timeout=30).topics[topic]
+            tps += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        saved: Bounds = {}
+        for tp in consumer.committed(tps, timeout=30):
+            info = _metadata(tp.metadata)
+            if tp.offset >= 0 and info.get("run") == run_id:
+                saved[(tp.topic, tp.partition)] = (tp.offset, int(info["end"]))
+        if len(saved) == len(tps) and not force:
+            if all(s >= e for s, e in saved.values()):
+                raise ReplayFinishedError(f"replay run {run_id!r} already finished; "
+                                          "pass --force to run it again")
+            return saved, True
+        bounds = resolve(consumer, tps, start, end)
+        consumer.commit(offsets=[TopicPartition(t, p, s, metadata=json.dumps({"run": run_id, "end": e}))
+                                 for (t, p), (s, e) in bounds.items()], asynchronous=False)
+        return bounds, False
+    finally:
+        consumer.close()
+
+
+def _metadata(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class _Progress:
+    """A progress bar on a terminal; a log line every few seconds elsewhere."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream = max(total, 1), stream
+        self.tty = stream.isatty()
+        self.started = self.last = time.monotonic()
+
+    def update(self, done: int) -> bool:
+        now = time.monotonic()
+        if now - self.last >= (0.2 if self.tty else 5.0):
+            self.last = now
+            rate = done / max(now - self.started, 1e-9)
+            eta = (self.total - done) / rate if rate > 0 else float("inf")
+            text = (f"{done:,}/{self.total:,} events ({100 * done / self.total:.1f}%), "
+                    f"{rate:,.0f}/s, ETA {eta:,.0f} s")
+            if self.tty:
+                filled = int(30 * done / self.total)
+                self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}")
+                self.stream.flush()
+            else:
+                log.info("replay progress: %s", text)
+        return False  # never the reason to stop: the processor stops at the bounds
+
+    def close(self, done: int) -> None:
+        if self.tty:
+            self.stream.write("\n")
