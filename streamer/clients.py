@@ -8,7 +8,9 @@ those to another value is a config error, not a silent override.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -98,3 +100,24 @@ def _merge(cfg: Config, defaults: dict[str, str], forced: dict[str, str],
                                               f"after acknowledged output), got {given!r}")
     # librdkafka's own log lines go through Python logging, not straight to stderr.
     return {**defaults, "logger": _LIBRDKAFKA_LOG, **user, **forced, **extra}
+
+
+# Answers that mean "ask again shortly": a group coordinator moving or still loading.
+_TRANSIENT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
+                        KafkaError._TRANSPORT, KafkaError.REBALANCE_IN_PROGRESS})
+T = TypeVar("T")
+
+
+def retrying(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
+    """Call until it stops failing transiently (coordinator not ready yet), up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            err = exc.args[0]
+            transient = err.retriable() or err.code() in _TRANSIENT
+            if not transient or time.monotonic() > deadline:
+                raise BrokerError(f"{what}: {err}") from exc
+            time.sleep(0.2)

@@ -31,7 +31,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from streamer.clients import retrying
 from streamer.codecs import AvroCodec, load_schema
+from streamer.errors import BrokerError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
@@ -154,7 +156,8 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
                          "enable.auto.commit": False})
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        result = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=30)
+        tps = [TopicPartition(topic, p) for p in parts]
+        result = retrying(lambda: consumer.committed(tps, timeout=30), "reading committed offsets")
         return {tp.partition: tp.offset for tp in result}
     finally:
         consumer.close()
@@ -164,9 +167,11 @@ def caught_up(bootstrap: str, group: str, topic: str) -> bool:
     """Has the group committed every input offset? (False while the broker cannot say.)"""
     try:
         return committed_offsets(bootstrap, group, topic) == end_offsets(bootstrap, topic)
+    except BrokerError:
+        return False  # a restarted broker is still loading its coordinators
     except KafkaException as exc:
         if exc.args[0].retriable() or exc.args[0].code() in _LOADING:
-            return False  # a restarted broker is still loading its coordinators
+            return False
         raise
 
 

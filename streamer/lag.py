@@ -18,6 +18,9 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, Gauge
 
+from streamer.clients import retrying
+from streamer.errors import BrokerError
+
 log = logging.getLogger(__name__)
 
 
@@ -53,7 +56,7 @@ class LagExporter:
         """Refresh every gauge; returns the lag in messages per (topic, partition)."""
         try:
             lags = self._collect(timeout_s)
-        except KafkaException as exc:
+        except (KafkaException, BrokerError) as exc:
             log.warning("lag collection for group %s failed: %s", self.group, exc)
             self.scrape_errors.labels(self.group).set(1)
             raise
@@ -66,7 +69,8 @@ class LagExporter:
             meta = self._offsets.list_topics(topic, timeout=timeout_s).topics[topic]
             tps += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
         committed = {(tp.topic, tp.partition): tp.offset
-                     for tp in self._offsets.committed(tps, timeout=timeout_s)}
+                     for tp in retrying(lambda: self._offsets.committed(tps, timeout=timeout_s),
+                                        "reading the group's offsets", timeout_s)}
         lags: dict[tuple[str, int], int] = {}
         starts: dict[tuple[str, int], int] = {}
         for tp in tps:
@@ -109,7 +113,7 @@ class LagExporter:
             started = time.monotonic()
             try:
                 self.collect()
-            except KafkaException:
+            except (KafkaException, BrokerError):
                 pass  # counted and logged; the next round tries again
             wait = max(interval_s - (time.monotonic() - started), 0.1)
             if stop is None:

@@ -158,7 +158,7 @@ def _plan(cfg: Config, run_id: str, start: When, end: When, force: bool) -> tupl
             meta = consumer.list_topics(topic, timeout=30).topics[topic]
             tps += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
         saved: Bounds = {}
-        for tp in consumer.committed(tps, timeout=30):
+        for tp in clients.retrying(lambda: consumer.committed(tps, timeout=30), "reading the run's offsets"):
             info = _metadata(tp.metadata)
             if tp.offset >= 0 and info.get("run") == run_id:
                 saved[(tp.topic, tp.partition)] = (tp.offset, int(info["end"]))
@@ -168,8 +168,9 @@ def _plan(cfg: Config, run_id: str, start: When, end: When, force: bool) -> tupl
                                           "pass --force to run it again")
             return saved, True
         bounds = resolve(consumer, tps, start, end)
-        consumer.commit(offsets=[TopicPartition(t, p, s, metadata=json.dumps({"run": run_id, "end": e}))
-                                 for (t, p), (s, e) in bounds.items()], asynchronous=False)
+        plan = [TopicPartition(t, p, s, metadata=json.dumps({"run": run_id, "end": e}))
+                for (t, p), (s, e) in bounds.items()]
+        clients.retrying(lambda: consumer.commit(offsets=plan, asynchronous=False), "saving the run's bounds")
         return bounds, False
     finally:
         consumer.close()
