@@ -4,8 +4,9 @@
 
 For each guarantee, on a broker of its own, two processors (dynamic members, each with its own
 transactional.id) score N events while processors are SIGKILLed and the broker is kill -9'd at
-random instants, each restarted at once as a supervisor would. Then the output and dead-letter topics are audited read_committed against
-every input offset, and one line is printed per guarantee:
+random instants, each restarted at once as a supervisor would. Then the output and dead-letter
+topics are audited read_committed against every input offset, and one line is printed per
+guarantee:
 
     events N, lost L, duplicated D, processor kills K, broker kills B, events/s R
 
