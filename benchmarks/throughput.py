@@ -10,6 +10,7 @@
     dead letters at work); its ratio against (c) is the cost of poison rows.
 (f) The processor with processing.guarantee exactly_once; its ratio against (c) is the cost of
     transactions.
+(g) `streamer replay` of the whole input (throughput mode: batches of 4096) against (a) and (b).
 Prints each figure in events/s and the ratios c/a, c/b, c/d. Kafka rates run from the first
 consumed message to the last ack, so group joins are not counted. A benchmark, not a test: the
 figures are only comparable within one run on one machine.
@@ -18,6 +19,7 @@ figures are only comparable within one run on one machine.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 import uuid
@@ -37,6 +39,7 @@ from streamer.config import Config  # noqa: E402
 from streamer.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.events import EventValidator  # noqa: E402
 from streamer.records import prediction_fields  # noqa: E402
+from streamer.replay import When, run_replay  # noqa: E402
 from streamer.testing import PoisonRunner  # noqa: E402
 
 POISON = 9999.0
@@ -162,6 +165,9 @@ def main() -> None:
             "c": lambda c: processor_run(c, args.events),
             "d": lambda c: naive(c, args.naive_events),
             "e": lambda c: processor_run(c, args.events, poisoned=len(events[::100])),
+            "g": lambda c: run_replay(c, When("earliest"), run_id=c.input.group_id,
+                                      output_topic=f"{c.output.topic}.backfill",
+                                      progress=io.StringIO()).stats.events_per_s(),
             "f": lambda c: processor_run(replace(c, processing=replace(
                 c.processing, guarantee="exactly_once", transactional_id=f"bench-{c.input.group_id}")),
                 args.events),
@@ -176,14 +182,15 @@ def main() -> None:
             create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
             figures[tag] = fn(cfg)
     names = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
-             "e": "processor, 1% poison", "f": "processor, exactly-once"}
+             "e": "processor, 1% poison", "f": "processor, exactly-once", "g": "replay"}
     print(f"events {args.events} (naive {args.naive_events}), batch {args.batch}, "
           f"provider {model_runner(base).provider}")
-    for k in "abcdef":
+    for k in "abcdefg":
         print(f"({k}) {names[k]:<20} {figures[k]:>12,.0f} events/s")
     print(f"c/a {figures['c'] / figures['a']:.3f}   c/b {figures['c'] / figures['b']:.3f}   "
           f"c/d {figures['c'] / figures['d']:.1f}   e/c {figures['e'] / figures['c']:.3f}   "
-          f"f/c {figures['f'] / figures['c']:.3f}")
+          f"f/c {figures['f'] / figures['c']:.3f}   g/a {figures['g'] / figures['a']:.3f}   "
+          f"g/b {figures['g'] / figures['b']:.4f}")
 
 
 if __name__ == "__main__":
