@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import random
 import time
@@ -10,6 +11,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import numpy as np
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -144,7 +146,23 @@ def test_prediction_schema_round_trip() -> None:
         "event_time": 1764417600000,
         "scored_at": 1764417600042,
     }
-    assert codec.decode(codec.encode(prediction)) == prediction
+    # run_id is optional with a null default: a record without it still encodes.
+    assert codec.decode(codec.encode(prediction)) == {**prediction, "run_id": None}
+    replayed = {**prediction, "run_id": "backfill-7"}
+    assert codec.decode(codec.encode(replayed)) == replayed
+
+
+def test_prediction_schema_is_backward_compatible() -> None:
+    """Predictions written before run_id existed read with today's schema (run_id null)."""
+    new = load_schema(SCHEMAS / "prediction.avsc")
+    old = fastavro.parse_schema({**new, "fields": [f for f in new["fields"] if f["name"] != "run_id"]})
+    old_record = {"event_id": "e", "entity_id": "a", "scores": [0.5], "model_name": "m",
+                  "model_version": "1", "source_topic": "t", "source_partition": 0,
+                  "source_offset": 1, "event_time": 2, "scored_at": 3}
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, old, old_record)
+    buf.seek(0)
+    assert fastavro.schemaless_reader(buf, old, new)["run_id"] is None
 
 
 # --- schemas ----------------------------------------------------------------------------------
