@@ -12,7 +12,6 @@ It unblocks by itself as soon as the retry goes through; nothing is dropped mean
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -46,6 +45,7 @@ from streamer.health import Status
 from streamer.isolate import IsolationPolicy, model_answers, score_isolating
 from streamer.metrics import Metrics
 from streamer.offsets import OffsetTracker
+from streamer.progress import ProgressWatch
 from streamer.records import SourceRecord, prediction_fields
 from streamer.runner import ModelRunner
 from streamer.stats import Stats
@@ -102,9 +102,7 @@ class Processor:
         self.run_id: str | None = None  # replay runs stamp their predictions
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
         self._ready = False  # warmed up and in the group
-        self._lag: dict[tuple[str, int], int] = {}  # from librdkafka statistics
-        self._progress_at: dict[tuple[str, int], float] = {}  # last commit move, or idle
-        self._stalled: set[tuple[str, int]] = set()
+        self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, metrics)
         self._running = False
         self._failed = False  # set when the loop dies: then close without processing more
         self._last_commit = 0.0
@@ -170,7 +168,7 @@ class Processor:
         producer = clients.make_producer(self.cfg, error_cb=self._on_client_error,
                                          **self._transactional_settings())
         stats = ({"statistics.interval.ms": self.cfg.metrics.stats_interval_ms,
-                  "stats_cb": self._on_stats} if self.metrics is not None else {})
+                  "stats_cb": self._progress.on_stats} if self.metrics is not None else {})
         self.consumer = clients.make_consumer(self.cfg, **stats)
         if self.cfg.processing.guarantee == "exactly_once":
             self._txn = Transactions(producer, self.consumer.consumer_group_metadata,
@@ -317,44 +315,18 @@ class Processor:
             reason = f"main loop silent for {silent:.0f} s (a model call hanging?)"
         elif not self.healthy:
             reason = self.unhealthy_reason or "blocked"
-        elif self._stalled:
-            reason = "no progress on " + ", ".join(f"{t}[{p}]" for t, p in sorted(self._stalled))
+        elif self._progress.stalled:
+            stalled = sorted(self._progress.stalled)
+            reason = "no progress on " + ", ".join(f"{t}[{p}]" for t, p in stalled)
         else:
             reason = ""
         return Status(healthy=not reason, ready=self._ready and self._running, reason=reason)
 
     def _watch_progress(self) -> None:
-        """A partition with work (lag, or rows in flight) whose commit has not moved is stalled."""
-        now, stall_s = self._clock(), self.cfg.metrics.stall_timeout_ms / 1000.0
-        stalled = set()
-        for tp in self._assigned:
-            busy = self._lag.get(tp, 0) > 0 or self._tracker.in_flight(tp) > 0
-            if not busy:
-                self._progress_at[tp] = now
-            elif now - self._progress_at.setdefault(tp, now) > stall_s:
-                stalled.add(tp)
+        self._progress.check(self._tracker.in_flight)
         if self.metrics is not None:
-            for tp in stalled ^ self._stalled:
-                self.metrics.partition_stalled.labels(*map(str, tp)).set(1 if tp in stalled else 0)
             self.metrics.in_flight_batches.set(len(self._queue) + self.deliveries.units_in_flight)
             self.metrics.producer_queue.set(len(self.deliveries.producer))
-        self._stalled = stalled
-
-    def _on_stats(self, stats_json: str) -> None:
-        """librdkafka statistics: consumer lag and committed offsets per assigned partition."""
-        try:
-            stats = json.loads(stats_json)
-        except ValueError:
-            return
-        for topic, tstats in stats.get("topics", {}).items():
-            for part, pstats in tstats.get("partitions", {}).items():
-                tp = (topic, int(part))
-                if tp not in self._assigned:
-                    continue
-                lag = pstats.get("consumer_lag", -1)
-                self._lag[tp] = max(lag, 0)
-                if self.metrics is not None and lag >= 0:
-                    self.metrics.consumer_lag.labels(topic, part).set(lag)
 
     def _pause_or_resume(self) -> None:
         blocked = self._blocked()
@@ -405,13 +377,12 @@ class Processor:
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         log.info("assigned %s", _names(partitions))
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        self._progress.assigned((tp.topic, tp.partition) for tp in partitions)
         self._ready = True
         if self._paused and partitions:
             consumer.pause(partitions)  # blocked: new partitions wait like the others
         if self.metrics is not None:
             self.metrics.rebalances.labels("assign").inc()
-            for tp in partitions:  # a series per partition from the start, for alerts
-                self.metrics.partition_stalled.labels(tp.topic, str(tp.partition)).set(0)
             self.metrics.assigned_partitions.set(len(self._assigned))
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -460,9 +431,8 @@ class Processor:
 
     def _committed(self, positions: dict[tuple[str, int], int]) -> None:
         self._tracker.mark_committed(positions)
-        now = self._clock()
+        self._progress.committed(positions)
         for (topic, partition), offset in positions.items():
-            self._progress_at[(topic, partition)] = now
             if self.metrics is not None:
                 self.metrics.committed_offset.labels(topic, str(partition)).set(offset)
 
@@ -492,9 +462,7 @@ class Processor:
         self._redo = [o for o in self._redo if o.source_tp not in tps]
         self._tracker.forget(tps)
         self._assigned -= tps
-        for tp in tps:
-            self._lag.pop(tp, None)
-            self._progress_at.pop(tp, None)
+        self._progress.forget(tps)
         if self.metrics is not None:
             self.metrics.assigned_partitions.set(len(self._assigned))
 

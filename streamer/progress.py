@@ -1,0 +1,70 @@
+"""Stall detection: which assigned partitions have work but no commit progress, and lag per
+partition from librdkafka's statistics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+
+from streamer.metrics import Metrics
+
+TopicPartition = tuple[str, int]
+
+
+class ProgressWatch:
+    """A partition with work (lag, or rows in flight) whose commit has not moved for
+    ``stall_s`` seconds is stalled; an idle partition never is."""
+
+    def __init__(self, stall_s: float, clock: Callable[[], float], metrics: Metrics | None) -> None:
+        self.stall_s, self._clock, self._metrics = stall_s, clock, metrics
+        self.lag: dict[TopicPartition, int] = {}
+        self._progress_at: dict[TopicPartition, float] = {}
+        self.stalled: set[TopicPartition] = set()
+
+    def assigned(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self._progress_at[tp] = self._clock()
+            if self._metrics is not None:  # a series per partition from the start, for alerts
+                self._metrics.partition_stalled.labels(tp[0], str(tp[1])).set(0)
+
+    def committed(self, tps: Iterable[TopicPartition]) -> None:
+        now = self._clock()
+        for tp in tps:
+            self._progress_at[tp] = now
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.lag.pop(tp, None)
+            self._progress_at.pop(tp, None)
+            self.stalled.discard(tp)
+
+    def check(self, in_flight: Callable[[TopicPartition], int]) -> set[TopicPartition]:
+        """Recompute the stalled set over the watched partitions; returns it."""
+        now = self._clock()
+        stalled = set()
+        for tp, since in list(self._progress_at.items()):
+            if self.lag.get(tp, 0) <= 0 and in_flight(tp) == 0:
+                self._progress_at[tp] = now
+            elif now - since > self.stall_s:
+                stalled.add(tp)
+        if self._metrics is not None:
+            for tp in stalled ^ self.stalled:
+                self._metrics.partition_stalled.labels(tp[0], str(tp[1])).set(1 if tp in stalled else 0)
+        self.stalled = stalled
+        return stalled
+
+    def on_stats(self, stats_json: str) -> None:
+        """librdkafka's statistics callback: consumer lag of each watched partition."""
+        try:
+            stats = json.loads(stats_json)
+        except ValueError:
+            return
+        for topic, tstats in stats.get("topics", {}).items():
+            for part, pstats in tstats.get("partitions", {}).items():
+                tp = (topic, int(part))
+                lag = pstats.get("consumer_lag", -1)
+                if tp not in self._progress_at or lag < 0:
+                    continue
+                self.lag[tp] = lag
+                if self._metrics is not None:
+                    self._metrics.consumer_lag.labels(topic, part).set(lag)
