@@ -118,12 +118,18 @@ def run_demo(events: int) -> Summary:
         print(f"producing {events} feature events to {in_topic} on {bootstrap} "
               f"while the processor scores them", flush=True)
         # Produce while the processor runs, each event stamped as it is sent, as a live stream
-        # would be: latency then measures scoring, not a backlog built before the processor.
+        # would be, and only once the processor has joined its group: latency then measures
+        # scoring (and any backlog the feeder builds), not the group join.
         feeder = threading.Thread(target=produce_events, daemon=True, args=(
             bootstrap, in_topic, encoded_events(codec, payloads, stamp_now=True)))
+
+        def until(stats: Stats) -> bool:
+            if feeder.ident is None and processor.status().ready:  # not started yet
+                feeder.start()
+            return stats.outputs >= events
+
         started = time.monotonic()
-        feeder.start()
-        processor.run(until=lambda s: s.outputs >= events)
+        processor.run(until=until)
         seconds = time.monotonic() - started
         feeder.join()
         return Summary(events, processor.stats, seconds)
