@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamer.config import Config, librdkafka_config
@@ -121,3 +121,43 @@ def retrying(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
             if not transient or time.monotonic() > deadline:
                 raise BrokerError(f"{what}: {err}") from exc
             time.sleep(0.2)
+
+
+def read_to_end(consumer: Consumer, topic: str, from_committed: bool,
+                timeout_s: float = 30.0) -> Iterator[Message]:
+    """Messages of ``topic`` from the consumer group's committed offsets (or the start) to the end
+    offsets captured now, so that a topic still being written to still ends.
+
+    Raises BrokerError when no message comes for ``timeout_s`` before the end (an open
+    transaction holding a read_committed reader back, say).
+    """
+    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise BrokerError(f"topic {topic!r} does not exist")
+    tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+    starts: dict[int, int] = {tp.partition: 0 for tp in tps}
+    if from_committed:
+        for tp in consumer.committed(tps, timeout=timeout_s):
+            if tp.offset >= 0:
+                starts[tp.partition] = tp.offset
+    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout_s)[1] for tp in tps}
+    todo = {p for p in ends if ends[p] > starts[p]}
+    if not todo:
+        return
+    consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
+    deadline = time.monotonic() + timeout_s
+    while todo:
+        # consume(n, t) waits for n messages or t seconds: short waits, and a deadline overall
+        batch: list[Any] = consumer.consume(500, 0.2)
+        if batch:
+            deadline = time.monotonic() + timeout_s
+        elif time.monotonic() > deadline:
+            raise BrokerError(f"reading {topic}: no message for {timeout_s:.0f}s before its end offsets")
+        for m in batch:
+            if not m.error() and m.partition() in todo and m.offset() < ends[m.partition()]:
+                yield m
+        # The position, not the last message: a topic written in transactions ends in commit
+        # markers, which take an offset and are never delivered.
+        for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
+            if tp.offset >= ends[tp.partition]:
+                todo.discard(tp.partition)

@@ -10,12 +10,9 @@ committing can publish a row again.
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streamer import clients
 from streamer.config import Config, dead_letter_topic
@@ -35,7 +32,7 @@ def inspect(cfg: Config, limit: int | None = None) -> list[str]:
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"{cfg.input.group_id}.dlq-inspect"}))
     lines = []
     try:
-        for m in _read_to_end(consumer, dead_letter_topic(cfg), committed=False):
+        for m in clients.read_to_end(consumer, dead_letter_topic(cfg), from_committed=False):
             h = m.headers()
             when = dt.datetime.fromtimestamp(m.timestamp()[1] / 1000, dt.UTC)
             lines.append(f"{when:%Y-%m-%dT%H:%M:%S}Z  {header(h, 'stage') or '?':<11}  "
@@ -57,7 +54,7 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None) -> 
     redriven = refused = skipped = 0
     positions: dict[tuple[str, int], int] = {}
     try:
-        for m in _read_to_end(consumer, dead_letter_topic(cfg), committed=True):
+        for m in clients.read_to_end(consumer, dead_letter_topic(cfg), from_committed=True):
             if limit is not None and redriven >= limit:
                 break
             positions[(m.topic(), m.partition())] = m.offset() + 1
@@ -90,39 +87,3 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None) -> 
     finally:
         consumer.close()
     return RedriveResult(redriven, refused, skipped)
-
-
-def _read_to_end(consumer: Consumer, topic: str, committed: bool,
-                 timeout_s: float = 30.0) -> Iterator[Message]:
-    """Messages of ``topic`` from the group's committed offsets (or the start) to the end offsets
-    captured now, so that a topic still being written to still ends."""
-    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise BrokerError(f"dead-letter topic {topic!r} does not exist")
-    tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
-    starts: dict[int, int] = {tp.partition: 0 for tp in tps}
-    if committed:
-        for tp in consumer.committed(tps, timeout=timeout_s):
-            if tp.offset >= 0:
-                starts[tp.partition] = tp.offset
-    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout_s)[1] for tp in tps}
-    todo = {p for p in ends if ends[p] > starts[p]}
-    if not todo:
-        return
-    consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
-    deadline = time.monotonic() + timeout_s
-    while todo:
-        # consume(n, t) waits for n messages or t seconds: short waits, and a deadline overall
-        batch: list[Any] = consumer.consume(500, 0.2)
-        if batch:
-            deadline = time.monotonic() + timeout_s
-        elif time.monotonic() > deadline:
-            raise BrokerError(f"reading {topic}: no message for {timeout_s:.0f}s before its end offsets")
-        for m in batch:
-            if not m.error() and m.partition() in todo and m.offset() < ends[m.partition()]:
-                yield m
-        # The position, not the last message: a topic written in transactions ends in commit
-        # markers, which take an offset and are never delivered.
-        for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
-            if tp.offset >= ends[tp.partition]:
-                todo.discard(tp.partition)

@@ -113,10 +113,6 @@ class CommitError(BrokerError):
         self.failures = failures
 
 
-class DeliveryError(BrokerError):
-    """The producer could not get acknowledgements for every message of a batch."""
-
-
 class TransactionAbortedError(BrokerError):
     """The open transaction must be aborted; the caller rewinds to the last commit and redoes."""
 

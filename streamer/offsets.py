@@ -100,6 +100,3 @@ class OffsetTracker:
         """Stop tracking partitions (revoked or lost); later acks for them are ignored."""
         for tp in tps:
             self._parts.pop(tp, None)
-
-    def partitions(self) -> list[TopicPartition]:
-        return list(self._parts)

@@ -27,15 +27,6 @@ class SourceRecord:
     features: np.ndarray  # float32, shape (n_features,)
 
 
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    """The model's output row for one source record, ready to encode."""
-
-    source: SourceRecord
-    scores: np.ndarray  # float32, shape (n_outputs,)
-    scored_at_ms: int
-
-
 def prediction_fields(source: SourceRecord, scores: np.ndarray, model_name: str, model_version: str,
                       scored_at_ms: int, run_id: str | None = None) -> dict[str, Any]:
     """The prediction record (schemas/prediction.avsc) for one scored source record."""

@@ -32,11 +32,11 @@ def produce(bootstrap: str, topics: Topics, n: int, seed: int = 1) -> list[dict[
     return events
 
 
-def input_index(bootstrap: str, topic: str) -> dict[tuple[int, int], dict[str, object]]:
+def input_index(bootstrap: str, topics: Topics) -> dict[tuple[int, int], dict[str, object]]:
     """(partition, offset) -> decoded event, as the broker stored them."""
-    cfg_codec = input_codec(make_config(bootstrap, Topics(topic, "x", "x.dlq", "g")))
-    return {(m.partition(), m.offset()): dict(cfg_codec.decode(m.value()))
-            for m in read_all(bootstrap, topic)}
+    codec = input_codec(make_config(bootstrap, topics))
+    return {(m.partition(), m.offset()): dict(codec.decode(m.value()))
+            for m in read_all(bootstrap, topics.input)}
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
@@ -55,7 +55,7 @@ def test_20k_events_scored_exactly_and_committed(bootstrap: str, topics: Topics,
     assert metric("streamer_events_consumed_total", {"topic": topics.input}) == n
     assert metric("streamer_batch_size_rows_sum") == n
     assert metric("streamer_batch_size_rows_count") == processor.stats.batches
-    inputs = input_index(bootstrap, topics.input)
+    inputs = input_index(bootstrap, topics)
     out_codec = output_codec(cfg)
     outputs = read_all(bootstrap, topics.output)
     predictions = [dict(out_codec.decode(m.value())) for m in outputs]
@@ -133,7 +133,7 @@ def test_sigterm_midstream_then_restart_scores_every_offset(bootstrap: str, topi
     sources = [(p["source_partition"], p["source_offset"]) for p in
                (out_codec.decode(m.value()) for m in read_all(bootstrap, topics.output))]
     assert len(sources) == total
-    assert sorted(sources) == sorted(input_index(bootstrap, topics.input))  # each once, no gaps
+    assert sorted(sources) == sorted(input_index(bootstrap, topics))  # each once, no gaps
     assert committed_offsets(bootstrap, topics.group, topics.input) == \
         end_offsets(bootstrap, topics.input)
 
