@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ import pytest
 from streamer import faults
 from streamer.broker import create_topics, kafka_cluster
 from streamer.config import Config, load_config
+from streamer.processor import Processor
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
@@ -51,6 +54,12 @@ def make_config(bootstrap: str, topics: Topics, **env: str) -> Config:
                                      **env})
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 # Readers shared with the fault-injection suite and the chaos benchmark.
 read_all = faults.read_all
 end_offsets = faults.end_offsets
@@ -62,3 +71,17 @@ def no_stray_processors() -> Iterator[None]:
     """A failed fault test must not leave its child processors running into the next test."""
     yield
     faults._kill_children()
+
+
+def run_until_outputs(processor: Processor, n: int, timeout_s: float = 90.0) -> None:
+    """Run ``processor`` in this thread until it has handled ``n`` inputs, or fail after ``timeout_s``.
+
+    A processor that loses a row never reaches ``n``: the run stops at the deadline and the
+    assertion names what it got, instead of the test hanging.
+    """
+    deadline = time.monotonic() + timeout_s
+    processor.run(until=lambda s: s.outputs >= n or time.monotonic() > deadline)
+    assert processor.stats.outputs == n, (
+        f"expected {n} inputs handled, got {processor.stats.outputs} "
+        f"({processor.stats.predictions} predictions, {dict(processor.stats.dead_letters)} dead "
+        f"letters) {'after the ' + format(timeout_s, '.0f') + ' s deadline' if time.monotonic() > deadline else ''}")

@@ -20,7 +20,14 @@ from streamer.deadletter import HEADER_PREFIX, REDRIVE_HEADER, header
 from streamer.demo import synthetic_events
 from streamer.errors import InferenceError
 from streamer.testing import FunctionRunner, PoisonRunner
-from tests.conftest import Topics, committed_offsets, end_offsets, make_config, read_all
+from tests.conftest import (
+    Topics,
+    committed_offsets,
+    end_offsets,
+    make_config,
+    read_all,
+    run_until_outputs,
+)
 
 pytestmark = pytest.mark.kafka
 SENTINEL = 4242.0
@@ -89,7 +96,7 @@ def test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic(bootstrap: str,
     cfg = make_config(bootstrap, topics, MAX_BATCH_SIZE="256")
     events = mixed_stream(bootstrap, topics, cfg, kinds)
     processor = build_processor(cfg, runner=PoisonRunner(model_runner(cfg), SENTINEL))
-    processor.run(until=lambda s: s.outputs >= n)
+    run_until_outputs(processor, n)
 
     bad = {i: k for i, k in enumerate(kinds) if k != "good"}
     assert processor.stats.predictions == n - len(bad)
@@ -209,7 +216,7 @@ def test_inspect_and_redrive_after_a_config_fix(bootstrap: str, topics: Topics) 
         kinds[i] = "garbage"  # 10 rows that no fix can save
     strict = with_overrides(make_config(bootstrap, topics), input={"feature_max": 10.0})
     events = mixed_stream(bootstrap, topics, strict, kinds)
-    build_processor(strict).run(until=lambda s: s.outputs >= n)
+    run_until_outputs(build_processor(strict), n)
 
     lines = dlq.inspect(strict)
     assert len(lines) == 30
@@ -221,7 +228,7 @@ def test_inspect_and_redrive_after_a_config_fix(bootstrap: str, topics: Topics) 
     result = dlq.redrive(fixed, stage="validate")
     assert (result.redriven, result.refused, result.skipped) == (20, 0, 10)
     processor = build_processor(fixed)
-    processor.run(until=lambda s: s.outputs >= 20)
+    run_until_outputs(processor, 20)
     assert processor.stats.predictions == 20
 
     predictions = [output_codec(fixed).decode(m.value()) for m in read_all(bootstrap, topics.output)]
