@@ -31,6 +31,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+
 from streamer.clients import read_to_end, retrying
 from streamer.codecs import AvroCodec, load_schema
 from streamer.errors import BrokerError
@@ -43,7 +51,8 @@ _LOADING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
 
 def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: str, group: str,
                  guarantee: str, instance: str | None = None, kafka: dict[str, Any] | None = None,
-                 processing: dict[str, Any] | None = None, batching: dict[str, Any] | None = None) -> Path:
+                 processing: dict[str, Any] | None = None, batching: dict[str, Any] | None = None,
+                 metrics_port: int | None = None) -> Path:
     """The example config with these topics, group and guarantee, written to ``path``."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["kafka"] = {"bootstrap.servers": bootstrap, "session.timeout.ms": 6000,
@@ -55,6 +64,8 @@ def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: 
     doc["batching"] = {"max_size": 256, "max_wait_ms": 20, **(batching or {})}
     doc["processing"] = {"guarantee": guarantee, "commit_interval_ms": 500,
                          "transaction_timeout_ms": 15000, **(processing or {})}
+    if metrics_port is not None:
+        doc["metrics"] = {"enabled": True, "host": "127.0.0.1", "port": metrics_port}
     for section, key in (("input", "schema"), ("model", "path"), ("output", "schema")):
         doc[section][key] = str((EXAMPLE.parent / doc[section][key]).resolve())
     path.write_text(yaml.safe_dump(doc))
@@ -65,17 +76,19 @@ class ChildProcessor:
     """`streamer run` in a child process that can be killed, stopped and continued.
 
     Every child still running when this process exits is killed, so that a failed test or an
-    interrupted benchmark leaves no processor behind.
+    interrupted benchmark leaves no processor behind. ``module`` is what runs as
+    ``python -m MODULE run --config CONFIG``: the tests put a fault-planting wrapper there.
     """
 
-    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
-        self.config, self.log = config, log
+    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None,
+                 module: tuple[str, ...] = ("streamer",)) -> None:
+        self.config, self.log, self.module = config, log, module
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ChildProcessor:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "streamer", "run", "--config",
+            self.proc = subprocess.Popen([sys.executable, "-m", *self.module, "run", "--config",
                                           str(self.config)], env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, cwd=ROOT)
         _CHILDREN.add(self)
@@ -202,9 +215,15 @@ class Audit:
     lost: int  # input offsets with no prediction and no dead letter
     duplicated: int  # input offsets with more than one
     out_of_order: int  # predictions behind a later offset of the same input partition
+    # First predictions behind a later offset of the same input partition: at-least-once redoes
+    # an uncommitted tail (out_of_order counts that), but a first prediction is never late.
+    reordered: int = 0
+    extra: int = 0  # outputs beyond one per input offset (the sum of the duplicates' copies)
 
     def line(self) -> str:
-        return f"events {self.events}, lost {self.lost}, duplicated {self.duplicated}"
+        return (f"events {self.events}, lost {self.lost}, duplicated {self.duplicated} "
+                f"({self.extra} extra outputs), out of order {self.out_of_order}, "
+                f"reordered {self.reordered}")
 
 
 def audit(bootstrap: str, input_topic: str, output_topic: str, dlq_topic: str) -> Audit:
@@ -212,8 +231,9 @@ def audit(bootstrap: str, input_topic: str, output_topic: str, dlq_topic: str) -
     ends = end_offsets(bootstrap, input_topic)
     decoder = AvroCodec(load_schema(ROOT / "schemas" / "prediction.avsc"))
     seen: Counter[tuple[int, int]] = Counter()
-    out_of_order = 0
+    out_of_order = reordered = 0
     last: dict[tuple[int, int], int] = {}  # (output partition, input partition) -> last offset
+    first_last: dict[tuple[int, int], int] = {}  # the same, over first predictions only
     for m in read_all(bootstrap, output_topic):
         p = decoder.decode(m.value())
         source = (p["source_partition"], p["source_offset"])
@@ -222,13 +242,27 @@ def audit(bootstrap: str, input_topic: str, output_topic: str, dlq_topic: str) -
         if source[1] < last.get(lane, -1):
             out_of_order += 1
         last[lane] = source[1]
+        if seen[source] == 1:
+            if source[1] < first_last.get(lane, -1):
+                reordered += 1
+            first_last[lane] = source[1]
     for m in read_all(bootstrap, dlq_topic):
         h = {k: v for k, v in m.headers() or []}
         seen[(int(h["streamer.dlq.original.partition"]), int(h["streamer.dlq.original.offset"]))] += 1
     expected = {(p, o) for p, end in ends.items() for o in range(end)}
     return Audit(events=len(expected), lost=len(expected - set(seen)),
                  duplicated=sum(1 for k, c in seen.items() if c > 1 and k in expected),
-                 out_of_order=out_of_order)
+                 out_of_order=out_of_order, reordered=reordered,
+                 extra=sum(c - 1 for k, c in seen.items() if c > 1 and k in expected))
+
+
+def set_topic_config(bootstrap: str, topic: str, settings: dict[str, str]) -> None:
+    """Change topic-level settings (incrementally: others keep their values)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
 
 
 def markers_visible(bootstrap: str, topic: str, timeout_s: float = 30.0) -> bool:

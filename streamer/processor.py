@@ -13,7 +13,6 @@ It unblocks by itself as soon as the retry goes through; nothing is dropped mean
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
@@ -53,8 +52,6 @@ from streamer.transactions import Transactions
 from streamer.watchdog import deadline
 
 log = logging.getLogger(__name__)
-# Fault injection for the test suite and benchmarks/chaos.py only; unset in any real deployment.
-_FAULT = os.environ.get("STREAMER_FAULT", "")
 Row = tuple[SourceRecord, Message]
 
 
@@ -350,8 +347,6 @@ class Processor:
         Exactly-once: commit the open transaction with the positions instead (all partitions).
         """
         self._last_commit = self._clock()
-        if _FAULT == "crash-before-commit" and self._tracker.committable():
-            os._exit(86)  # fault-injection tests: outputs written, input offsets not committed
         if self._txn is not None:
             self._commit_transaction()
             return
