@@ -3,38 +3,40 @@ from the live group and its output."""
 
 from __future__ import annotations
 
-import datetime as dt
 import io
+import json
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streamer.app import build_processor, input_codec, output_codec
 from streamer.config import Config
 from streamer.demo import synthetic_events
 from streamer.errors import ConfigError
-from streamer.faults import read_all, wait_until, write_config, written
+from streamer.faults import read_all, wait_until, write_config
 from streamer.replay import ReplayFinishedError, When, parse_when, run_replay
-from tests.conftest import Topics, committed_offsets, end_offsets, make_config
+from tests.conftest import Topics, committed_offsets, end_offsets, make_config, run_until_outputs
 
 pytestmark = pytest.mark.kafka
 T0 = 1_700_000_000_000  # event i is stamped T0 + i seconds
 
 
-def produce_stamped(bootstrap: str, cfg: Config, topic: str, first: int, n: int) -> None:
+def produce_stamped(bootstrap: str, cfg: Config, topic: str, first: int, n: int, *,
+                    base_ms: int = T0, step_ms: int = 1000) -> None:
+    """Events ``first..first+n-1``; event i is stamped ``base_ms + i * step_ms``."""
     codec = input_codec(cfg)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
     for i, e in enumerate(synthetic_events(n, 32, seed=first), start=first):
-        event = dict(e, event_id=f"evt-{i}", event_time=T0 + i * 1000)
-        producer.produce(topic, codec.encode(event), str(e["entity_id"]).encode(),
-                         timestamp=T0 + i * 1000)
+        stamp = base_ms + i * step_ms
+        event = dict(e, event_id=f"evt-{i}", event_time=stamp)
+        producer.produce(topic, codec.encode(event), str(e["entity_id"]).encode(), timestamp=stamp)
         producer.poll(0)
     assert producer.flush(60) == 0
 
@@ -56,7 +58,7 @@ def test_parse_when_forms() -> None:
 def test_replay_scores_exactly_the_window_apart_from_live(bootstrap: str, topics: Topics) -> None:
     cfg = make_config(bootstrap, topics)
     produce_stamped(bootstrap, cfg, topics.input, 0, 3000)
-    build_processor(cfg).run(until=lambda s: s.outputs >= 3000)  # the live group, caught up
+    run_until_outputs(build_processor(cfg), 3000)  # the live group, caught up
     live_before = committed_offsets(bootstrap, topics.group, topics.input)
     live_out_before = len(read_all(bootstrap, topics.output))
 
@@ -105,33 +107,79 @@ def test_replay_ends_at_the_captured_end_while_producers_write(bootstrap: str, t
     assert sum(end_offsets(bootstrap, topics.input).values()) > len(ids)  # more came; not scored
 
 
-def iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat()
-
-
 def test_killed_replay_resumes_with_the_same_bounds(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+    """SIGKILL a replay mid-range; the rerun must resume at the committed offsets and stop at the
+    end saved by the first run, though its ``--from 1h`` and default ``--to`` now mean more."""
     cfg = make_config(bootstrap, topics)
-    produce_stamped(bootstrap, cfg, topics.input, 0, 30_000)
+    now = int(time.time() * 1000)
+    prefix, size, later = 2000, 30_000, 3000
+    # Events stamped 3 h ago (before the window), then the range, stamped 30 min ago.
+    produce_stamped(bootstrap, cfg, topics.input, 0, prefix, base_ms=now - 3 * 3_600_000, step_ms=0)
+    start = end_offsets(bootstrap, topics.input)
+    produce_stamped(bootstrap, cfg, topics.input, prefix, size, base_ms=now - 1_800_000, step_ms=0)
+    end = end_offsets(bootstrap, topics.input)  # the default --to: the end when the run starts
+    assert sum(end[p] - start[p] for p in end) == size and all(end[p] > start[p] for p in end)
+
     config = write_config(tmp_path / "cfg.yaml", bootstrap=bootstrap, input_topic=topics.input,
-                          output_topic=topics.output, group=topics.group, guarantee="at_least_once")
-    argv = [sys.executable, "-m", "streamer", "replay", "--config", str(config),
-            "--from", iso(T0 + 400_000), "--to", iso(T0 + 20_400_000),  # events 400..20399
-            "--run-id", "crash", "--batch-size", "256"]
+                          output_topic=topics.output, group=topics.group, guarantee="at_least_once",
+                          processing={"commit_interval_ms": 100},  # commits early and often
+                          kafka={"queue.buffering.max.messages": 1000})  # progress paced by acks
+    argv = [sys.executable, "-m", "streamer", "replay", "--config", str(config), "--from", "1h",
+            "--run-id", "crash", "--batch-size", "64", "--max-wait-ms", "5"]
+    group, backfill = f"{topics.group}.replay.crash", f"{topics.output}.backfill"
     log = tmp_path / "replay.log"
-    backfill = f"{topics.output}.backfill"
     with log.open("ab") as out:
         first = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        wait_until(lambda: _exists(bootstrap, backfill) and written(bootstrap, backfill) >= 5000, 120,
-                   "the replay to get going", lambda: log.read_text()[-3000:])
-        first.send_signal(signal.SIGKILL)
+    try:
+        def progressed() -> bool:  # a commit past the start, on any partition, by the run itself
+            assert first.poll() is None, f"the replay exited ({first.returncode}) before its kill"
+            return any(o > start[p] for p, o in committed_offsets(bootstrap, group, topics.input).items())
+
+        wait_until(progressed, 120, "a commit of progress by the replay", lambda: log.read_text()[-3000:])
+    finally:
+        first.kill()
         first.wait()
-        produce_stamped(bootstrap, cfg, topics.input, 30_000, 1000)  # later events: outside
-        second = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=300)
-    assert second.returncode == 0, log.read_text()[-3000:]
-    assert "resumed" in log.read_text()
-    ids = {int(p["event_id"][4:]) for p in scored(bootstrap, cfg, backfill)}
-    assert ids == set(range(400, 20_400))  # every event in range, none outside
+    assert first.returncode == -signal.SIGKILL
+    done = committed_offsets(bootstrap, group, topics.input)  # as the kill left them: final now
+    at_kill = end_offsets(bootstrap, backfill, committed_only=False)
+    assert all(start[p] <= done[p] <= end[p] for p in end), (start, done, end)
+    assert sum(done[p] - start[p] for p in end) > 0 and sum(end[p] - done[p] for p in end) > 0, \
+        "the kill must fall after some progress was committed and before the end"
 
+    # Later events: after the saved end, stamped now, so inside what "--from 1h" to latest means now.
+    produce_stamped(bootstrap, cfg, topics.input, prefix + size, later, base_ms=int(time.time() * 1000),
+                    step_ms=0)
+    rerun = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr[-3000:]
+    assert "replay crash resumed and finished" in rerun.stdout
+    left = sum(end[p] - done[p] for p in end)
+    assert f"events in range {left}," in rerun.stdout, rerun.stdout  # planned from the commit
 
-def _exists(bootstrap: str, topic: str) -> bool:
-    return topic in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    codec = output_codec(cfg)
+    before: list[tuple[int, int]] = []  # (input partition, offset) scored by the killed run
+    after: list[tuple[int, int]] = []  # ... and by the rerun: beyond the backfill's end at the kill
+    for m in read_all(bootstrap, backfill):
+        pred = codec.decode(m.value())
+        assert pred["run_id"] == "crash" and pred["source_topic"] == topics.input
+        (after if m.offset() >= at_kill[m.partition()] else before).append(
+            (pred["source_partition"], pred["source_offset"]))
+    # The rerun scored exactly [committed at the kill, saved end) of each partition, once each.
+    assert sorted(after) == [(p, o) for p in sorted(end) for o in range(done[p], end[p])]
+    # The killed run scored its committed prefix once and nothing outside the range; only its
+    # uncommitted tail is scored twice.
+    assert len(set(before)) == len(before)
+    assert all(start[p] <= o < end[p] for p, o in before)
+    assert ({(p, o) for p, o in before if o < done[p]}
+            == {(p, o) for p in end for o in range(start[p], done[p])})
+    tail = sum(1 for p, o in before if o >= done[p])
+    assert len(before) + len(after) == size + tail
+    # Finished at the saved ends, which the commits still carry.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        final = consumer.committed([TopicPartition(topics.input, p) for p in end], timeout=30)
+    finally:
+        consumer.close()
+    assert {tp.partition: tp.offset for tp in final} == end
+    assert all(json.loads(tp.metadata) == {"run": "crash", "end": end[tp.partition]} for tp in final)
+    print(f"committed at kill {done} of {start}..{end}; outputs before the kill {len(before)} "
+          f"(uncommitted tail {tail}), by the rerun {len(after)}")
