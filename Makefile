@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit kafka-jars prometheus bench chaos clean
+.PHONY: demo test unit mutants kafka-jars prometheus bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ test: kafka-jars prometheus
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -m 'not kafka'
+
+# Deliberate bugs (tests/mutants/*.patch), each applied to a scratch copy: every one must be killed.
+mutants: kafka-jars prometheus
+	$(PY) tests/mutants/run.py
 
 bench: kafka-jars
 	$(PY) benchmarks/throughput.py

@@ -1,0 +1,159 @@
+"""`make mutants`: plant each deliberate bug in a scratch copy and check that the suite kills it.
+
+Each ``tests/mutants/*.patch`` is a small diff against the package, headed by two lines:
+
+    Mutant: what the bug breaks, in words
+    Killed-by: tests/test_x.py::test_a tests/test_y.py::test_b
+
+For every patch: copy the work tree (tracked and untracked, not ignored) to a scratch folder,
+apply the patch, and run the named tests there with ``pytest -x`` against one shared broker.
+A mutant is *killed* when a named test fails (a hang counts too: the per-test timeout turns it
+into a failure). It *survives* when they all pass, and the run fails. Before any mutant, the same
+tests run once on the unpatched copy and must pass, so a kill means the bug, not a broken test.
+
+    python tests/mutants/run.py [--only NAME ...] [--no-baseline] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MUTANTS = Path(__file__).resolve().parent
+FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    patch: Path
+    description: str
+    tests: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    mutant: str
+    verdict: str  # killed | SURVIVED | ERROR
+    killer: str
+    seconds: float
+
+
+def load(path: Path) -> Mutant:
+    text = path.read_text()
+    desc = re.search(r"^Mutant: (.+)$", text, re.MULTILINE)
+    kills = re.search(r"^Killed-by: (.+)$", text, re.MULTILINE)
+    if not desc or not kills:
+        raise SystemExit(f"{path.name}: needs 'Mutant:' and 'Killed-by:' header lines")
+    return Mutant(path.stem, path, desc.group(1).strip(), tuple(kills.group(1).split()))
+
+
+def scratch_copy(dest: Path) -> None:
+    """The work tree as git sees it (tracked and untracked, not ignored), without .git."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, check=True, capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def run_tests(copy: Path, tests: tuple[str, ...], env: dict[str, str]) -> tuple[int, str]:
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def check_imports_copy(copy: Path, env: dict[str, str]) -> None:
+    """The child Python must import the patched package, not the installed work tree."""
+    out = subprocess.run([sys.executable, "-c", "import streamer; print(streamer.__file__)"],
+                         cwd=copy, env=env, check=True, capture_output=True, text=True).stdout
+    if not Path(out.strip()).resolve().is_relative_to(copy.resolve()):
+        raise SystemExit(f"the scratch copy imports {out.strip()}, not its own package")
+
+
+def one(mutant: Mutant | None, tests: tuple[str, ...], env: dict[str, str], keep: bool) -> Outcome:
+    name = mutant.name if mutant else "baseline (no mutant)"
+    started = time.monotonic()
+    copy = Path(tempfile.mkdtemp(prefix=f"mutant-{mutant.name if mutant else 'baseline'}-"))
+    try:
+        scratch_copy(copy)
+        if mutant is not None:
+            applied = subprocess.run(["git", "apply", "--verbose", str(mutant.patch)], cwd=copy,
+                                     capture_output=True, text=True)
+            if applied.returncode != 0:
+                return Outcome(name, "ERROR", f"patch does not apply: {applied.stderr.strip()}", 0.0)
+        env = {**env, "PYTHONPATH": str(copy)}
+        check_imports_copy(copy, env)
+        code, output = run_tests(copy, tests, env)
+    finally:
+        if not keep:
+            shutil.rmtree(copy, ignore_errors=True)
+    seconds = time.monotonic() - started
+    failed = FAILED.findall(output)
+    if mutant is None:
+        verdict = "passed" if code == 0 else "ERROR"
+        return Outcome(name, verdict, "" if code == 0 else output[-3000:], seconds)
+    if code == 0:
+        return Outcome(name, "SURVIVED", "", seconds)
+    if code == 1 and failed:
+        return Outcome(name, "killed", failed[0], seconds)
+    return Outcome(name, "ERROR", f"pytest exit {code}:\n{output[-3000:]}", seconds)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="mutant names (patch file stems) to run")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unpatched run")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
+    args = parser.parse_args(argv)
+    mutants = [load(p) for p in sorted(MUTANTS.glob("*.patch"))]
+    if args.only:
+        mutants = [m for m in mutants if m.name in args.only or any(o in m.name for o in args.only)]
+    if not mutants:
+        raise SystemExit("no mutant selected")
+    sys.path.insert(0, str(ROOT))
+    from streamer.broker import CACHE_DIR, kafka_cluster
+
+    outcomes: list[Outcome] = []
+    with ExitStack() as stack:
+        bootstrap = stack.enter_context(kafka_cluster())  # one broker for every run
+        env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "STREAMER_KAFKA_CACHE": str(CACHE_DIR)}
+        if not args.no_baseline:
+            every = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
+            base = one(None, every, env, args.keep)
+            print(f"{base.mutant}: {base.verdict} in {base.seconds:.0f} s", flush=True)
+            if base.verdict != "passed":
+                print(base.killer)
+                return 1
+        for mutant in mutants:
+            outcome = one(mutant, mutant.tests, env, args.keep)
+            outcomes.append(outcome)
+            print(f"{outcome.mutant}: {outcome.verdict} {outcome.killer.splitlines()[0] if outcome.killer else ''}"
+                  f" ({outcome.seconds:.0f} s)", flush=True)
+            if outcome.verdict == "ERROR":
+                print(outcome.killer)
+    width = max(len(o.mutant) for o in outcomes)
+    print(f"\n{'mutant':<{width}}  {'verdict':<8}  {'seconds':>7}  killing test")
+    for o in outcomes:
+        killer = o.killer.splitlines()[0] if o.killer else "-"
+        print(f"{o.mutant:<{width}}  {o.verdict:<8}  {o.seconds:>7.0f}  {killer}")
+    bad = [o for o in outcomes if o.verdict != "killed"]
+    print(f"\n{len(outcomes) - len(bad)} of {len(outcomes)} mutants killed"
+          + (f"; not killed: {', '.join(o.mutant for o in bad)}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
