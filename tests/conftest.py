@@ -15,6 +15,7 @@ from streamer import faults
 from streamer.broker import create_topics, kafka_cluster
 from streamer.config import Config, load_config
 from streamer.processor import Processor
+from streamer.stats import Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
@@ -73,15 +74,30 @@ def no_stray_processors() -> Iterator[None]:
     faults._kill_children()
 
 
-def run_until_outputs(processor: Processor, n: int, timeout_s: float = 90.0) -> None:
-    """Run ``processor`` in this thread until it has handled ``n`` inputs, or fail after ``timeout_s``.
+def run_until_outputs(processor: Processor, n: int, timeout_s: float = 120.0, stall_s: float = 20.0) -> None:
+    """Run ``processor`` in this thread until it has handled ``n`` inputs, then assert exactly ``n``.
 
-    A processor that loses a row never reaches ``n``: the run stops at the deadline and the
-    assertion names what it got, instead of the test hanging.
+    A processor that loses rows never reaches ``n``: the run stops once outputs have not moved
+    for ``stall_s`` (after the first one), or at ``timeout_s``, and the assertion names what it
+    got, instead of the test hanging.
     """
-    deadline = time.monotonic() + timeout_s
-    processor.run(until=lambda s: s.outputs >= n or time.monotonic() > deadline)
-    assert processor.stats.outputs == n, (
-        f"expected {n} inputs handled, got {processor.stats.outputs} "
-        f"({processor.stats.predictions} predictions, {dict(processor.stats.dead_letters)} dead "
-        f"letters) {'after the ' + format(timeout_s, '.0f') + ' s deadline' if time.monotonic() > deadline else ''}")
+    started = time.monotonic()
+    last = {"outputs": -1, "at": started}
+    why: list[str] = []
+
+    def until(stats: Stats) -> bool:
+        now = time.monotonic()
+        if stats.outputs != last["outputs"]:
+            last.update(outputs=stats.outputs, at=now)
+        if stats.outputs >= n:
+            return True
+        if now - started > timeout_s:
+            why.append(f"after the {timeout_s:.0f} s deadline")
+        elif stats.outputs > 0 and now - last["at"] > stall_s:
+            why.append(f"with no progress for {stall_s:.0f} s")
+        return bool(why)
+
+    processor.run(until=until)
+    s = processor.stats
+    assert s.outputs == n, (f"expected {n} inputs handled, got {s.outputs} ({s.predictions} "
+                            f"predictions, {dict(s.dead_letters)} dead letters) {' '.join(why)}")

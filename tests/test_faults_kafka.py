@@ -78,15 +78,16 @@ def scrape(port: int, name: str) -> float:
 
 
 class Feeder:
-    """Produces events at about ``rate`` per second from a thread until stopped: rebalances then
-    meet a busy group (open batches, outputs in flight, progress not yet committed)."""
+    """Produces events at about ``rate`` per second from a thread until stopped (or ``limit``
+    events are sent): kills and rebalances then meet a busy processor (open batches, outputs in
+    flight, progress not yet committed), never one that finished early."""
 
-    def __init__(self, bootstrap: str, topics: Topics, rate: int) -> None:
+    def __init__(self, bootstrap: str, topics: Topics, rate: int, limit: int | None = None) -> None:
         codec = input_codec(make_config(bootstrap, topics))
         self.messages = list(encoded_events(codec, synthetic_events(2000, 32, seed=11)))
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                                   "enable.idempotence": True})
-        self.topic, self.rate, self.sent = topics.input, rate, 0
+        self.topic, self.rate, self.limit, self.sent = topics.input, rate, limit, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -98,12 +99,18 @@ class Feeder:
         tick = 0.05  # pacing a load generator, not synchronisation
         while not self._stop.wait(tick):
             for _ in range(int(self.rate * tick)):
+                if self.sent == self.limit:
+                    return
                 key, value = self.messages[self.sent % len(self.messages)]
                 self.producer.produce(self.topic, value, key)
                 self.sent += 1
             self.producer.poll(0)
 
-    def stop(self) -> int:
+    def stop(self, wait_for_limit: bool = False) -> int:
+        """Stop sending (or, with ``wait_for_limit``, first send all ``limit`` events); wait for
+        every ack; returns how many were sent."""
+        if wait_for_limit:
+            self._thread.join(120)
         self._stop.set()
         self._thread.join(30)
         assert self.producer.flush(60) == 0, "the feeder's events were not all acknowledged"
@@ -124,9 +131,13 @@ def finish(bootstrap: str, topics: Topics, *procs: ChildProcessor, timeout_s: fl
     return audit(bootstrap, topics.input, topics.output, topics.dlq)
 
 
-def check(result: Audit, guarantee: str, bootstrap: str, topics: Topics) -> None:
+def check(result: Audit, guarantee: str, bootstrap: str, topics: Topics, ordered: bool = True) -> None:
+    """Nothing lost; first predictions in input order per partition (unless outputs had to be
+    produced again after failed deliveries: ``ordered=False``); exactly-once: no duplicate."""
     print(f"{guarantee}: {result}")  # shown with -s; the figures go into the issue notes
     assert result.lost == 0, result
+    if ordered:
+        assert result.reordered == 0, result
     if guarantee == "exactly_once":
         assert result.duplicated == 0, result
         assert result.out_of_order == 0, result
@@ -146,17 +157,25 @@ def test_sigkill_three_times_during_50k_events(bootstrap: str, topics: Topics, t
     """Each kill lands after committed progress (a committed transaction, for exactly-once), so
     each restart must resume from it: lose nothing, and redo no more than the uncommitted tail."""
     n = 50_000
-    feed(bootstrap, topics, n)
+    # Events arrive at 4,000/s (12.5 s in all), so the kills at 8k, 20k and 32k committed meet
+    # a processor with work in hand; fed all at once, it would race to the end between polls.
+    feeder = Feeder(bootstrap, topics, rate=4000, limit=n).start()
     p = processor(tmp_path, bootstrap, topics, guarantee, "p1").start()
     kills = []  # (outputs written, inputs committed) at each kill
-    for fraction in (0.2, 0.5, 0.8):
-        wait_until(lambda f=fraction: committed_total(bootstrap, topics) >= n * f, 120,
-                   f"{fraction:.0%} of the input committed", p.tail)
-        p.kill()
-        kills.append((written(bootstrap, topics.output), committed_total(bootstrap, topics)))
-        assert kills[-1][1] < n, f"the processor finished before the kill: {kills}"
-        p.start()  # same static member and transactional id: fences its own past
+    try:
+        for at in (8_000, 20_000, 32_000):
+            wait_until(lambda a=at: committed_total(bootstrap, topics) >= a, 120,
+                       f"{at} inputs committed", p.tail)
+            p.kill()
+            kills.append((written(bootstrap, topics.output), committed_total(bootstrap, topics)))
+            assert kills[-1][1] < n, f"the processor finished before the kill: {kills}"
+            p.start()  # same static member and transactional id: fences its own past
+    except BaseException:
+        feeder.stop()
+        raise
+    assert feeder.stop(wait_for_limit=True) == n
     result = finish(bootstrap, topics, p)
+    assert result.events == n
     print(f"{guarantee} kills (written, committed): {kills}")
     check(result, guarantee, bootstrap, topics)
     if guarantee == "at_least_once":
@@ -323,4 +342,6 @@ def test_broker_kill9_and_restart(own_broker: LocalKafka, tmp_path: Path, guaran
         if not p.alive:
             p.start()
         time.sleep(0.2)
-    check(finish(bootstrap, topics, p), guarantee, bootstrap, topics)
+    # Deliveries that failed while the broker was away are produced again, possibly after later
+    # outputs of their partition (the README says so): order is not promised here.
+    check(finish(bootstrap, topics, p), guarantee, bootstrap, topics, ordered=guarantee == "exactly_once")

@@ -1,7 +1,8 @@
 """Metrics, health and lag on a real broker, checked by a real Prometheus server.
 
 Every expression of the Grafana dashboard and of the alert rules is evaluated through
-Prometheus's HTTP API while a processor and the lag exporter run, and must return a series.
+Prometheus's HTTP API while a processor and the lag exporter run, and must return a series; the
+counters and the latency histogram must then hold the values the stream implies.
 """
 
 from __future__ import annotations
@@ -129,6 +130,13 @@ def query(url: str, expr: str) -> list[Any]:
     return json.loads(body)["data"]["result"]
 
 
+def value(url: str, expr: str) -> float:
+    """The single value ``expr`` evaluates to now."""
+    result = query(url, expr)
+    assert len(result) == 1, f"{expr}: expected one series, got {result}"
+    return float(result[0]["value"][1])
+
+
 def dashboard_queries() -> list[tuple[str, str]]:
     dash = json.loads(DASHBOARD.read_text())
     return [(f"panel '{p['title']}'", t["expr"]) for p in dash["panels"] for t in p["targets"]]
@@ -143,6 +151,7 @@ def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: To
                                                       prometheus: Callable[[dict[str, int]], str]) -> None:
     cfg = observed_config(bootstrap, topics)
     feed(bootstrap, topics, cfg, 2000)
+    fed = 2000
     running = Running(build_processor(cfg))
     registry = CollectorRegistry()
     exporter = LagExporter({"bootstrap.servers": bootstrap}, topics.group, [topics.input], registry)
@@ -155,6 +164,7 @@ def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: To
         deadline = time.monotonic() + 60
         while True:  # a live stream while Prometheus gathers enough samples for rate()
             feed(bootstrap, topics, cfg, 200, seed=int(time.monotonic()))
+            fed += 200
             ready = query(url, 'count_over_time(up{job="streamer"}[1m]) >= 8') and \
                 query(url, 'count_over_time(up{job="streamer-lag"}[1m]) >= 8') and \
                 query(url, "streamer_end_to_end_latency_seconds_count > 0")
@@ -166,6 +176,21 @@ def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: To
         empty = [f"{where}: {expr}" for where, expr in dashboard_queries() + alert_queries()
                  if not query(url, expr)]
         assert not empty, "these return no series:\n" + "\n".join(empty)
+
+        # The values, not only their presence: once the stream is quiet and Prometheus has
+        # scraped the last ack, every event fed was consumed, batched once and predicted once
+        # (no dead letters here), and the counters of one scrape agree exactly.
+        wait_for(lambda: bool(query(url, f"sum(streamer_predictions_produced_total) == {fed}")),
+                 60, f"Prometheus to scrape {fed} predictions")
+        assert value(url, "sum(streamer_events_consumed_total)") == fed
+        assert value(url, "sum(streamer_batch_size_rows_sum)") == fed
+        assert value(url, "sum(streamer_end_to_end_latency_seconds_count)") == fed
+        # Event time to ack: more than nothing, and far less than a minute on a local broker.
+        assert query(url, "streamer_end_to_end_latency_seconds_sum > 0"), \
+            "end-to-end latency is recorded as 0"
+        mean_s = value(url, "sum(streamer_end_to_end_latency_seconds_sum)"
+                            " / sum(streamer_end_to_end_latency_seconds_count)")
+        assert 0 < mean_s < 60, mean_s
     finally:
         stop.set()
         lag_thread.join(30)
