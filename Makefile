@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 # Apache Kafka's own jars, resolved by Maven into .cache/kafka (the broker for demo and tests).
 kafka-jars: $(STAMP)
-	$(PY) -c 'from streamer.broker import ensure_jars; print(ensure_jars())'
+	$(PY) -c 'from streamer.kafka.broker import ensure_jars; print(ensure_jars())'
 
 # Debian's prometheus and promtool: the observability tests run a real Prometheus server.
 prometheus:

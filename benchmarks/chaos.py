@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamer.app import input_codec  # noqa: E402
-from streamer.broker import LocalKafka, create_topics, ensure_jars  # noqa: E402
-from streamer.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
-from streamer.faults import ChildProcessor, audit, caught_up, write_config, written  # noqa: E402
+from streamer.commands.run import input_codec  # noqa: E402
+from streamer.kafka.broker import LocalKafka, create_topics, ensure_jars  # noqa: E402
+from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
+from tests.support.faults import ChildProcessor, audit, caught_up, write_config, written  # noqa: E402
 
 
 def run(guarantee: str, events: int, processor_kills: int, broker_kills: int, rng: random.Random,

@@ -32,14 +32,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamer import clients  # noqa: E402
-from streamer.app import build_processor, input_codec, model_runner, output_codec  # noqa: E402
-from streamer.broker import create_topics, kafka_cluster  # noqa: E402
+from streamer.kafka import clients  # noqa: E402
+from streamer.commands.run import build_processor, input_codec, model_runner, output_codec  # noqa: E402
+from streamer.kafka.broker import create_topics, kafka_cluster  # noqa: E402
 from streamer.config import Config  # noqa: E402
-from streamer.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
-from streamer.events import EventValidator  # noqa: E402
-from streamer.records import prediction_fields  # noqa: E402
-from streamer.replay import When, run_replay  # noqa: E402
+from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
+from streamer.pipeline.validate import EventValidator  # noqa: E402
+from streamer.pipeline.records import prediction_fields  # noqa: E402
+from streamer.commands.replay import When, run_replay  # noqa: E402
 from streamer.testing import PoisonRunner  # noqa: E402
 
 POISON = 9999.0

@@ -77,7 +77,7 @@ def _run(config_path: str) -> int:
     stop: list[Callable[[], None]] = [lambda: stop_requested.append(True)]
     _on_signals(lambda: stop[0]())
 
-    from streamer.app import build_processor
+    from streamer.commands.run import build_processor
     from streamer.config import load_config, redacted
 
     cfg = load_config(config_path)
@@ -91,7 +91,7 @@ def _run(config_path: str) -> int:
 
 
 def _dlq(args: argparse.Namespace) -> int:
-    from streamer import dlq
+    from streamer.commands import dlq
     from streamer.config import load_config
 
     cfg = load_config(args.config)
@@ -109,8 +109,8 @@ def _lag_exporter(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
     from streamer.config import librdkafka_config, load_config
-    from streamer.health import HealthServer, Status
-    from streamer.lag import LagExporter
+    from streamer.observe.health import HealthServer, Status
+    from streamer.observe.lag import LagExporter
 
     host, port = "127.0.0.1", 9401
     if args.config:
@@ -139,7 +139,7 @@ def _replay(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from streamer.config import load_config
-    from streamer.replay import parse_when, run_replay
+    from streamer.commands.replay import parse_when, run_replay
 
     cfg = load_config(args.config)
     summary = run_replay(
@@ -153,7 +153,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _demo(events: int) -> int:
-    from streamer.demo import run_demo
+    from streamer.commands.demo import run_demo
 
     if events <= 0:
         raise SystemExit("streamer demo: --events must be > 0")

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from streamer import clients
-from streamer.batcher import Batch, FlushReason, MicroBatcher
-from streamer.codecs import Codec
+from streamer.kafka import clients
+from streamer.pipeline.batcher import Batch, FlushReason, MicroBatcher
+from streamer.pipeline.codecs import Codec
 from streamer.config import Config, dead_letter_topic, transactional_id
-from streamer.deadletter import dead_letter
-from streamer.delivery import Deliveries, Output, is_permanent
+from streamer.kafka.deadletter import dead_letter
+from streamer.kafka.delivery import Deliveries, Output, is_permanent
 from streamer.errors import (
     BrokerError,
     CommitError,
@@ -39,17 +39,17 @@ from streamer.errors import (
     RecordError,
     TransactionAbortedError,
 )
-from streamer.events import EventValidator
-from streamer.health import Status
-from streamer.isolate import IsolationPolicy, model_answers, score_isolating
-from streamer.metrics import Metrics
-from streamer.offsets import OffsetTracker
-from streamer.progress import ProgressWatch
-from streamer.records import SourceRecord, prediction_fields
-from streamer.runner import ModelRunner
-from streamer.stats import Stats
-from streamer.transactions import Transactions
-from streamer.watchdog import deadline
+from streamer.pipeline.validate import EventValidator
+from streamer.observe.health import Status
+from streamer.pipeline.isolate import IsolationPolicy, model_answers, score_isolating
+from streamer.observe.metrics import Metrics
+from streamer.kafka.offsets import OffsetTracker
+from streamer.observe.progress import ProgressWatch
+from streamer.pipeline.records import SourceRecord, prediction_fields
+from streamer.pipeline.runner import ModelRunner
+from streamer.observe.stats import Stats
+from streamer.kafka.transactions import Transactions
+from streamer.kafka.watchdog import deadline
 
 log = logging.getLogger(__name__)
 Row = tuple[SourceRecord, Message]

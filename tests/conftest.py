@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from streamer import faults
-from streamer.broker import create_topics, kafka_cluster
+from tests.support import faults
+from streamer.kafka.broker import create_topics, kafka_cluster
 from streamer.config import Config, load_config
 from streamer.processor import Processor
-from streamer.stats import Stats
+from streamer.observe.stats import Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamer.batcher import MicroBatcher
+from streamer.pipeline.batcher import MicroBatcher
 from streamer.testing import FakeClock
 
 

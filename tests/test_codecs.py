@@ -1,4 +1,4 @@
-"""Tests for streamer.codecs: round trips, golden bytes, bad and hostile input."""
+"""Tests for streamer.pipeline.codecs: round trips, golden bytes, bad and hostile input."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from streamer.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
 from streamer.errors import BrokerError, ConfigError, DeserializeError, SerializeError
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from streamer import clients
+from streamer.kafka import clients
 from streamer.config import Secret, config_from_dict, load_config, redacted
 from streamer.errors import ConfigError
 

@@ -12,12 +12,12 @@ import onnxruntime as ort
 import pytest
 from confluent_kafka import Producer
 
-from streamer import dlq
-from streamer.app import build_processor, input_codec, model_runner, output_codec
-from streamer.broker import create_topics
+from streamer.commands import dlq
+from streamer.commands.run import build_processor, input_codec, model_runner, output_codec
+from streamer.kafka.broker import create_topics
 from streamer.config import Config, with_overrides
-from streamer.deadletter import HEADER_PREFIX, REDRIVE_HEADER, header
-from streamer.demo import synthetic_events
+from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, header
+from streamer.commands.demo import synthetic_events
 from streamer.errors import InferenceError
 from streamer.testing import FunctionRunner, PoisonRunner
 from tests.conftest import (

@@ -22,10 +22,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamer.app import input_codec
-from streamer.broker import LocalKafka, create_topics, ensure_jars
-from streamer.demo import encoded_events, produce_events, synthetic_events
-from streamer.faults import (
+from streamer.commands.run import input_codec
+from streamer.kafka.broker import LocalKafka, create_topics, ensure_jars
+from streamer.commands.demo import encoded_events, produce_events, synthetic_events
+from tests.support.faults import (
     Audit,
     ChildProcessor,
     audit,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
-from streamer.isolate import IsolationPolicy, score_isolating
+from streamer.pipeline.isolate import IsolationPolicy, score_isolating
 from streamer.testing import FunctionRunner, PoisonRunner
 
 SENTINEL = 777.0

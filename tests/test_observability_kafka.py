@@ -26,12 +26,12 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from streamer.app import build_processor, input_codec
+from streamer.commands.run import build_processor, input_codec
 from streamer.config import Config, with_overrides
-from streamer.demo import encoded_events, produce_events, synthetic_events
-from streamer.faults import ChildProcessor, write_config
-from streamer.health import HealthServer, Status
-from streamer.lag import LagExporter
+from streamer.commands.demo import encoded_events, produce_events, synthetic_events
+from tests.support.faults import ChildProcessor, write_config
+from streamer.observe.health import HealthServer, Status
+from streamer.observe.lag import LagExporter
 from streamer.processor import Processor
 from streamer.testing import FunctionRunner
 from tests.conftest import ROOT, Topics, make_config

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamer.offsets import OffsetTracker
+from streamer.kafka.offsets import OffsetTracker
 
 TP = ("features", 0)
 

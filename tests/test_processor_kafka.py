@@ -25,10 +25,10 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from prometheus_client import CollectorRegistry
 
-from streamer import app
-from streamer.app import build_processor, input_codec, output_codec
+from streamer.commands import run as app
+from streamer.commands.run import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig
-from streamer.demo import encoded_events, produce_events, synthetic_events
+from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from tests.conftest import (
     ROOT,
     Topics,

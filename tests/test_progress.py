@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from streamer.progress import ProgressWatch
+from streamer.observe.progress import ProgressWatch
 from streamer.testing import FakeClock
 
 TP = ("features", 0)

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streamer.app import build_processor, input_codec, output_codec
+from streamer.commands.run import build_processor, input_codec, output_codec
 from streamer.config import Config
-from streamer.demo import synthetic_events
+from streamer.commands.demo import synthetic_events
 from streamer.errors import ConfigError
-from streamer.faults import read_all, wait_until, write_config
-from streamer.replay import ReplayFinishedError, When, parse_when, run_replay
+from tests.support.faults import read_all, wait_until, write_config
+from streamer.commands.replay import ReplayFinishedError, When, parse_when, run_replay
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, run_until_outputs
 
 pytestmark = pytest.mark.kafka

@@ -1,4 +1,4 @@
-"""Tests for streamer.runner on the committed demo model, plus the fakes in streamer.testing."""
+"""Tests for streamer.pipeline.runner on the committed demo model, plus the fakes in streamer.testing."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from streamer.errors import InferenceError
-from streamer.runner import ModelRunner, OnnxRunner
+from streamer.pipeline.runner import ModelRunner, OnnxRunner
 from streamer.testing import FakeClock, FunctionRunner, PoisonRunner
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -64,10 +64,10 @@ def provider_onnxruntime_picks() -> str:
 
 
 def test_provider_is_logged_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="streamer.runner"):
+    with caplog.at_level(logging.INFO, logger="streamer.pipeline.runner"):
         OnnxRunner(MODEL, providers=("cuda", "cpu"))
     lines = [
-        r.getMessage() for r in caplog.records if r.name == "streamer.runner" and r.levelno == logging.INFO
+        r.getMessage() for r in caplog.records if r.name == "streamer.pipeline.runner" and r.levelno == logging.INFO
     ]
     assert len(lines) == 1
     assert lines[0].startswith("model fraud_mlp.onnx running on ")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from streamer.watchdog import EXIT_CODE, deadline
+from streamer.kafka.watchdog import EXIT_CODE, deadline
 
 STUCK = """
 import time
-from streamer.watchdog import deadline
+from streamer.kafka.watchdog import deadline
 with deadline(0.3, "a stuck commit"):
     time.sleep(30)
 """

@@ -12,7 +12,7 @@ The process exits with code 86 (``os._exit``: no flush, no close, like SIGKILL) 
   is about to be called. A correct processor has committed nothing of this transaction, input
   offsets included; one that commits its offsets outside the transaction loses the batch.
 
-The hook wraps the clients that ``streamer.clients`` hands out, so nothing in the package knows
+The hook wraps the clients that ``streamer.kafka.clients`` hands out, so nothing in the package knows
 about it: production code carries no fault switches.
 """
 
@@ -22,7 +22,8 @@ import os
 import sys
 from typing import Any
 
-from streamer import cli, clients
+from streamer import cli
+from streamer.kafka import clients
 
 EXIT_CODE = 86
 

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, Gauge
 
-from streamer.clients import retrying
+from streamer.kafka.clients import retrying
 from streamer.errors import BrokerError
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from streamer.errors import LocalBrokerError
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 POM = REPO_ROOT / "deploy" / "kafka" / "pom.xml"
 LOG4J_CONFIG = REPO_ROOT / "deploy" / "kafka" / "log4j2.properties"
 CACHE_DIR = Path(os.environ.get("STREAMER_KAFKA_CACHE", REPO_ROOT / ".cache" / "kafka"))

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaException, TopicPartition
 
 from streamer.errors import BrokerError, TransactionAbortedError
-from streamer.watchdog import deadline
+from streamer.kafka.watchdog import deadline
 
 log = logging.getLogger(__name__)
 RETRIES = 5

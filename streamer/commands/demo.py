@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 from confluent_kafka import Producer
 
-from streamer.app import build_processor, input_codec
-from streamer.broker import create_topics, kafka_cluster
-from streamer.codecs import Codec
+from streamer.commands.run import build_processor, input_codec
+from streamer.kafka.broker import create_topics, kafka_cluster
+from streamer.pipeline.codecs import Codec
 from streamer.config import Config, dead_letter_topic, load_config
-from streamer.stats import Stats
+from streamer.observe.stats import Stats
 
 log = logging.getLogger(__name__)
-EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "config" / "example.yaml"
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "config" / "example.yaml"
 PARTITIONS = 3
 
 

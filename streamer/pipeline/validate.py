@@ -9,7 +9,7 @@ import numpy as np
 
 from streamer.config import InputConfig
 from streamer.errors import ValidationError
-from streamer.records import SourceRecord
+from streamer.pipeline.records import SourceRecord
 
 
 class EventValidator:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
-from streamer.metrics import Metrics
+from streamer.observe.metrics import Metrics
 
 TopicPartition = tuple[str, int]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
-from streamer.runner import ModelRunner
+from streamer.pipeline.runner import ModelRunner
 
 
 @dataclass(slots=True)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streamer import clients
+from streamer.kafka import clients
 from streamer.config import Config, dead_letter_topic
-from streamer.deadletter import REDRIVE_HEADER, header, original_headers, redrive_count
+from streamer.kafka.deadletter import REDRIVE_HEADER, header, original_headers, redrive_count
 from streamer.errors import BrokerError
 
 

@@ -22,11 +22,11 @@ from typing import Any, TextIO
 
 from confluent_kafka import Consumer, TopicPartition
 
-from streamer import clients
-from streamer.app import build_processor
+from streamer.kafka import clients
+from streamer.commands.run import build_processor
 from streamer.config import Config
 from streamer.errors import ConfigError, StreamerError
-from streamer.stats import Stats
+from streamer.observe.stats import Stats
 
 log = logging.getLogger(__name__)
 Bounds = dict[tuple[str, int], tuple[int, int]]

@@ -39,11 +39,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from streamer.clients import read_to_end, retrying
-from streamer.codecs import AvroCodec, load_schema
+from streamer.kafka.clients import read_to_end, retrying
+from streamer.pipeline.codecs import AvroCodec, load_schema
 from streamer.errors import BrokerError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
 _LOADING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
             KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)

@@ -8,15 +8,15 @@ from pathlib import Path
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
-from streamer.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
 from streamer.config import Config
 from streamer.errors import ConfigError
-from streamer.health import HealthServer, Status
-from streamer.metrics import Metrics
+from streamer.observe.health import HealthServer, Status
+from streamer.observe.metrics import Metrics
 from streamer.processor import Processor
-from streamer.runner import ModelRunner, OnnxRunner
+from streamer.pipeline.runner import ModelRunner, OnnxRunner
 
-REPO_SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def input_codec(cfg: Config) -> Codec:

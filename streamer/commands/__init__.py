@@ -1,0 +1,1 @@
+"""What the CLI runs: wiring only (run, replay, demo, dlq)."""

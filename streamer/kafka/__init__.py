@@ -1,0 +1,1 @@
+"""Everything that talks to Kafka: clients, delivery, offsets, checkpoints, transactions, dead letters, topics."""

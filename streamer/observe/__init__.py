@@ -1,0 +1,1 @@
+"""Metrics, health, progress and stall detection, summary stats, the lag exporter."""

@@ -1,0 +1,1 @@
+"""The stages over a batch: decode, validate, batch, infer (with isolation), encode. No Kafka here."""
