@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from streamer.errors import StreamerError
+from streamer.errors import STAGES, StreamerError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect.add_argument("--limit", type=int)
     redrive = dlq_sub.add_parser("redrive", help="re-publish dead letters to their original topic")
     redrive.add_argument("--config", required=True)
-    redrive.add_argument("--stage", choices=["deserialize", "validate", "infer", "serialize", "produce"])
+    redrive.add_argument("--stage", choices=STAGES)
     redrive.add_argument("--limit", type=int)
     lag = sub.add_parser("lag-exporter", help="export a group's lag, with or without live members")
     lag.add_argument("--config", help="YAML config (kafka, input.group_id, input.topics, metrics)")
@@ -47,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rp.add_argument("--model-version", help="the version recorded in the predictions")
     rp.add_argument("--run-id", help="resume or name a run (default: a new one)")
     rp.add_argument("--force", action="store_true", help="run a finished run id again")
-    rp.add_argument("--batch-size", type=int, default=4096)
-    rp.add_argument("--max-wait-ms", type=int, default=200)
+    rp.add_argument("--batch-size", type=int, help="rows per model call (default: batching.max_size)")
+    rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
     rp.add_argument("--allow-live-output", action="store_true",
                     help="allow --output-topic to be the live output topic")
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
@@ -78,7 +78,8 @@ def _run(config_path: str) -> int:
     _on_signals(lambda: stop[0]())
 
     from streamer.commands.run import build_processor
-    from streamer.config import load_config, redacted
+    from streamer.config import redacted
+    from streamer.config_file import load_config
 
     cfg = load_config(config_path)
     logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
@@ -92,7 +93,7 @@ def _run(config_path: str) -> int:
 
 def _dlq(args: argparse.Namespace) -> int:
     from streamer.commands import dlq
-    from streamer.config import load_config
+    from streamer.config_file import load_config
 
     cfg = load_config(args.config)
     if args.dlq_command == "inspect":
@@ -108,7 +109,8 @@ def _dlq(args: argparse.Namespace) -> int:
 def _lag_exporter(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
-    from streamer.config import librdkafka_config, load_config
+    from streamer.config import librdkafka_config
+    from streamer.config_file import load_config
     from streamer.observe.health import HealthServer, Status
     from streamer.observe.lag import LagExporter
 
@@ -138,7 +140,7 @@ def _lag_exporter(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streamer.config import load_config
+    from streamer.config_file import load_config
     from streamer.commands.replay import parse_when, run_replay
 
     cfg = load_config(args.config)

@@ -1,15 +1,18 @@
-"""Typed, frozen, validated configuration: YAML with ${ENV} interpolation, converted once.
+"""Typed, frozen, validated configuration (config_file.py reads it from YAML, once).
 
-Loading checks every key against the dataclasses below and raises :class:`ConfigError` naming the
-dotted key and the reason. ``${VAR}`` and ``${VAR:-default}`` are taken from the environment after
-the YAML is parsed, so a value from the environment can never change the document's structure.
-The ``kafka:`` mapping is passed to librdkafka verbatim; values of secret-looking keys are held in
-:class:`Secret`, which prints as ``***`` and is unwrapped only by :func:`librdkafka_config`.
-Relative paths are resolved against the config file's folder.
+Every section validates itself in ``__post_init__`` (types, ranges, files), so a config that
+exists is valid however it was built: loaded, copied with ``dataclasses.replace`` or
+:func:`with_overrides`, or changed by a command-line flag. A bad value raises :class:`ConfigError`
+naming the dotted key and the reason. A key's dataclass default is its one default: example
+configs and command-line flags do not restate it.
+
+The ``kafka:`` mapping is passed to librdkafka verbatim; values of secret-looking keys are held
+in :class:`Secret`, which prints as ``***`` and is unwrapped only by :func:`librdkafka_config`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -29,8 +32,8 @@ Provider = Literal["cuda", "cpu"]
 Guarantee = Literal["at_least_once", "exactly_once"]
 
 MAX_BATCH_SIZE = 65_536  # one ORT call on a bigger batch gains nothing and risks device memory
-_SECRET_KEY = re.compile(r"(password|secret|credentials|user\.info|token|key\.pem)", re.I)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+SECRET_KEY = re.compile(r"(password|secret|credentials|user\.info|token|key\.pem)", re.I)
+KAFKA_NEEDS = "must be a mapping with at least 'bootstrap.servers'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,9 @@ class RegistryConfig:
     basic_auth_user_info: Secret | None = None
     subject: str | None = None  # subject for encoding; defaults to '<topic>-value'
 
+    def __post_init__(self) -> None:
+        _check_types(self, "input.registry")
+
 
 @dataclass(frozen=True, slots=True)
 class InputConfig:
@@ -71,6 +77,26 @@ class InputConfig:
     consume_timeout_ms: int = 100
     registry: RegistryConfig | None = None
 
+    def __post_init__(self) -> None:
+        _check_types(self, "input")
+        if not self.topics:
+            raise ConfigError("input.topics", "needs at least one topic")
+        if not all(self.topics):
+            raise ConfigError("input.topics", "a topic name cannot be empty")
+        if not self.group_id:
+            raise ConfigError("input.group_id", "cannot be empty")
+        if self.format in ("avro", "avro-confluent") and self.schema is None:
+            raise ConfigError("input.schema", f"is required for format '{self.format}'")
+        if self.format == "avro-confluent" and self.registry is None:
+            raise ConfigError("input.registry", "is required for format 'avro-confluent'")
+        _above(0, "input.max_message_bytes", self.max_message_bytes)
+        _above(0, "input.consume_max_messages", self.consume_max_messages)
+        _at_least(0, "input.consume_timeout_ms", self.consume_timeout_ms)
+        lo, hi = self.feature_min, self.feature_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ConfigError("input.feature_min", f"{lo} is above input.feature_max {hi}")
+        _file("input.schema", "schema", self.schema)
+
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
@@ -78,7 +104,14 @@ class ModelConfig:
     name: str
     version: str
     providers: tuple[Provider, ...] = ("cuda", "cpu")
-    intra_op_threads: int = 0
+    intra_op_threads: int = 0  # 0: ONNX Runtime decides
+
+    def __post_init__(self) -> None:
+        _check_types(self, "model")
+        if not self.providers:
+            raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
+        _at_least(0, "model.intra_op_threads", self.intra_op_threads)
+        _file("model.path", "model", self.path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +119,26 @@ class BatchingConfig:
     max_size: int = 256
     max_wait_ms: int = 20
 
+    def __post_init__(self) -> None:
+        _check_types(self, "batching")
+        if not 1 <= self.max_size <= MAX_BATCH_SIZE:
+            raise ConfigError("batching.max_size",
+                              f"must be between 1 and {MAX_BATCH_SIZE}, got {self.max_size}")
+        _at_least(0, "batching.max_wait_ms", self.max_wait_ms)
+
 
 @dataclass(frozen=True, slots=True)
 class OutputConfig:
     topic: str
-    schema: Path | None = None
+    schema: Path | None = None  # None: the bundled schemas/prediction.avsc
     ack_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        _check_types(self, "output")
+        if not self.topic:
+            raise ConfigError("output.topic", "cannot be empty")
+        _above(0, "output.ack_timeout_ms", self.ack_timeout_ms)
+        _file("output.schema", "schema", self.schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +155,39 @@ class ProcessingConfig:
     retry_backoff_max_ms: int = 30_000
     max_redrives: int = 3  # `streamer dlq redrive` refuses rows redriven this often already
 
+    def __post_init__(self) -> None:
+        _check_types(self, "processing")
+        _above(0, "processing.commit_interval_ms", self.commit_interval_ms)
+        if not 0 < self.max_poison_fraction <= 1:
+            raise ConfigError("processing.max_poison_fraction",
+                              f"must be in (0, 1], got {self.max_poison_fraction}")
+        if self.transaction_timeout_ms <= self.commit_interval_ms:
+            raise ConfigError("processing.transaction_timeout_ms",
+                              f"must exceed processing.commit_interval_ms ({self.commit_interval_ms})")
+        _at_least(1, "processing.broken_after_failed_batches", self.broken_after_failed_batches)
+        _at_least(1, "processing.retry_backoff_ms", self.retry_backoff_ms)
+        _at_least(1, "processing.retry_backoff_max_ms", self.retry_backoff_max_ms)
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise ConfigError("processing.retry_backoff_max_ms",
+                              f"must be >= processing.retry_backoff_ms ({self.retry_backoff_ms}), "
+                              f"got {self.retry_backoff_max_ms}")
+        _at_least(0, "processing.max_redrives", self.max_redrives)  # 0: never redrive
+
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
     enabled: bool = False
     host: str = "127.0.0.1"
-    port: int = 9400
+    port: int = 9400  # 0: any free port
     stats_interval_ms: int = 5000  # librdkafka statistics (consumer lag) this often
     stall_timeout_ms: int = 60_000  # work but no commit for this long: unhealthy
+
+    def __post_init__(self) -> None:
+        _check_types(self, "metrics")
+        if not 0 <= self.port <= 65_535:
+            raise ConfigError("metrics.port", f"must be between 0 and 65535, got {self.port}")
+        _above(0, "metrics.stats_interval_ms", self.stats_interval_ms)  # 0 would turn stats off
+        _above(0, "metrics.stall_timeout_ms", self.stall_timeout_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,39 +196,14 @@ class Config:
     input: InputConfig
     model: ModelConfig
     output: OutputConfig
-    batching: BatchingConfig = BatchingConfig()
-    processing: ProcessingConfig = ProcessingConfig()
-    metrics: MetricsConfig = MetricsConfig()
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    processing: ProcessingConfig = field(default_factory=ProcessingConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
-
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
-    """Read, interpolate and validate a YAML config file."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from exc
-    return config_from_dict(raw, base_dir=path.parent, env=os.environ if env is None else env)
-
-
-def config_from_dict(raw: Any, base_dir: Path = Path("."),
-                     env: Mapping[str, str] | None = None) -> Config:
-    """Validate an already-parsed document (what :func:`load_config` does after reading YAML)."""
-    env = os.environ if env is None else env
-    if not isinstance(raw, Mapping):
-        raise ConfigError("<root>", "the config must be a mapping of sections")
-    raw = _interpolate(raw, "", env)
-    kafka = raw.get("kafka")
-    if not isinstance(kafka, Mapping) or "bootstrap.servers" not in kafka:
-        raise ConfigError("kafka", "must be a mapping with at least 'bootstrap.servers'")
-    raw = dict(raw)
-    raw["kafka"] = {str(k): Secret(str(v)) if _SECRET_KEY.search(str(k)) else _librdkafka_str(v)
-                    for k, v in kafka.items()}
-    cfg: Config = _build(Config, raw, "", base_dir)
-    _check(cfg)
-    return cfg
+    def __post_init__(self) -> None:
+        if not isinstance(self.kafka, Mapping) or "bootstrap.servers" not in self.kafka:
+            raise ConfigError("kafka", KAFKA_NEEDS)
+        _check_types(self, "")
 
 
 def librdkafka_config(cfg: Config, **overrides: Any) -> dict[str, Any]:
@@ -189,150 +236,82 @@ def redacted(cfg: Config) -> dict[str, Any]:
 
 
 def with_overrides(cfg: Config, **sections: Any) -> Config:
-    """Copy ``cfg`` replacing fields of whole sections, e.g. ``batching={'max_size': 8}``."""
+    """Copy ``cfg`` replacing fields of sections, e.g. ``batching={'max_size': 8}``.
+
+    The copy is validated like a loaded config: ``batching={'max_size': 0}`` raises
+    ``ConfigError: config key 'batching.max_size': must be between 1 and 65536, got 0``.
+    """
     changes = {name: replace(getattr(cfg, name), **values) for name, values in sections.items()}
     return replace(cfg, **changes)
 
 
-def _check(cfg: Config) -> None:
-    b = cfg.batching
-    if not 1 <= b.max_size <= MAX_BATCH_SIZE:
-        raise ConfigError("batching.max_size", f"must be between 1 and {MAX_BATCH_SIZE}, got {b.max_size}")
-    if b.max_wait_ms < 0:
-        raise ConfigError("batching.max_wait_ms", f"must be >= 0, got {b.max_wait_ms}")
-    i = cfg.input
-    if not i.topics:
-        raise ConfigError("input.topics", "needs at least one topic")
-    if i.format in ("avro", "avro-confluent") and i.schema is None:
-        raise ConfigError("input.schema", f"is required for format '{i.format}'")
-    if i.format == "avro-confluent" and i.registry is None:
-        raise ConfigError("input.registry", "is required for format 'avro-confluent'")
-    for key, value in (("input.max_message_bytes", i.max_message_bytes),
-                       ("input.consume_max_messages", i.consume_max_messages),
-                       ("output.ack_timeout_ms", cfg.output.ack_timeout_ms),
-                       ("processing.commit_interval_ms", cfg.processing.commit_interval_ms)):
-        if value <= 0:
-            raise ConfigError(key, f"must be > 0, got {value}")
-    p = cfg.processing
-    if not 0 < p.max_poison_fraction <= 1:
-        raise ConfigError("processing.max_poison_fraction", f"must be in (0, 1], got {p.max_poison_fraction}")
-    if p.transaction_timeout_ms <= p.commit_interval_ms:
-        raise ConfigError("processing.transaction_timeout_ms",
-                          f"must exceed processing.commit_interval_ms ({p.commit_interval_ms})")
-    for key, value in (("processing.broken_after_failed_batches", p.broken_after_failed_batches),
-                       ("processing.retry_backoff_ms", p.retry_backoff_ms),
-                       ("processing.retry_backoff_max_ms", p.retry_backoff_max_ms)):
-        if value < 1:
-            raise ConfigError(key, f"must be >= 1, got {value}")
-    if i.feature_min is not None and i.feature_max is not None and i.feature_min > i.feature_max:
-        raise ConfigError("input.feature_min", f"{i.feature_min} is above input.feature_max {i.feature_max}")
-    if not cfg.model.providers:
-        raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
-    if not cfg.model.path.is_file():
-        raise ConfigError("model.path", f"no model file at {cfg.model.path}")
-    for key, schema in (("input.schema", i.schema), ("output.schema", cfg.output.schema)):
-        if schema is not None and not schema.is_file():
-            raise ConfigError(key, f"no schema file at {schema}")
+def kind_of(value: Any) -> str:
+    """How an error names a value's type: 'int', 'str', 'nothing'."""
+    return "nothing" if value is None else type(value).__name__
 
 
-def _interpolate(value: Any, key: str, env: Mapping[str, str]) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _interpolate(v, f"{key}.{k}" if key else str(k), env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interpolate(v, f"{key}[{n}]", env) for n, v in enumerate(value)]
-    if not isinstance(value, str) or "${" not in value:
-        return value
-
-    def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        raise ConfigError(key, f"environment variable {name} is not set and has no default")
-
-    result = _VAR.sub(sub, value)
-    # A value that is one ${...} takes the YAML type of what it expands to ("8" -> 8), so that
-    # numbers and booleans can come from the environment. Secrets stay strings (see above).
-    if _VAR.fullmatch(value) and result and not _SECRET_KEY.search(key):
-        try:
-            parsed = yaml.safe_load(result)
-        except yaml.YAMLError:
-            return result
-        return parsed if isinstance(parsed, (int, float, bool)) else result
-    return result
+def _above(low: int, key: str, value: float) -> None:
+    if not value > low:
+        raise ConfigError(key, f"must be > {low}, got {value}")
 
 
-def _librdkafka_str(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
+def _at_least(low: int, key: str, value: float) -> None:
+    if value < low:
+        raise ConfigError(key, f"must be >= {low}, got {value}")
 
 
-def _build(cls: type, raw: Any, prefix: str, base_dir: Path) -> Any:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(prefix or "<root>", f"must be a mapping, got {_kind(raw)}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in fields(cls)}
-    for k in raw:
-        if k not in names:
-            raise ConfigError(f"{prefix}{k}", f"unknown key (expected one of: {', '.join(sorted(names))})")
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        key = f"{prefix}{f.name}"
-        if f.name not in raw:
-            if f.default is MISSING and f.default_factory is MISSING:
-                raise ConfigError(key, "is required but missing")
-            continue
-        kwargs[f.name] = _convert(hints[f.name], raw[f.name], key, base_dir)
-    return cls(**kwargs)
+def _file(key: str, what: str, path: Path | None) -> None:
+    # Files are checked in the type too, not only when loading: a config that exists is valid, so
+    # `replay --model missing.onnx` fails here, with the key named, not in ONNX Runtime later. No
+    # caller builds a config ahead of its files, and a stat per copy is cheap.
+    if path is not None and not path.is_file():
+        raise ConfigError(key, f"no {what} file at {path}")
 
 
-def _convert(tp: Any, value: Any, key: str, base_dir: Path) -> Any:
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_types(obj: Any, section: str) -> None:
+    """Each field holds its declared type: ``replace()`` and direct construction take anything."""
+    for f in fields(obj):
+        _check_type(_hints(type(obj))[f.name], getattr(obj, f.name),
+                    f"{section}.{f.name}" if section else f.name)
+
+
+def _check_type(tp: Any, value: Any, key: str) -> None:
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, key, base_dir)
+            return
+        first: ConfigError | None = None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                _check_type(arg, value, key)
+                return
+            except ConfigError as exc:
+                first = first or exc
+        assert first is not None
+        raise first
     if origin is Literal:
         if value not in args:
             raise ConfigError(key, f"must be one of {', '.join(map(repr, args))}, got {value!r}")
-        return value
-    if origin is tuple:
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list):
-            raise ConfigError(key, f"expected a list, got {_kind(value)}")
-        return tuple(_convert(args[0], v, f"{key}[{n}]", base_dir) for n, v in enumerate(items))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {_kind(value)} {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {_kind(value)} {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(key, f"expected a number, got {_kind(value)} {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(key, f"expected a string, got {_kind(value)}")
-        return str(value)
-    if tp is Path:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(key, f"expected a file path, got {_kind(value)}")
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else (base_dir / p).resolve()
-    if tp is Secret:
-        return Secret(str(value))
-    if isinstance(tp, type) and hasattr(tp, "__dataclass_fields__"):
-        return _build(tp, value, f"{key}.", base_dir)
-    if origin is not None and issubclass(origin, Mapping):
-        return value
-    raise TypeError(f"config field {key} has an unsupported type {tp!r}")  # a bug here, not in YAML
+    elif origin is tuple:
+        if not isinstance(value, tuple):
+            raise ConfigError(key, f"expected a tuple, got {kind_of(value)}")
+        for n, item in enumerate(value):
+            _check_type(args[0], item, f"{key}[{n}]")
+    elif origin is not None and issubclass(origin, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a mapping, got {kind_of(value)}")
+        for k, item in value.items():
+            _check_type(args[1], item, f"{key}.{k}")
+    elif (isinstance(value, bool) and tp is not bool
+          or not isinstance(value, (int, float) if tp is float else tp)):  # an int is a fine float
+        got = kind_of(value) if value is None else f"{kind_of(value)} {value!r}"
+        raise ConfigError(key, f"expected {_TYPE_NAMES.get(tp, 'a ' + tp.__name__)}, got {got}")
 
 
-def _kind(value: Any) -> str:
-    return "nothing" if value is None else type(value).__name__
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+               Path: "a file path"}

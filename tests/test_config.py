@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -9,11 +12,15 @@ import pytest
 import yaml
 
 from streamer.kafka import clients
-from streamer.config import Secret, config_from_dict, load_config, redacted
+from streamer.config import (BatchingConfig, Config, InputConfig, ModelConfig, OutputConfig, Secret,
+                             redacted, with_overrides)
+from streamer.config_file import config_from_dict, load_config
 from streamer.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
+DEPLOY = ROOT / "deploy" / "config" / "deploy.yaml"
+README = ROOT / "README.md"
 
 
 def minimal() -> dict[str, Any]:
@@ -32,7 +39,7 @@ def load(doc: dict[str, Any], env: dict[str, str] | None = None) -> Any:
 def test_example_config_loads_with_defaults() -> None:
     cfg = load_config(EXAMPLE, env={})
     assert cfg.input.topics == ("features",)
-    assert cfg.batching.max_size == 512 and cfg.batching.max_wait_ms == 20
+    assert cfg.batching == BatchingConfig()  # the example states no default of its own
     assert cfg.model.providers == ("cuda", "cpu")
     assert cfg.model.path == ROOT / "models" / "fraud_mlp.onnx"
     assert cfg.kafka["bootstrap.servers"] == "127.0.0.1:9092"
@@ -125,3 +132,173 @@ def test_round_trip_of_example_through_yaml() -> None:
     """The example is valid YAML whose every section the loader knows."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     assert set(doc) <= {"kafka", "input", "model", "batching", "output", "processing", "metrics"}
+
+
+# --- A config that exists is valid, however it was built -------------------------------------
+
+@pytest.mark.parametrize(("section", "values", "message"), [
+    ("batching", {"max_size": 1_000_000}, r"'batching\.max_size': must be between 1 and 65536, got 1000000"),
+    ("batching", {"max_size": 0}, r"'batching\.max_size': must be between 1 and 65536, got 0"),
+    ("batching", {"max_wait_ms": -1}, r"'batching\.max_wait_ms': must be >= 0, got -1"),
+    ("input", {"topics": ()}, r"'input\.topics': needs at least one topic"),
+    ("input", {"format": "protobuf"}, r"'input\.format': must be one of 'avro', 'avro-confluent', 'json'"),
+    ("input", {"format": "avro-confluent"}, r"'input\.registry': is required for format 'avro-confluent'"),
+    ("input", {"schema": None}, r"'input\.schema': is required for format 'avro'"),
+    ("input", {"consume_timeout_ms": -1}, r"'input\.consume_timeout_ms': must be >= 0, got -1"),
+    ("input", {"feature_min": 2.0, "feature_max": 1.0},
+     r"'input\.feature_min': 2\.0 is above input\.feature_max"),
+    ("model", {"path": ROOT / "models" / "nope.onnx"}, r"'model\.path': no model file at"),
+    ("model", {"providers": ()}, r"'model\.providers': needs at least one"),
+    ("model", {"intra_op_threads": -1}, r"'model\.intra_op_threads': must be >= 0, got -1"),
+    ("output", {"ack_timeout_ms": 0}, r"'output\.ack_timeout_ms': must be > 0, got 0"),
+    ("output", {"schema": ROOT / "nope.avsc"}, r"'output\.schema': no schema file at"),
+    ("processing", {"guarantee": "exactly-once"}, r"'processing\.guarantee': must be one of"),
+    ("processing", {"commit_interval_ms": 0}, r"'processing\.commit_interval_ms': must be > 0, got 0"),
+    ("processing", {"transaction_timeout_ms": 1000},
+     r"'processing\.transaction_timeout_ms': must exceed processing\.commit_interval_ms \(1000\)"),
+    ("processing", {"max_poison_fraction": 0.0}, r"'processing\.max_poison_fraction': must be in \(0, 1\]"),
+    ("processing", {"retry_backoff_max_ms": 100},
+     r"'processing\.retry_backoff_max_ms': must be >= processing\.retry_backoff_ms \(500\), got 100"),
+    ("processing", {"max_redrives": -1}, r"'processing\.max_redrives': must be >= 0, got -1"),
+    ("metrics", {"port": 65_536}, r"'metrics\.port': must be between 0 and 65535, got 65536"),
+    ("metrics", {"port": -1}, r"'metrics\.port': must be between 0 and 65535, got -1"),
+    ("metrics", {"stats_interval_ms": 0}, r"'metrics\.stats_interval_ms': must be > 0, got 0"),
+    ("metrics", {"stall_timeout_ms": 0}, r"'metrics\.stall_timeout_ms': must be > 0, got 0"),
+    ("metrics", {"enabled": "yes"}, r"'metrics\.enabled': expected true or false, got str 'yes'"),
+])
+def test_copies_are_validated_like_loaded_configs(section: str, values: dict[str, Any],
+                                                  message: str) -> None:
+    """``with_overrides`` (``dataclasses.replace``) and a YAML file refuse the same values."""
+    cfg = load(minimal())
+    with pytest.raises(ConfigError, match=message):
+        with_overrides(cfg, **{section: values})
+    doc = minimal()
+    for key, value in values.items():
+        if value is None:
+            doc[section].pop(key)  # None in YAML: the key left out
+        else:
+            yaml_value = str(value) if isinstance(value, Path) else value
+            doc.setdefault(section, {})[key] = list(value) if isinstance(value, tuple) else yaml_value
+    with pytest.raises(ConfigError, match=message):
+        load(doc)
+
+
+def test_values_the_tests_and_configs_rely_on_stay_valid() -> None:
+    cfg = load(minimal())
+    with_overrides(cfg, metrics={"port": 0},  # any free port
+                   batching={"max_size": 65_536, "max_wait_ms": 0},
+                   processing={"max_redrives": 0, "retry_backoff_ms": 100},
+                   input={"consume_timeout_ms": 0, "feature_max": 10})  # an int is a fine float
+
+
+def test_direct_construction_is_validated() -> None:
+    with pytest.raises(ConfigError, match=r"'batching\.max_size': must be between 1 and 65536"):
+        BatchingConfig(max_size=0)
+    with pytest.raises(ConfigError, match=r"'input\.topics': expected a tuple, got list"):
+        InputConfig(topics=["t"], group_id="g", format="json")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"'model\.path': expected a file path, got str"):
+        ModelConfig(path="models/fraud_mlp.onnx", name="m", version="1")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"'kafka': must be a mapping with at least 'bootstrap\.servers'"):
+        Config({}, InputConfig(("t",), "g", format="json"),
+               ModelConfig(ROOT / "models" / "fraud_mlp.onnx", "m", "1"), OutputConfig("out"))
+
+
+# --- One default per key, stated once ----------------------------------------------------------
+
+REQUIRED = object()  # no default: the key must be given
+COMPUTED = object()  # described in words (``<first input topic>.dlq``); None in the code
+
+
+def code_defaults(cls: type = Config, prefix: str = "") -> dict[str, Any]:
+    """Every leaf key of the config dataclasses and its default (sections are walked into)."""
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        sections = [t for t in typing.get_args(hints[f.name]) or (hints[f.name],)
+                    if dataclasses.is_dataclass(t) and t is not Secret]
+        if sections:
+            out.update(code_defaults(sections[0], f"{key}."))
+        elif f.default is not dataclasses.MISSING:
+            out[key] = f.default
+        else:
+            assert f.default_factory is dataclasses.MISSING, key
+            out[key] = REQUIRED
+    return out
+
+
+def _split_top_level(cell: str) -> list[str]:
+    """``a, [b, c], (d, e)`` -> ``['a', '[b, c]', '(d, e)']``."""
+    parts, depth, current = [], 0, ""
+    for ch in cell:
+        depth += (ch in "[(<") - (ch in "])>")
+        if ch == "," and depth == 0:
+            parts, current = [*parts, current], ""
+        else:
+            current += ch
+    return [p.strip() for p in [*parts, current]]
+
+
+def _documented_value(text: str) -> Any:
+    text = text.replace("`", "").strip()
+    if text.startswith("(required"):
+        return REQUIRED
+    if re.search(r"<[^>]+>", text):
+        return COMPUTED
+    if text.startswith("required for"):  # required only with some other value: no default
+        return None
+    text = re.sub(r"\s*\(.*\)$", "", text)  # "0 (ORT decides)"
+    if text == "none":
+        return None
+    value = yaml.safe_load(text)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def readme_defaults() -> dict[str, Any]:
+    """The ``## Config reference`` table: ``{dotted key: documented default}``.
+
+    A row may list several keys of one section, the first in full and the others by their last
+    part (``input.features_field``, ``id_field``), with one default each or one for all.
+    """
+    section = README.read_text().split("\n## Config reference\n", 1)[1].split("\n## ", 1)[0]
+    out: dict[str, Any] = {}
+    for row in (line for line in section.splitlines() if line.startswith("| `")):
+        key_cell, default_cell = row.split("|")[1:3]
+        names = re.findall(r"`([^`]+)`", key_cell)
+        parent = names[0].rpartition(".")[0]
+        keys = [names[0]] + [f"{parent}.{n.lstrip('.')}" for n in names[1:]]
+        defaults = [_documented_value(d) for d in _split_top_level(default_cell)]
+        if len(defaults) == 1:
+            defaults *= len(keys)
+        assert len(defaults) == len(keys), f"README row {keys}: {len(defaults)} defaults"
+        for key, default in zip(keys, defaults):
+            assert key not in out, f"README documents {key} twice"
+            out[key] = default
+    return out
+
+
+def test_readme_config_table_matches_the_code() -> None:
+    documented, code = readme_defaults(), code_defaults()
+    assert sorted(code.keys() - documented.keys()) == [], "keys missing from the README table"
+    assert sorted(documented.keys() - code.keys()) == [], "README keys the code does not have"
+    wrong = {key: (doc, code[key]) for key, doc in documented.items()
+             if not (doc is COMPUTED and code[key] is None)
+             and (type(doc), doc) != (type(code[key]), code[key])}
+    assert wrong == {}, "README default != dataclass default (key: (README, code))"
+
+
+@pytest.mark.parametrize(("path", "deliberate"), [
+    (EXAMPLE, set()),
+    (DEPLOY, {"metrics.enabled", "metrics.host"}),  # served to Prometheus in a container network
+])
+def test_shipped_configs_state_no_default_of_their_own(path: Path, deliberate: set[str]) -> None:
+    """A key a shipped config sets with its ``${VAR:-default}`` or a plain value has the code's
+    default there, so that the dataclass default is the one default a reader meets."""
+    cfg, doc, code = load_config(path, env={}), yaml.safe_load(path.read_text()), code_defaults()
+    differ = {}
+    for section, values in doc.items():
+        for name in values if section != "kafka" else ():
+            key, value = f"{section}.{name}", getattr(getattr(cfg, section), name)
+            if code[key] not in (REQUIRED, None) and key not in deliberate and value != code[key]:
+                differ[key] = (value, code[key])
+    assert differ == {}, f"{path.name} restates a default differently (key: (file, code))"

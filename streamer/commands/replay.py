@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer, TopicPartition
 
 from streamer.kafka import clients
+from streamer.kafka.topics import partitions
 from streamer.commands.run import build_processor
 from streamer.config import Config
 from streamer.errors import ConfigError, StreamerError
@@ -33,7 +34,6 @@ Bounds = dict[tuple[str, int], tuple[int, int]]
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-DEFAULT_BATCH, DEFAULT_WAIT_MS = 4096, 200
 
 
 class ReplayFinishedError(StreamerError):
@@ -116,9 +116,14 @@ class ReplaySummary:
 def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str | None = None,
                output_topic: str | None = None, model_path: Path | None = None,
                model_version: str | None = None, force: bool = False,
-               batch_size: int = DEFAULT_BATCH, max_wait_ms: int = DEFAULT_WAIT_MS,
+               batch_size: int | None = None, max_wait_ms: int | None = None,
                allow_live_output: bool = False, progress: TextIO | None = None) -> ReplaySummary:
-    """Plan (or resume) the run, score its range, and return when every partition is done."""
+    """Plan (or resume) the run, score its range, and return when every partition is done.
+
+    ``batch_size`` and ``max_wait_ms`` override ``batching`` of ``cfg`` (None: as configured).
+    The run's config is built, and so validated, before anything talks to the broker: a bad
+    override raises :class:`ConfigError` naming ``batching.max_size`` at once.
+    """
     run_id = run_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:4]
     output_topic = output_topic or f"{cfg.output.topic}.backfill"
     if output_topic == cfg.output.topic and not allow_live_output:
@@ -130,7 +135,9 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
         output=replace(cfg.output, topic=output_topic),
         model=replace(cfg.model, path=model_path or cfg.model.path,
                       version=model_version or cfg.model.version),
-        batching=replace(cfg.batching, max_size=batch_size, max_wait_ms=max_wait_ms),
+        batching=replace(cfg.batching,
+                         max_size=cfg.batching.max_size if batch_size is None else batch_size,
+                         max_wait_ms=cfg.batching.max_wait_ms if max_wait_ms is None else max_wait_ms),
         processing=replace(cfg.processing, dead_letter_topic=f"{output_topic}.dlq"))
     bounds, resumed = _plan(rcfg, run_id, start, end or When("latest"), force)
     clients.ensure_topic(rcfg, output_topic, like=cfg.input.topics[0])
@@ -155,8 +162,7 @@ def _plan(cfg: Config, run_id: str, start: When, end: When, force: bool) -> tupl
     try:
         tps = []
         for topic in cfg.input.topics:
-            meta = consumer.list_topics(topic, timeout=30).topics[topic]
-            tps += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+            tps += [TopicPartition(topic, p) for p in partitions(consumer, topic, 30)]
         saved: Bounds = {}
         for tp in clients.retrying(lambda: consumer.committed(tps, timeout=30), "reading the run's offsets"):
             info = _metadata(tp.metadata)

@@ -1,0 +1,156 @@
+"""Reading a config file: YAML, ``${ENV}`` interpolation, conversion to the typed :class:`Config`.
+
+``${VAR}`` and ``${VAR:-default}`` are taken from the environment after the YAML is parsed, so a
+value from the environment can never change the document's structure; a value that is exactly
+one ``${...}`` takes the YAML type of what it expands to (``"8"`` becomes 8). Values of
+secret-looking ``kafka:`` keys become :class:`Secret`. Relative paths are resolved against the
+config file's folder. Validation is the types' own (config.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+
+from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret, kind_of
+from streamer.errors import ConfigError
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
+    """Read, interpolate and validate a YAML config file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from exc
+    return config_from_dict(raw, base_dir=path.parent, env=os.environ if env is None else env)
+
+
+def config_from_dict(raw: Any, base_dir: Path = Path("."),
+                     env: Mapping[str, str] | None = None) -> Config:
+    """Validate an already-parsed document (what :func:`load_config` does after reading YAML)."""
+    env = os.environ if env is None else env
+    if not isinstance(raw, Mapping):
+        raise ConfigError("<root>", "the config must be a mapping of sections")
+    raw = _interpolate(raw, "", env)
+    kafka = raw.get("kafka")
+    if not isinstance(kafka, Mapping):
+        raise ConfigError("kafka", KAFKA_NEEDS)
+    raw = dict(raw)
+    raw["kafka"] = {str(k): Secret(str(v)) if SECRET_KEY.search(str(k)) else _librdkafka_str(v)
+                    for k, v in kafka.items()}
+    cfg: Config = _build(Config, raw, "", base_dir)  # each section validates itself
+    return cfg
+
+
+def _interpolate(value: Any, key: str, env: Mapping[str, str]) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _interpolate(v, f"{key}.{k}" if key else str(k), env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, f"{key}[{n}]", env) for n, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(key, f"environment variable {name} is not set and has no default")
+
+    result = _VAR.sub(sub, value)
+    # A value that is one ${...} takes the YAML type of what it expands to ("8" -> 8), so that
+    # numbers and booleans can come from the environment. Secrets stay strings (see above).
+    if _VAR.fullmatch(value) and result and not SECRET_KEY.search(key):
+        try:
+            parsed = yaml.safe_load(result)
+        except yaml.YAMLError:
+            return result
+        return parsed if isinstance(parsed, (int, float, bool)) else result
+    return result
+
+
+def _librdkafka_str(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _build(cls: type, raw: Any, prefix: str, base_dir: Path) -> Any:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(prefix or "<root>", f"must be a mapping, got {kind_of(raw)}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    for k in raw:
+        if k not in names:
+            raise ConfigError(f"{prefix}{k}", f"unknown key (expected one of: {', '.join(sorted(names))})")
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        key = f"{prefix}{f.name}"
+        if f.name not in raw:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ConfigError(key, "is required but missing")
+            continue
+        kwargs[f.name] = _convert(hints[f.name], raw[f.name], key, base_dir)
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any, key: str, base_dir: Path) -> Any:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, key, base_dir)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(key, f"must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if origin is tuple:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            raise ConfigError(key, f"expected a list, got {kind_of(value)}")
+        return tuple(_convert(args[0], v, f"{key}[{n}]", base_dir) for n, v in enumerate(items))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {kind_of(value)} {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {kind_of(value)} {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {kind_of(value)} {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(key, f"expected a string, got {kind_of(value)}")
+        return str(value)
+    if tp is Path:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(key, f"expected a file path, got {kind_of(value)}")
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (base_dir / p).resolve()
+    if tp is Secret:
+        return Secret(str(value))
+    if isinstance(tp, type) and hasattr(tp, "__dataclass_fields__"):
+        return _build(tp, value, f"{key}.", base_dir)
+    if origin is not None and issubclass(origin, Mapping):
+        return value
+    raise TypeError(f"config field {key} has an unsupported type {tp!r}")  # a bug here, not in YAML
+
+
