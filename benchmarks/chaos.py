@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer.commands.run import input_codec  # noqa: E402
-from streamer.kafka.broker import LocalKafka, create_topics, ensure_jars  # noqa: E402
+from streamer.kafka.broker import LocalKafka, ensure_jars  # noqa: E402
+from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from tests.support.faults import ChildProcessor, audit, caught_up, write_config, written  # noqa: E402
 

@@ -34,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer.kafka import clients  # noqa: E402
 from streamer.commands.run import build_processor, input_codec, model_runner, output_codec  # noqa: E402
-from streamer.kafka.broker import create_topics, kafka_cluster  # noqa: E402
+from streamer.kafka.broker import kafka_cluster  # noqa: E402
+from streamer.kafka.delivery import produce  # noqa: E402
+from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.config import Config  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.pipeline.validate import EventValidator  # noqa: E402
@@ -68,12 +70,8 @@ def pass_through(cfg: Config, n: int) -> float:
             if m.error():
                 continue
             started = started or time.perf_counter()
-            while True:
-                try:
-                    producer.produce(cfg.output.topic, m.value(), m.key(), on_delivery=ack)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce(producer, lambda: producer.poll(0.05), cfg.output.topic, m.value(), m.key(),
+                    on_delivery=ack)
             positions[(m.topic(), m.partition())] = m.offset() + 1
             done += 1
         producer.poll(0)

@@ -23,7 +23,7 @@ class ConfigError(StreamerError):
 class RecordError(StreamerError):
     """A single input record could not be processed at one stage of the pipeline.
 
-    ``stage`` is one of ``deserialize``, ``validate``, ``infer``, ``serialize``, ``produce``.
+    ``stage`` is one of :data:`STAGES`.
     The coordinates are filled in by whoever knows them (the codec does not; the processor does),
     through :meth:`at`.
     """
@@ -82,6 +82,13 @@ class ProduceError(RecordError):
     """The broker refuses this one output for good (too large, invalid): retrying cannot help."""
 
     stage = "produce"
+
+
+# Every stage a record can fail at, in pipeline order: the dead letters' stage header values, the
+# dead-letter metric's labels and the choices of `dlq redrive --stage`. One RecordError subclass
+# per stage (tests/test_errors.py checks that none is left out).
+STAGES: tuple[str, ...] = tuple(error.stage for error in (
+    DeserializeError, ValidationError, PoisonRowError, SerializeError, ProduceError))
 
 
 class InferenceError(StreamerError):

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.support import faults
-from streamer.kafka.broker import create_topics, kafka_cluster
-from streamer.config import Config, load_config
+from streamer.kafka.broker import kafka_cluster
+from streamer.kafka.topics import create_topics
+from streamer.config import Config
+from streamer.config_file import load_config
 from streamer.processor import Processor
 from streamer.observe.stats import Stats
 

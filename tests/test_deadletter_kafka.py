@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from streamer.commands import dlq
 from streamer.commands.run import build_processor, input_codec, model_runner, output_codec
-from streamer.kafka.broker import create_topics
+from streamer.kafka.topics import create_topics
 from streamer.config import Config, with_overrides
 from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, header
 from streamer.commands.demo import synthetic_events

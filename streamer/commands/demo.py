@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from confluent_kafka import Producer
 
 from streamer.commands.run import build_processor, input_codec
-from streamer.kafka.broker import create_topics, kafka_cluster
+from streamer.kafka.broker import kafka_cluster
+from streamer.kafka.clients import plain_producer
+from streamer.kafka.delivery import produce
+from streamer.kafka.topics import create_topics
 from streamer.pipeline.codecs import Codec
-from streamer.config import Config, dead_letter_topic, load_config
+from streamer.config import Config, dead_letter_topic
+from streamer.config_file import load_config
 from streamer.observe.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -62,9 +65,7 @@ def produce_events(bootstrap: str, topic: str, messages: Iterable[tuple[bytes, b
 
     Raises if any message was not acknowledged: a demo or test built on lost input proves nothing.
     """
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "enable.idempotence": True, "compression.type": "lz4",
-                         "logger": logging.getLogger("librdkafka")})
+    producer = plain_producer(bootstrap, linger_ms=20)
     errors: list[str] = []
     sent = 0
 
@@ -73,12 +74,7 @@ def produce_events(bootstrap: str, topic: str, messages: Iterable[tuple[bytes, b
             errors.append(str(err))
 
     for key, value in messages:
-        while True:
-            try:
-                producer.produce(topic, value, key, on_delivery=ack)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce(producer, lambda: producer.poll(0.05), topic, value, key, on_delivery=ack)
         producer.poll(0)
         sent += 1
     left = producer.flush(60)

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from streamer.errors import LocalBrokerError
 
@@ -96,32 +96,6 @@ def wait_for_metadata(bootstrap: str, timeout_s: float, log_file: Path | None = 
                 return
         except Exception:  # noqa: BLE001 - KafkaException until the broker is ready; retried
             pass
-
-
-def create_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 30.0) -> None:
-    """Create each ``name -> partitions`` topic (replication 1) unless it exists; waits for the result."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    existing = set(admin.list_topics(timeout=timeout_s).topics)
-    wanted = [NewTopic(t, num_partitions=p, replication_factor=1)
-              for t, p in topics.items() if t not in existing]
-    if not wanted:
-        return
-    for name, fut in admin.create_topics(wanted, operation_timeout=timeout_s).items():
-        try:
-            fut.result(timeout=timeout_s)
-        except Exception as exc:  # noqa: BLE001 - a concurrent creator is fine, anything else is not
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise LocalBrokerError(f"could not create topic {name!r}: {exc}") from exc
-    # Topic creation is acknowledged before every partition has a leader: wait for the leaders.
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        md = admin.list_topics(timeout=timeout_s).topics
-        if all(t in md and len(md[t].partitions) == p and
-               all(pm.leader >= 0 for pm in md[t].partitions.values())
-               for t, p in topics.items()):
-            return
-        time.sleep(0.05)
-    raise LocalBrokerError(f"topics {sorted(topics)} have no leader after {timeout_s:.0f}s")
 
 
 @dataclass

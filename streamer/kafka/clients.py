@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from streamer.config import Config, librdkafka_config
 from streamer.errors import BrokerError, ConfigError
+from streamer.kafka.topics import ensure_like, partitions
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+log = logging.getLogger(__name__)
 
 # Offsets are stored and committed by the processor after acks (see offsets.py), never by
 # librdkafka when it hands a message over: auto store would lose in-flight messages on a crash.
@@ -76,18 +79,45 @@ def make_admin(cfg: Config) -> AdminClient:
 
 def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0) -> None:
     """Create ``topic`` with as many partitions as ``like`` (broker's replication) unless it exists."""
-    admin = make_admin(cfg)
-    try:
-        topics = admin.list_topics(timeout=timeout_s).topics
-        if topic in topics:
-            return
-        partitions = len(topics[like].partitions) if like in topics else 1
-        admin.create_topics([NewTopic(topic, partitions, replication_factor=-1)])[topic].result(timeout_s)
-    except KafkaException as exc:
-        err = exc.args[0]
-        if getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
-            return
-        raise BrokerError(f"cannot create topic {topic!r}: {err}") from exc
+    ensure_like(make_admin(cfg), topic, like, timeout_s)
+
+
+# Clients for tools and tests that know a bootstrap address or a bare librdkafka mapping rather
+# than a Config: the lag exporter, the demo's feeder, the tests' audit.
+
+def admin_consumer(bootstrap_or_conf: str | Mapping[str, Any], group: str, *,
+                   read_committed: bool | None = None, **extra: Any) -> Consumer:
+    """A consumer that names ``group`` but never joins it and never commits: it reads the group's
+    committed offsets, watermarks, or partitions it assigns itself, whatever the members do.
+
+    ``bootstrap_or_conf`` is a bootstrap address or a librdkafka mapping (its ``group.*`` and
+    auto-commit settings are left out). ``read_committed`` sets ``isolation.level`` (None: the
+    mapping's, else librdkafka's default, read_committed).
+    """
+    isolation = {} if read_committed is None else {
+        "isolation.level": "read_committed" if read_committed else "read_uncommitted"}
+    return Consumer({**_tool_settings(bootstrap_or_conf), "group.id": group,
+                     "enable.auto.commit": False, **isolation, **extra})
+
+
+def plain_admin(bootstrap_or_conf: str | Mapping[str, Any]) -> AdminClient:
+    """An admin client on a bootstrap address or a librdkafka mapping (as for admin_consumer)."""
+    return AdminClient(_tool_settings(bootstrap_or_conf))
+
+
+def plain_producer(bootstrap: str, *, linger_ms: int = 5, **extra: Any) -> Producer:
+    """An idempotent, lz4-compressing producer on a bootstrap address, its log through Python
+    logging; ``extra`` are more librdkafka settings, passed as they are."""
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                     "compression.type": "lz4", "linger.ms": linger_ms, "logger": _LIBRDKAFKA_LOG,
+                     **extra})
+
+
+def _tool_settings(bootstrap_or_conf: str | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(bootstrap_or_conf, str):
+        return {"bootstrap.servers": bootstrap_or_conf}
+    # A processor's mapping may name its group and commit settings: a tool must not use them.
+    return {k: v for k, v in bootstrap_or_conf.items() if not k.startswith(("group.", "enable.auto"))}
 
 
 def _merge(cfg: Config, defaults: dict[str, str], forced: dict[str, str],
@@ -102,11 +132,17 @@ def _merge(cfg: Config, defaults: dict[str, str], forced: dict[str, str],
     return {**defaults, "logger": _LIBRDKAFKA_LOG, **user, **forced, **extra}
 
 
-# Answers that mean "ask again shortly": a group coordinator moving or still loading.
-_TRANSIENT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
-                        KafkaError._TRANSPORT, KafkaError.REBALANCE_IN_PROGRESS})
+# Answers that mean "ask again shortly": a group coordinator moving or still loading, a
+# rebalance under way, a request that timed out or lost its connection (a broker restarting).
+TRANSIENT_ERRORS = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                              KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
+                              KafkaError._TRANSPORT, KafkaError.REBALANCE_IN_PROGRESS})
 T = TypeVar("T")
+
+
+def is_transient(err: KafkaError) -> bool:
+    """Would the same request likely succeed when asked again shortly?"""
+    return bool(err.retriable()) or err.code() in TRANSIENT_ERRORS
 
 
 def retrying(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
@@ -117,8 +153,7 @@ def retrying(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
             return call()
         except KafkaException as exc:
             err = exc.args[0]
-            transient = err.retriable() or err.code() in _TRANSIENT
-            if not transient or time.monotonic() > deadline:
+            if not is_transient(err) or time.monotonic() > deadline:
                 raise BrokerError(f"{what}: {err}") from exc
             time.sleep(0.2)
 
@@ -131,10 +166,7 @@ def read_to_end(consumer: Consumer, topic: str, from_committed: bool,
     Raises BrokerError when no message comes for ``timeout_s`` before the end (an open
     transaction holding a read_committed reader back, say).
     """
-    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise BrokerError(f"topic {topic!r} does not exist")
-    tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+    tps = [TopicPartition(topic, p) for p in partitions(consumer, topic, timeout_s)]
     starts: dict[int, int] = {tp.partition: 0 for tp in tps}
     if from_committed:
         for tp in consumer.committed(tps, timeout=timeout_s):
@@ -161,3 +193,38 @@ def read_to_end(consumer: Consumer, topic: str, from_committed: bool,
         for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
             if tp.offset >= ends[tp.partition]:
                 todo.discard(tp.partition)
+
+
+@dataclass(frozen=True)
+class KafkaClients:
+    """Where a processor gets its Kafka clients: built from the config, or fakes in unit tests.
+
+    ``consumer(**extra)`` and ``producer(**extra)`` take extra librdkafka settings (callbacks,
+    transactional settings); ``ensure_topic(topic, like)`` creates a topic shaped like another.
+    """
+
+    consumer: Callable[..., Any]
+    producer: Callable[..., Any]
+    ensure_topic: Callable[[str, str], None]
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> KafkaClients:
+        # Module-level names are looked up at call time, so tests/support/crash_at.py can wrap them.
+        return cls(consumer=lambda **extra: make_consumer(cfg, **extra),
+                   producer=lambda **extra: make_producer(cfg, **extra),
+                   ensure_topic=lambda topic, like: ensure_topic(cfg, topic, like=like))
+
+
+def consume_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Message]:
+    """One ``consume()`` call's messages without the error events: partition EOFs are dropped,
+    errors librdkafka retries are logged, a fatal one raises :class:`BrokerError`."""
+    good = []
+    for m in consumer.consume(max_messages, timeout_s):
+        err = m.error()
+        if err is None:
+            good.append(m)
+        elif err.fatal():
+            raise BrokerError(f"fatal consumer error: {err}")
+        elif err.code() != KafkaError._PARTITION_EOF:
+            log.warning("consumer error (librdkafka retries it): %s", err)
+    return good

@@ -66,7 +66,7 @@ class Deliveries:
                  before_send: Callable[[], None] = lambda: None) -> None:
         self.producer = producer
         self._on_full = on_full  # called when the local queue is full, to serve reports
-        self._before_send = before_send  # exactly-once: opens the transaction
+        self.before_send = before_send  # exactly-once: the checkpoint opens its transaction here
         self._finished: list[_Unit] = []
         self._generation = 0
         self.in_flight = 0  # outputs sent and not yet reported
@@ -75,23 +75,18 @@ class Deliveries:
     def send(self, outputs: list[Output]) -> None:
         if not outputs:
             return
-        self._before_send()
+        self.before_send()
         unit = _Unit(outputs, self._finished, self._generation)
         self.in_flight += len(outputs)
         self.units_in_flight += 1
         for i, out in enumerate(outputs):
             out.attempts += 1
             callback = partial(unit.report, i)
-            while True:
-                try:
-                    self.producer.produce(out.topic, out.value, out.key, headers=out.headers,
-                                          on_delivery=callback)
-                    break
-                except BufferError:
-                    self._on_full()
-                except KafkaException as exc:  # refused before sending (too large, say)
-                    callback(exc.args[0], None)
-                    break
+            try:
+                produce(self.producer, self._on_full, out.topic, out.value, out.key,
+                        headers=out.headers, on_delivery=callback)
+            except KafkaException as exc:  # refused before sending (too large, say)
+                callback(exc.args[0], None)
 
     def collect(self, timeout_s: float) -> tuple[list[Output], list[tuple[Output, KafkaError]]]:
         """Serve delivery reports; return the outputs acknowledged and those that failed."""
@@ -124,6 +119,21 @@ class Deliveries:
     def flush(self, timeout_s: float) -> int:
         """Wait for every report (up to ``timeout_s``); returns how many are still unreported."""
         return int(self.producer.flush(timeout_s))
+
+
+def produce(producer: Any, on_full: Callable[[], object], topic: str, value: bytes | None,
+            key: bytes | None = None, **kwargs: Any) -> None:
+    """``producer.produce(topic, value, key, **kwargs)``, calling ``on_full`` (which should serve
+    delivery reports) each time the local queue is full, until the message is queued.
+
+    Any other refusal (:class:`KafkaException`: too large, say) is raised to the caller.
+    """
+    while True:
+        try:
+            producer.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            on_full()
 
 
 def is_permanent(err: KafkaError) -> bool:

@@ -11,32 +11,33 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
 
-from streamer.kafka.clients import retrying
 from streamer.errors import BrokerError
+from streamer.kafka.clients import admin_consumer, plain_admin, retrying
+from streamer.kafka.topics import partitions
 
 log = logging.getLogger(__name__)
 
 
 class LagExporter:
-    """Computes a group's lag on demand (:meth:`collect`) into gauges on ``registry``."""
+    """Computes a group's lag on demand (:meth:`collect`) into gauges on ``registry``.
 
-    def __init__(self, client_config: dict[str, Any], group: str, topics: Sequence[str],
+    ``client_config`` is the cluster: a bootstrap address or a librdkafka mapping.
+    """
+
+    def __init__(self, client_config: str | Mapping[str, Any], group: str, topics: Sequence[str],
                  registry: CollectorRegistry, prefix: str = "streamer") -> None:
         self.group, self.topics = group, list(topics)
-        base = {k: v for k, v in client_config.items() if not k.startswith(("group.", "enable.auto"))}
         # Names the group to read its commits; never subscribes, so it is never a member.
-        self._offsets = Consumer({**base, "group.id": group, "enable.auto.commit": False})
+        self._offsets = admin_consumer(client_config, group)
         # Reads the first uncommitted message of a lagging partition, for its timestamp.
-        self._peek = Consumer({**base, "group.id": f"{group}.lag-exporter-{uuid.uuid4().hex[:6]}",
-                               "enable.auto.commit": False})
-        self._admin = AdminClient(base)
+        self._peek = admin_consumer(client_config, f"{group}.lag-exporter-{uuid.uuid4().hex[:6]}")
+        self._admin = plain_admin(client_config)
         labels = ["group", "topic", "partition"]
         p = prefix
         self.lag_messages = Gauge(f"{p}_group_lag_messages", "End offset minus committed offset",
@@ -64,10 +65,8 @@ class LagExporter:
         return lags
 
     def _collect(self, timeout_s: float) -> dict[tuple[str, int], int]:
-        tps = []
-        for topic in self.topics:
-            meta = self._offsets.list_topics(topic, timeout=timeout_s).topics[topic]
-            tps += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        tps = [TopicPartition(topic, p) for topic in self.topics
+               for p in partitions(self._offsets, topic, timeout_s)]
         committed = {(tp.topic, tp.partition): tp.offset
                      for tp in retrying(lambda: self._offsets.committed(tps, timeout=timeout_s),
                                         "reading the group's offsets", timeout_s)}

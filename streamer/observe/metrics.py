@@ -1,13 +1,18 @@
-"""Prometheus metrics of one processor, built from an injected registry, and their HTTP endpoint."""
+"""Prometheus metrics of one processor, built from an injected registry, and their no-op twin."""
 
 from __future__ import annotations
 
+import functools
 import platform
+from typing import TYPE_CHECKING, get_args
 
 import confluent_kafka
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from streamer import __version__
+from streamer.errors import STAGES
+from streamer.pipeline.batcher import FlushReason
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
 FAST_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -73,9 +78,57 @@ class Metrics:
         self.build_info.labels(__version__, platform.python_version(), confluent_kafka.libversion()[0]).set(1)
         # Known label values start at zero, so dashboards and alerts see a series before the
         # first event of its kind.
-        for stage in ("deserialize", "validate", "infer", "serialize", "produce"):
+        for stage in STAGES:
             self.dead_letters.labels(stage)
-        for reason in ("full", "timeout", "revoke", "shutdown"):
+        for reason in get_args(FlushReason):
             self.flushes.labels(reason)
         for kind in ("assign", "revoke", "lost"):
             self.rebalances.labels(kind)
+
+
+class NullMetric:
+    """A metric that takes every recording call a Counter, Gauge or Histogram takes, and drops it."""
+
+    __slots__ = ()
+
+    def labels(self, *_values: object, **_labels: object) -> NullMetric:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def dec(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+
+_NULL_METRIC = NullMetric()
+
+
+class NullMetrics:
+    """The no-op twin of :class:`Metrics`, for a processor run without metrics: the same
+    attributes, each metric a :class:`NullMetric`, so callers record without asking first.
+
+    Example: ``NullMetrics().dead_letters.labels("infer").inc()`` does nothing; a name Metrics
+    does not have raises AttributeError, as on Metrics.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()  # stays empty: nothing is recorded
+        for name in _metric_names():
+            setattr(self, name, _NULL_METRIC)
+
+    if TYPE_CHECKING:  # the metric attributes are set from Metrics' own, in __init__
+        def __getattr__(self, name: str) -> NullMetric: ...
+
+
+@functools.cache
+def _metric_names() -> tuple[str, ...]:
+    # Read off a Metrics on a throwaway registry, so the twin never lags behind a new metric.
+    sample = Metrics(CollectorRegistry())
+    return tuple(name for name, value in vars(sample).items() if isinstance(value, MetricWrapperBase))

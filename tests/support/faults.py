@@ -22,31 +22,23 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
-
-from streamer.kafka.clients import read_to_end, retrying
-from streamer.pipeline.codecs import AvroCodec, load_schema
 from streamer.errors import BrokerError
+from streamer.kafka.clients import (
+    admin_consumer,
+    is_transient,
+    plain_admin,
+    plain_producer,
+    read_to_end,
+    retrying,
+)
+from streamer.kafka.topics import partitions
+from streamer.pipeline.codecs import AvroCodec, load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
-_LOADING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
-            KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
 
 
 def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: str, group: str,
@@ -147,13 +139,10 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str,
 def end_offsets(bootstrap: str, topic: str, committed_only: bool = True) -> dict[int, int]:
     """Each partition's end: with ``committed_only`` (read_committed) the last stable offset,
     which an open transaction holds back; else the high watermark."""
-    isolation = "read_committed" if committed_only else "read_uncommitted"
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks",
-                         "isolation.level": isolation})
+    consumer = admin_consumer(bootstrap, "watermarks", read_committed=committed_only)
     try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in parts}
+                for p in partitions(consumer, topic, 10)}
     finally:
         consumer.close()
 
@@ -165,11 +154,9 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     list_consumer_group_offsets: in librdkafka 2.16 its response handler crashes the process
     (SIGSEGV in rd_kafka_cgrp_op) when a restarted broker answers "coordinator loading".
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
+    consumer = admin_consumer(bootstrap, group)
     try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        tps = [TopicPartition(topic, p) for p in parts]
+        tps = [TopicPartition(topic, p) for p in partitions(consumer, topic, 10)]
         result = retrying(lambda: consumer.committed(tps, timeout=30), "reading committed offsets")
         return {tp.partition: tp.offset for tp in result}
     finally:
@@ -183,7 +170,7 @@ def caught_up(bootstrap: str, group: str, topic: str) -> bool:
     except BrokerError:
         return False  # a restarted broker is still loading its coordinators
     except KafkaException as exc:
-        if exc.args[0].retriable() or exc.args[0].code() in _LOADING:
+        if is_transient(exc.args[0]):
             return False
         raise
 
@@ -193,14 +180,13 @@ def written(bootstrap: str, topic: str) -> int:
     0 while the broker cannot say."""
     try:
         return sum(end_offsets(bootstrap, topic, committed_only=False).values())
-    except KafkaException:
+    except (KafkaException, BrokerError):
         return 0
 
 
 def read_all(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Message]:
     """Every committed message of ``topic`` up to its end offsets as of now (read_committed)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer = admin_consumer(bootstrap, f"reader-{uuid.uuid4().hex}", read_committed=True)
     try:
         return list(read_to_end(consumer, topic, from_committed=False, timeout_s=timeout_s))
     finally:
@@ -258,7 +244,7 @@ def audit(bootstrap: str, input_topic: str, output_topic: str, dlq_topic: str) -
 
 def set_topic_config(bootstrap: str, topic: str, settings: dict[str, str]) -> None:
     """Change topic-level settings (incrementally: others keep their values)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = plain_admin(bootstrap)
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()])
     for future in admin.incremental_alter_configs([resource]).values():
@@ -269,7 +255,7 @@ def markers_visible(bootstrap: str, topic: str, timeout_s: float = 30.0) -> bool
     """Write a marker to every partition; can a read_committed reader see them all (no hanging
     transaction holding the partition's last stable offset back)?"""
     parts = end_offsets(bootstrap, topic)
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = plain_producer(bootstrap)
     for p in parts:
         producer.produce(topic, b"marker", partition=p)
     if producer.flush(30):

@@ -1,0 +1,117 @@
+"""Topics: partitions, creation.
+
+Every listing of a topic's partitions and every topic creation in streamer goes through here. The
+functions take a client that the caller built (kafka/clients.py builds them from a config), so
+this module depends on no config and builds no client settings, with one exception: the
+:func:`create_topics` shortcut for the demo, the benchmarks and the tests, which only know a
+bootstrap address.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streamer.errors import BrokerError
+
+
+class MetadataClient(Protocol):
+    """What a Consumer, a Producer and an AdminClient have in common: a metadata request."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+
+
+class TopicAdmin(MetadataClient, Protocol):
+    """What :func:`create` needs of an AdminClient."""
+
+    def create_topics(self, new_topics: list[NewTopic], **kwargs: Any) -> dict[str, Future[Any]]: ...
+
+
+def partitions(client: MetadataClient, topic: str, timeout_s: float = 30.0) -> list[int]:
+    """The partition ids of ``topic``, sorted.
+
+    Example: a topic created with 3 partitions gives ``[0, 1, 2]``.
+
+    Raises:
+        BrokerError: the topic does not exist (or the broker lists no partitions for it, with the
+            broker's reason).
+        KafkaException: the metadata request itself failed (timed out, say); callers that retry
+            on transient errors see it as such.
+    """
+    meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        raise BrokerError(f"topic {topic!r} does not exist")
+    if meta.error is not None and not meta.partitions:
+        raise BrokerError(f"topic {topic!r} has no partitions listed: {meta.error}")
+    return sorted(meta.partitions)
+
+
+def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: int = -1,
+           timeout_s: float = 30.0) -> None:
+    """Create each ``name -> partitions`` topic that does not exist yet, and wait for its leaders.
+
+    ``replication_factor=-1`` takes the broker's default. A topic that another client creates
+    at the same time is fine (the broker answers TOPIC_ALREADY_EXISTS, checked by error code);
+    any other refusal raises :class:`BrokerError` naming the topic.
+    """
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise BrokerError(f"cannot list topics to create {sorted(topics)}: {exc.args[0]}") from exc
+    wanted = {name: count for name, count in topics.items() if name not in existing}
+    if not wanted:
+        return
+    futures = admin.create_topics([NewTopic(name, count, replication_factor=replication_factor)
+                                   for name, count in wanted.items()], operation_timeout=timeout_s)
+    created: dict[str, int] = {}
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue  # a concurrent creator won: its partition count stands
+            raise BrokerError(f"cannot create topic {name!r}: {err}") from exc
+        except TimeoutError as exc:
+            raise BrokerError(f"cannot create topic {name!r}: no answer in {timeout_s:.0f}s") from exc
+        created[name] = wanted[name]
+    _await_leaders(admin, created, timeout_s)
+
+
+def ensure_like(admin: TopicAdmin, topic: str, like: str, timeout_s: float = 30.0) -> None:
+    """Create ``topic`` unless it exists, with as many partitions as ``like`` has (one when
+    ``like`` does not exist either) and the broker's default replication."""
+    try:
+        count = len(partitions(admin, like, timeout_s))
+    except BrokerError:
+        count = 1
+    except KafkaException as exc:
+        raise BrokerError(f"cannot create topic {topic!r}: {exc.args[0]}") from exc
+    create(admin, {topic: count}, timeout_s=timeout_s)
+
+
+def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0) -> None:
+    """Create each ``name -> partitions`` topic (replication 1) unless it exists, on the cluster
+    at ``bootstrap``: the demo's, the benchmarks' and the tests' shortcut to :func:`create`."""
+    create(AdminClient({"bootstrap.servers": bootstrap}), topics, replication_factor=1,
+           timeout_s=timeout_s)
+
+
+def _await_leaders(admin: MetadataClient, topics: Mapping[str, int], timeout_s: float) -> None:
+    # Creation is acknowledged before every partition has a leader; a producer or an assignment
+    # in that gap fails or waits, so the creator waits here instead.
+    deadline = time.monotonic() + timeout_s
+    while topics:
+        meta = admin.list_topics(timeout=timeout_s).topics
+        if all(name in meta and len(meta[name].partitions) == count
+               and all(p.leader >= 0 for p in meta[name].partitions.values())
+               for name, count in topics.items()):
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(f"topics {sorted(topics)} have no leader after {timeout_s:.0f}s")
+        time.sleep(0.05)

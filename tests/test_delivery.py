@@ -1,0 +1,54 @@
+"""Producing through a full local queue, and refusals reported as failed deliveries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from streamer.kafka.delivery import Deliveries, Output, produce
+
+
+class FakeProducer:
+    """Full for the first ``full`` calls; refuses values in ``refuse``; acks on poll()."""
+
+    def __init__(self, full: int = 0, refuse: bytes | None = None) -> None:
+        self.full, self.refuse = full, refuse
+        self.sent: list[tuple[str, bytes | None, bytes | None]] = []
+        self.pending: list[Any] = []
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, **kw: Any) -> None:
+        if self.full:
+            self.full -= 1
+            raise BufferError("queue full")
+        if value == self.refuse:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        self.sent.append((topic, value, key))
+        self.pending.append(kw["on_delivery"])
+
+    def poll(self, _timeout: float) -> int:
+        served, self.pending = self.pending, []
+        for callback in served:
+            callback(None, None)
+        return len(served)
+
+
+def test_produce_serves_the_full_queue_until_the_message_is_taken() -> None:
+    producer, served = FakeProducer(full=3), []
+    produce(producer, lambda: served.append(1), "t", b"v", b"k", on_delivery=lambda *a: None)
+    assert served == [1, 1, 1] and producer.sent == [("t", b"v", b"k")]
+
+
+def test_send_reports_a_refused_output_as_failed_and_sends_the_rest() -> None:
+    producer = FakeProducer(full=2, refuse=b"huge")
+
+    def serve_reports() -> None:
+        producer.poll(0)
+
+    deliveries = Deliveries(producer, on_full=serve_reports)
+    outputs = [Output("t", None, v, None, source=None) for v in (b"a", b"huge", b"b")]
+    deliveries.send(outputs)
+    acked, failed = deliveries.collect(0)
+    assert [o.value for o in acked] == [b"a", b"b"]
+    assert [(o.value, e.code()) for o, e in failed] == [(b"huge", KafkaError.MSG_SIZE_TOO_LARGE)]
+    assert deliveries.in_flight == 0 and [o.attempts for o in outputs] == [1, 1, 1]
