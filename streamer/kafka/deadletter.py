@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
 from streamer.errors import RecordError
+from streamer.kafka.delivery import Output
 
 Headers = list[tuple[str, bytes]]
 HEADER_PREFIX = "streamer.dlq."
 REDRIVE_HEADER = "streamer.redrive.count"  # set by `streamer dlq redrive` on the re-published row
 MAX_TRACE_CHARS = 2000
+log = logging.getLogger(__name__)
 
 
 def redrive_count(headers: Headers | None) -> int:
@@ -80,3 +84,14 @@ def dead_letter(error: RecordError, *, dlq_topic: str, key: bytes | None,
     return DeadLetter(topic=dlq_topic, key=key, value=error.raw, headers=headers,
                       source_topic=error.topic, source_partition=error.partition,
                       source_offset=error.offset, stage=error.stage)
+
+
+def letter_for(error: RecordError, message: Any, *, dlq_topic: str, group_id: str, model_name: str,
+               model_version: str) -> Output:
+    """The output that dead-letters consumed ``message`` for ``error`` (coordinates filled in)."""
+    error.at(message.topic(), message.partition(), message.offset(), message.value())
+    letter = dead_letter(error, dlq_topic=dlq_topic, key=message.key(), original_headers=message.headers(),
+                         timestamp_ms=message.timestamp()[1], group_id=group_id,
+                         model_name=model_name, model_version=model_version)
+    log.debug("dead letter %s at %s: %s", error.stage, error.coordinates(), error)
+    return Output(letter.topic, letter.key, letter.value, letter.headers, message, stage=letter.stage)

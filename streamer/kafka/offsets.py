@@ -22,6 +22,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 TopicPartition = tuple[str, int]
 
@@ -100,3 +103,26 @@ class OffsetTracker:
         """Stop tracking partitions (revoked or lost); later acks for them are ignored."""
         for tp in tps:
             self._parts.pop(tp, None)
+
+
+class ReadRange:
+    """A replay's fixed range: exactly ``[start, end)`` of each partition, assigned directly.
+
+    Offsets at or past a partition's end are not ours to score; the range is read when the
+    consumer's position (not the last offset seen: commit markers take offsets too) reached
+    every end.
+    """
+
+    def __init__(self, bounds: dict[TopicPartition, tuple[int, int]]) -> None:
+        self.bounds = bounds
+        self._todo = [tp for tp, (start, end) in bounds.items() if start < end]
+
+    def assignment(self) -> list[KafkaTopicPartition]:
+        return [KafkaTopicPartition(t, p, self.bounds[(t, p)][0]) for t, p in self._todo]
+
+    def past_end(self, tp: TopicPartition, offset: int) -> bool:
+        return offset >= self.bounds[tp][1]
+
+    def read(self, consumer: Any) -> bool:
+        positions = consumer.position([KafkaTopicPartition(t, p) for t, p in self._todo])
+        return all(tp.offset >= self.bounds[(tp.topic, tp.partition)][1] for tp in positions)

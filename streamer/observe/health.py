@@ -71,3 +71,18 @@ class HealthServer:
         request.send_header("Content-Length", str(len(body)))
         request.end_headers()
         request.wfile.write(body)
+
+
+def loop_status(*, running: bool, silent_s: float, stall_s: float, blocked: str | None,
+                stalled: set[tuple[str, int]], ready: bool) -> Status:
+    """A processor's status: alive (its loop turns within ``stall_s``), not blocked, no stalled
+    partition; ready once warmed up and in the group."""
+    if running and silent_s > stall_s:
+        reason = f"main loop silent for {silent_s:.0f} s (a model call hanging?)"
+    elif blocked is not None:
+        reason = blocked
+    elif stalled:
+        reason = "no progress on " + ", ".join(f"{t}[{p}]" for t, p in sorted(stalled))
+    else:
+        reason = ""
+    return Status(healthy=not reason, ready=ready and running, reason=reason)

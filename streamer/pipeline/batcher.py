@@ -29,6 +29,10 @@ class Batch(Generic[T]):
     reason: FlushReason
     wait_s: float
 
+    def keep(self, wanted: Callable[[T], bool]) -> Batch[T]:
+        """The same batch with only the rows ``wanted`` (partitions revoked meanwhile)."""
+        return Batch(tuple(r for r in self.rows if wanted(r)), self.reason, self.wait_s)
+
 
 class MicroBatcher(Generic[T]):
     """Accumulates rows; :meth:`add` and :meth:`poll` return the batches that are due."""

@@ -110,3 +110,26 @@ def model_answers(runner: ModelRunner) -> bool:
     except InferenceError:
         return False
     return True
+
+
+class BatchScorer:
+    """Scores batch after batch, telling a broken model from poison rows across batches too.
+
+    Besides what :func:`score_isolating` sees within one batch, a run of
+    ``broken_after_failed_batches`` batches failing entirely, while the warm-up input fails as
+    well, means the model is broken: :class:`ModelBrokenError`, nothing dead-lettered.
+    """
+
+    def __init__(self, runner: ModelRunner, policy: IsolationPolicy, broken_after_failed_batches: int) -> None:
+        self.runner, self.policy, self.broken_after = runner, policy, broken_after_failed_batches
+        self.failed_batches = 0  # whole batches failing in a row
+
+    def score(self, features: np.ndarray) -> Scored:
+        scored = score_isolating(self.runner, features, self.policy)
+        if len(scored.poison) < len(features):
+            self.failed_batches = 0
+            return scored
+        self.failed_batches += 1
+        if self.failed_batches >= self.broken_after and not model_answers(self.runner):
+            raise ModelBrokenError(f"{self.failed_batches} batches in a row failed entirely")
+        return scored

@@ -50,6 +50,9 @@ class _Proxy:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
+    def __len__(self) -> int:  # dunder methods do not go through __getattr__
+        return len(self._real)
+
 
 class _Consumer(_Proxy):
     def commit(self, *args: Any, **kwargs: Any) -> Any:

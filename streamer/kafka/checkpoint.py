@@ -1,0 +1,211 @@
+"""Checkpoints: when consumed input counts as done, and how its progress is committed.
+
+One committer per guarantee, chosen once when the processor is wired (:data:`CHECKPOINTS`); the
+loop calls the same methods whichever it runs and never asks which:
+
+- :class:`AtLeastOnce`: an input offset is *done* when its outputs are acknowledged, and the
+  contiguous done prefix of each partition is committed through the consumer, synchronously
+  (see offsets.py for the worked example: done 34 35 36 40 commits 37).
+- :class:`Transactional` (exactly-once, KIP-447): outputs are produced inside a transaction and
+  the consumed positions are added to it with the consumer's group metadata; the consumer never
+  commits by itself. A failed output or an abortable error aborts the transaction, and the
+  :class:`Commit` returned tells the loop where to read again (``rewind``).
+
+Neither calls back into the loop: each returns a :class:`Commit` that says what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from streamer.config import Config, transactional_id
+from streamer.errors import CommitError, TransactionAbortedError
+from streamer.kafka.delivery import Deliveries, Output
+from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.transactions import Transactions
+from streamer.kafka.watchdog import deadline
+
+log = logging.getLogger(__name__)
+TopicPartition = tuple[str, int]
+Failures = list[tuple[Output, KafkaError]]
+
+
+@dataclass
+class Commit:
+    """What one commit did. Empty when there was nothing to commit."""
+
+    committed: dict[TopicPartition, int] = field(default_factory=dict)  # positions accepted
+    counted: list[Output] = field(default_factory=list)  # outputs that became final with it
+    error: CommitError | None = None  # partitions whose commit failed (retried next time)
+    failed_partitions: int = 0
+    attempted: bool = False  # a commit request went to the broker
+    rewind: dict[TopicPartition, int] | None = None  # aborted: read from here again, drop the rest
+    write_failure: str | None = None  # aborted because an output could not be written
+
+
+class Checkpoint(Protocol):
+    """The committer interface the loop sees."""
+
+    tracker: OffsetTracker
+
+    def acknowledged(self, acked: list[Output]) -> list[Output]:
+        """Mark acknowledged outputs' offsets done; return those that are final now."""
+
+    def failed(self, failed: Failures) -> Failures:
+        """Note failed deliveries; return those the loop must dead-letter or produce again."""
+
+    def commit_due(self) -> bool:
+        """Is a commit due (the interval passed, or a failure waits to abort)?"""
+
+    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False) -> Commit:
+        """Commit progress (of ``tps`` only, where the guarantee allows); ``failing``: the loop
+        died, commit only what is safe."""
+
+    def lost(self, tps: set[TopicPartition]) -> Commit:
+        """Partitions lost: their work is dropped and never committed."""
+
+    def close(self, fatal: bool) -> None:
+        """Release what is open (an open transaction is aborted unless the producer is dead)."""
+
+
+class _Base:
+    def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
+                 clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
+        self.tracker = tracker
+        self._consumer, self._deliveries, self._clock, self._metadata = consumer, deliveries, clock, metadata
+        self._interval_s = cfg.processing.commit_interval_ms / 1000.0
+        self._ack_timeout_s = cfg.output.ack_timeout_ms / 1000.0
+        self._last = clock()
+
+    def commit_due(self) -> bool:
+        return self._clock() - self._last >= self._interval_s
+
+    def _position(self, tp: TopicPartition, offset: int) -> KafkaTopicPartition:
+        if self._metadata is None:
+            return KafkaTopicPartition(tp[0], tp[1], offset)
+        return KafkaTopicPartition(tp[0], tp[1], offset, metadata=self._metadata(tp))
+
+    def _done(self, acked: list[Output]) -> None:
+        by_tp: dict[TopicPartition, list[int]] = {}
+        for out in acked:
+            by_tp.setdefault(out.source_tp, []).append(out.source.offset())
+        for tp, offsets in by_tp.items():
+            self.tracker.done(tp, offsets)
+
+
+class AtLeastOnce(_Base):
+    """Commits the done prefix through the consumer, synchronously, after the acks."""
+
+    @staticmethod
+    def producer_settings(cfg: Config) -> dict[str, Any]:
+        return {}
+
+    def acknowledged(self, acked: list[Output]) -> list[Output]:
+        self._done(acked)
+        return acked
+
+    def failed(self, failed: Failures) -> Failures:
+        return failed
+
+    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False) -> Commit:
+        self._last = self._clock()
+        positions = self.tracker.committable(tps)
+        if not positions:
+            return Commit()
+        offsets = [self._position(tp, off) for tp, off in positions.items()]
+        try:
+            with deadline(2 * self._ack_timeout_s + 10, "offset commit"):
+                result = self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            return Commit(error=CommitError({"all": str(exc.args[0])}), failed_partitions=len(offsets))
+        failures = {f"{tp.topic}[{tp.partition}]": str(tp.error) for tp in result if tp.error}
+        accepted = {(tp.topic, tp.partition): tp.offset for tp in result if not tp.error}
+        self.tracker.mark_committed(accepted)
+        return Commit(committed=accepted, attempted=True, error=CommitError(failures) if failures else None,
+                      failed_partitions=len(failures))
+
+    def lost(self, tps: set[TopicPartition]) -> Commit:
+        return Commit()
+
+    def close(self, fatal: bool) -> None:
+        pass
+
+
+class Transactional(_Base):
+    """Exactly-once: each commit interval's outputs and consumed positions in one transaction."""
+
+    @staticmethod
+    def producer_settings(cfg: Config) -> dict[str, Any]:
+        return {"transactional.id": transactional_id(cfg),
+                "transaction.timeout.ms": cfg.processing.transaction_timeout_ms}
+
+    def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
+                 clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
+        super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
+        self._txn = Transactions(deliveries.producer, consumer.consumer_group_metadata, self._ack_timeout_s)
+        deliveries.before_send = self._txn.begin  # the first output after a commit opens one
+        self._failure: str | None = None  # an output of the open transaction failed
+        self._uncounted: list[Output] = []  # acknowledged, final once the transaction commits
+
+    def acknowledged(self, acked: list[Output]) -> list[Output]:
+        self._done(acked)
+        self._uncounted.extend(acked)
+        return []
+
+    def failed(self, failed: Failures) -> Failures:
+        if failed:  # the transaction cannot commit: abort it at the next commit, redo from the last
+            out, err = failed[0]
+            self._failure = f"cannot write to {out.topic}: {err.str()}"
+        return []
+
+    def commit_due(self) -> bool:
+        return self._failure is not None or super().commit_due()
+
+    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False) -> Commit:
+        """Commit the open transaction with every partition's position (``tps`` cannot narrow a
+        transaction: a revoke commits them all)."""
+        self._last = self._clock()
+        if not self._txn.open:
+            return Commit()
+        left = self._deliveries.flush(self._ack_timeout_s)
+        acked, failed = self._deliveries.collect(0.0)
+        self.acknowledged(acked)
+        self.failed(failed)
+        if failing or left or self._failure:
+            return self._abort(self._failure or ("outputs unacknowledged" if left else "processing failed"))
+        positions = self.tracker.committable()
+        try:
+            self._txn.commit([self._position(tp, off) for tp, off in positions.items()])
+        except TransactionAbortedError as exc:
+            return self._abort(str(exc))
+        self.tracker.mark_committed(positions)
+        counted, self._uncounted = self._uncounted, []
+        return Commit(committed=positions, counted=counted, attempted=True)
+
+    def lost(self, tps: set[TopicPartition]) -> Commit:
+        # Its offsets can no longer be committed: abort, and read everything else again.
+        return self._abort("partitions lost") if self._txn.open else Commit()
+
+    def close(self, fatal: bool) -> None:
+        if self._txn.open and not fatal:
+            self._txn.abort()
+
+    def _abort(self, reason: str) -> Commit:
+        """Abort the open transaction; everything after the last commit is to be read again."""
+        log.warning("aborting the transaction (%s): rewinding to the last commit", reason)
+        self._txn.abort()
+        self._deliveries.discard()
+        self._uncounted = []
+        failure, self._failure = self._failure, None
+        return Commit(rewind=self.tracker.rewind(), write_failure=failure)
+
+
+CHECKPOINTS: dict[str, type[AtLeastOnce] | type[Transactional]] = {
+    "at_least_once": AtLeastOnce, "exactly_once": Transactional,
+}

@@ -1,0 +1,99 @@
+"""Counting what the processor did, into its Stats and its Prometheus metrics at once.
+
+The loop reports events (consumed, a batch scored, outputs final, a commit); this module turns
+each into the summary counts (:class:`Stats`) and the exported metrics, so the loop holds no
+metric code. Without metrics, the no-op twin takes the calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from streamer.kafka.checkpoint import Commit
+from streamer.kafka.delivery import Output
+from streamer.observe.metrics import Metrics, NullMetrics
+from streamer.observe.stats import Stats
+from streamer.pipeline.batcher import Batch
+
+log = logging.getLogger(__name__)
+
+class Accounting:
+    """Stats and metrics of one processor."""
+
+    def __init__(self, stats: Stats, metrics: Metrics | None, model: tuple[str, str], output_topic: str) -> None:
+        self.stats = stats
+        self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
+        self._model, self._output_topic = model, output_topic
+
+    def started(self, provider: str) -> None:
+        self.metrics.model_info.labels(*self._model, provider).set(1)
+        self.metrics.healthy.set(1)
+
+    def consumed(self, messages: Sequence[Any]) -> None:
+        self.stats.events += len(messages)
+        if messages and self.stats.first_event_at is None:
+            self.stats.first_event_at = time.monotonic()
+        for topic, count in Counter(m.topic() for m in messages).items():
+            self.metrics.events_consumed.labels(topic).inc(count)
+
+    def scored(self, batch: Batch[Any], seconds: float, calls: int, bisections: int, provider: str) -> None:
+        s, m = self.stats, self.metrics
+        s.batches += 1
+        s.rows_batched += len(batch.rows)
+        s.flushes[batch.reason] += 1
+        s.model_calls += calls
+        s.bisections += bisections
+        m.batch_size.observe(len(batch.rows))
+        m.flushes.labels(batch.reason).inc()
+        m.batch_wait.observe(batch.wait_s)
+        m.inference.labels(*self._model, provider).observe(seconds)
+        if bisections:
+            m.bisections.inc(bisections)
+
+    def final(self, outputs: list[Output]) -> None:
+        """Outputs acknowledged for good (committed, under exactly-once): count and time them."""
+        if not outputs:
+            return
+        now_ms = time.time() * 1000
+        self.stats.last_ack_at = time.monotonic()
+        latencies = []
+        for out in outputs:
+            if out.stage is None:
+                latencies.append(now_ms - out.event_time_ms)
+            else:
+                self.stats.dead_letters[out.stage] += 1
+                self.metrics.dead_letters.labels(out.stage).inc()
+        self.stats.predictions += len(latencies)
+        self.stats.record_latencies(latencies)
+        if latencies:
+            self.metrics.predictions_produced.labels(self._output_topic).inc(len(latencies))
+            for v in latencies:
+                self.metrics.end_to_end.observe(v / 1000.0)
+
+    def commit(self, commit: Commit) -> None:
+        """A commit's positions, failures (logged: retried next time) and now-final outputs."""
+        for (topic, partition), offset in commit.committed.items():
+            self.metrics.committed_offset.labels(topic, str(partition)).set(offset)
+        if commit.attempted:
+            self.stats.commits += 1
+        if commit.error is not None:
+            log.warning("%s (will retry)", commit.error)
+            self.metrics.commit_failures.inc(commit.failed_partitions)
+        self.final(commit.counted)
+
+    def rebalanced(self, kind: str, assigned: int) -> None:
+        self.metrics.rebalances.labels(kind).inc()
+        self.metrics.assigned_partitions.set(assigned)
+
+    def gauges(self, *, blocked: bool, assigned: int, in_flight_rows: int) -> None:
+        self.metrics.healthy.set(0 if blocked else 1)
+        self.metrics.paused_partitions.set(assigned if blocked else 0)
+        self.metrics.in_flight_rows.set(in_flight_rows)
+
+    def queues(self, batches: int, producer_queue: int) -> None:
+        self.metrics.in_flight_batches.set(batches)
+        self.metrics.producer_queue.set(producer_queue)

@@ -1,0 +1,229 @@
+"""The processor's rebalance, blocking and commit paths, driven with fake clients: no broker.
+
+The loop runs in the test's thread; ``until`` is called once per pass, and the steps below act
+between passes the way the broker would between two ``consume()`` calls. The real broker tests
+(`*_kafka.py`) prove the same promises end to end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import KafkaError
+
+from streamer.config import Config, with_overrides
+from streamer.config_file import load_config
+from streamer.kafka.clients import KafkaClients
+from streamer.observe.stats import Stats
+from streamer.processor import Processor
+from streamer.commands.run import output_codec
+from streamer.pipeline.codecs import JsonCodec
+from streamer.testing import FakeClock, FunctionRunner
+from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPIC = "features"
+P0, P1 = (TOPIC, 0), (TOPIC, 1)
+
+
+def config(guarantee: str = "at_least_once", max_wait_ms: int = 60_000, **processing: object) -> Config:
+    cfg = load_config(ROOT / "deploy" / "config" / "example.yaml",
+                      env={"KAFKA_BOOTSTRAP": "fake:9092", "INPUT_TOPIC": TOPIC, "OUTPUT_TOPIC": "scores",
+                           "GROUP_ID": "g"})
+    return with_overrides(cfg, input={"format": "json", "schema": None},
+                          batching={"max_size": 100, "max_wait_ms": max_wait_ms},
+                          processing={"guarantee": guarantee, "commit_interval_ms": 50,
+                                      "retry_backoff_ms": 20, "retry_backoff_max_ms": 40, **processing})
+
+
+class Harness:
+    """A processor wired to a fake consumer and producer."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.consumer, self.producer = FakeConsumer(), FakeProducer()
+        clients = KafkaClients(consumer=lambda **_: self.consumer, producer=lambda **_: self.producer,
+                               ensure_topic=lambda topic, like: None)
+        runner = FunctionRunner(lambda x: x[:, :1], 32)
+        self.clock = FakeClock()  # each pass of the loop takes 10 ms of it
+        self.processor = Processor(cfg, runner, JsonCodec(cfg.input.max_message_bytes), output_codec(cfg),
+                                   clock=self.clock, clients=clients)
+
+    def run(self, *steps: Callable[[Stats], bool], passes: int = 200) -> None:
+        """Run the loop; each step is called every pass until it returns True, then the next.
+        The loop stops after the last step (or fails after ``passes`` passes)."""
+        todo, count = list(steps), [0]
+
+        def until(stats: Stats) -> bool:
+            count[0] += 1
+            self.clock.advance(0.01)
+            assert count[0] < passes, f"steps left undone after {passes} passes: {todo}"
+            while todo and todo[0](stats):
+                todo.pop(0)
+            return not todo
+
+        self.processor.run(until=until)
+
+    def predictions(self) -> list[tuple[int, int]]:
+        """(source partition, source offset) of every acknowledged prediction, in write order."""
+        codec = output_codec(self.processor.cfg)
+        return [(p["source_partition"], p["source_offset"])
+                for p in (codec.decode(v) for t, v in self.producer.written if t == "scores")]
+
+
+def test_revoke_drains_the_open_batch_and_commits_it_before_returning() -> None:
+    h = Harness(config())  # max_wait 60 s: nothing flushes by time, only by the revoke
+    h.consumer.rebalance("assign", [P0, P1])
+    h.consumer.append(P0, [event(i) for i in range(5)])
+    h.consumer.append(P1, [event(i) for i in range(3)])
+    seen_in_revoke: dict[str, object] = {}
+    revoke = h.processor._on_revoke
+
+    def watched(consumer: FakeConsumer, parts: list) -> None:
+        revoke(consumer, parts)
+        seen_in_revoke.update(committed=dict(h.consumer.committed), written=len(h.producer.written))
+
+    h.processor._on_revoke = watched  # type: ignore[method-assign]
+
+    def consumed(s: Stats) -> bool:
+        if s.events == 8:
+            assert s.predictions == 0 and not h.consumer.commits  # the batch is open, nothing due
+            h.consumer.rebalance("revoke", [P0])
+            return True
+        return False
+
+    h.run(consumed, lambda s: P0 not in h.consumer.assigned)
+    # Before the callback returned: every row scored, acknowledged and committed.
+    assert seen_in_revoke == {"committed": {P0: 5, P1: 3}, "written": 8}
+    assert h.processor.stats.flushes["revoke"] == 1
+    assert sorted(h.predictions()) == [(0, i) for i in range(5)] + [(1, i) for i in range(3)]
+
+
+def test_lost_partitions_commit_nothing_of_their_work() -> None:
+    h = Harness(config(max_wait_ms=0))
+    h.producer.hold = True  # outputs sent, their acks not reported yet
+    h.consumer.rebalance("assign", [P0, P1])
+    h.consumer.append(P0, [event(i) for i in range(4)])
+    h.consumer.append(P1, [event(i) for i in range(4)])
+
+    def sent(s: Stats) -> bool:
+        if len(h.producer.pending) == 8:
+            h.consumer.rebalance("lose", [P0])
+            return True
+        return False
+
+    def lost_then_acked(s: Stats) -> bool:
+        if P0 in h.consumer.assigned:
+            return False
+        h.producer.hold = False
+        return s.predictions == 8
+
+    h.run(sent, lost_then_acked)
+    assert all(P0 not in c for c in h.consumer.commits), h.consumer.commits
+    assert h.consumer.committed == {P1: 4}
+
+
+def test_a_failed_delivery_blocks_input_and_the_redo_unblocks_it() -> None:
+    h = Harness(config(max_wait_ms=0))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(10)])
+    h.producer.fail_next = 3  # the first three predictions time out
+    states: list[tuple[str | None, dict]] = []
+
+    def blocked(s: Stats) -> bool:
+        states.append((h.processor.unhealthy_reason, dict(h.consumer.committed)))
+        return not h.processor.healthy and P0 in h.consumer.paused
+
+    def recovered(s: Stats) -> bool:
+        states.append((h.processor.unhealthy_reason, dict(h.consumer.committed)))
+        return h.processor.healthy and P0 not in h.consumer.paused and h.consumer.committed == {P0: 10}
+
+    h.run(blocked, recovered)
+    reasons = {reason for reason, _ in states if reason is not None}
+    assert reasons and all(r.startswith("cannot write to scores") for r in reasons), reasons
+    # While blocked, nothing past the first failed row was committed.
+    assert all(c.get(P0, 0) == 0 for reason, c in states if reason is not None)
+    assert sorted(set(h.predictions())) == [(0, i) for i in range(10)]
+    assert h.processor.stats.predictions == 10
+
+
+def test_unacknowledged_outputs_are_never_committed() -> None:
+    h = Harness(config(max_wait_ms=0))
+    h.producer.hold = True  # sent, and no delivery report comes
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(10)])
+    passes = [0]
+
+    def many_commit_intervals(s: Stats) -> bool:
+        assert h.consumer.commits == [], "committed inputs whose outputs were not acknowledged"
+        passes[0] += 1
+        if passes[0] == 30:  # 300 ms: six commit intervals went by
+            assert len(h.producer.pending) == 10
+            h.producer.hold = False
+            return True
+        return False
+
+    h.run(many_commit_intervals, lambda s: h.consumer.committed == {P0: 10})
+
+
+def test_a_failed_commit_is_retried() -> None:
+    h = Harness(config(max_wait_ms=0, commit_interval_ms=20))
+    h.consumer.rebalance("assign", [P0, P1])
+    h.consumer.append(P0, [event(i) for i in range(3)])
+    h.consumer.append(P1, [event(i) for i in range(3)])
+    h.consumer.commit_errors = [raise_kafka(KafkaError.REQUEST_TIMED_OUT),
+                                {P1: KafkaError(KafkaError.REBALANCE_IN_PROGRESS)}]
+    h.run(lambda s: h.consumer.committed == {P0: 3, P1: 3})
+    assert not h.consumer.commit_errors  # both failures happened, and commits went on after them
+    assert h.consumer.commits[0] == {P0: 3}  # the partial failure kept the other partition's commit
+
+
+def test_shutdown_flushes_the_open_batch_waits_for_acks_and_commits() -> None:
+    h = Harness(config())  # max_wait 60 s: only the shutdown flushes
+    h.producer.hold = True  # acks come only when the shutdown waits for them (flush)
+    h.consumer.rebalance("assign", [P0, P1])
+    h.consumer.append(P0, [event(i) for i in range(6)])
+    h.consumer.append(P1, [event(i) for i in range(2)])
+    h.run(lambda s: s.events == 8)
+    assert h.processor.stats.flushes["shutdown"] == 1
+    assert h.processor.stats.predictions == 8
+    assert h.consumer.committed == {P0: 6, P1: 2}
+    assert h.consumer.closed
+
+
+def test_exactly_once_puts_the_offsets_in_the_transaction_never_through_the_consumer() -> None:
+    h = Harness(config("exactly_once", max_wait_ms=0, commit_interval_ms=20))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(5)])
+    h.run(lambda s: s.predictions == 5)
+    assert h.consumer.commits == []
+    assert h.producer.sent_offsets[-1] == {P0: 5}
+    assert h.producer.transactions[:2] == ["init", "begin"]
+    i = h.producer.transactions.index("send_offsets")
+    assert h.producer.transactions[i + 1] == "commit"
+
+
+def test_exactly_once_a_failed_output_aborts_and_reads_again_from_the_last_commit() -> None:
+    h = Harness(config("exactly_once", max_wait_ms=0, commit_interval_ms=20))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(6)])
+    h.producer.fail_next = 1
+    h.run(lambda s: s.predictions == 6)
+    assert "abort" in h.producer.transactions
+    assert h.producer.sent_offsets[-1] == {P0: 6}
+    # Acknowledged outputs of the aborted transaction were written off, and redone: the counts
+    # only include what committed.
+    assert h.processor.stats.predictions == 6
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_scores_reach_the_output_in_partition_order(guarantee: str) -> None:
+    h = Harness(config(guarantee, max_wait_ms=0, commit_interval_ms=20))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(250)])
+    h.run(lambda s: s.predictions == 250)
+    offsets = [o for _, o in h.predictions()]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 250
+    assert np.isfinite(h.processor.stats.latencies_ms).all()
