@@ -104,7 +104,7 @@ class ModelConfig:
     name: str
     version: str
     providers: tuple[Provider, ...] = ("cuda", "cpu")
-    intra_op_threads: int = 0  # 0: ONNX Runtime decides
+    intra_op_threads: int = 1  # 1: no spinning thread pool competing with librdkafka; 0: ONNX Runtime decides
 
     def __post_init__(self) -> None:
         _check_types(self, "model")

@@ -216,10 +216,21 @@ class KafkaClients:
 
 
 def consume_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Message]:
-    """One ``consume()`` call's messages without the error events: partition EOFs are dropped,
-    errors librdkafka retries are logged, a fatal one raises :class:`BrokerError`."""
+    """Up to ``max_messages``, returned as soon as ONE is there (or after ``timeout_s``), without
+    the error events: partition EOFs are dropped, errors librdkafka retries are logged, a fatal
+    one raises :class:`BrokerError`.
+
+    ``consume(n, timeout)`` waits the whole timeout unless n messages arrive (10 ready messages
+    came back after 100 ms from ``consume(1000, 0.1)``), which made a trickle wait a full consume
+    timeout on top of the batch's ``max_wait_ms``. So: ``poll`` for the first message, then drain
+    what is already fetched without waiting.
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    messages = [first, *(consumer.consume(max_messages - 1, 0) if max_messages > 1 else ())]
     good = []
-    for m in consumer.consume(max_messages, timeout_s):
+    for m in messages:
         err = m.error()
         if err is None:
             good.append(m)

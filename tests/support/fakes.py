@@ -97,6 +97,10 @@ class FakeConsumer:
             self.position_of[tp] = pos + len(take)
         return out
 
+    def poll(self, timeout: float) -> FakeMessage | None:
+        got = self.consume(1, timeout)
+        return got[0] if got else None
+
     def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> list[TopicPartition]:
         assert not asynchronous, "the processor commits synchronously"
         if self.commit_errors:
