@@ -20,6 +20,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="score events from Kafka until SIGTERM or SIGINT")
     run.add_argument("--config", required=True, help="YAML config file")
+    run.add_argument("--workers", type=int, default=1,
+                     help="processes on this host, each a member of the group (default 1)")
+    run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     dlq = sub.add_parser("dlq", help="inspect or redrive dead letters")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
     inspect = dlq_sub.add_parser("inspect", help="print one line per dead letter")
@@ -54,11 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
     demo.add_argument("--events", type=int, default=100_000)
     args = parser.parse_args(argv)
+    worker = f"w{args.worker_index} " if getattr(args, "worker_index", None) is not None else ""
     logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format=f"%(asctime)s %(levelname)s {worker}%(name)s: %(message)s")
     try:
+        if args.command == "run" and args.workers != 1:
+            return _supervise(args.config, args.workers)
         if args.command == "run":
-            return _run(args.config)
+            return _run(args.config, args.worker_index)
         if args.command == "dlq":
             return _dlq(args)
         if args.command == "lag-exporter":
@@ -71,7 +77,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _run(config_path: str) -> int:
+def _supervise(config_path: str, workers: int) -> int:
+    from streamer.commands.workers import Supervisor, spawn_worker
+    from streamer.config_file import load_config
+    from streamer.errors import ConfigError
+
+    if workers < 1:
+        raise ConfigError("--workers", f"must be >= 1, got {workers}")
+    load_config(config_path)  # a bad config fails here once, not in every worker
+    supervisor = Supervisor(workers, lambda index: spawn_worker(config_path, index))
+    _on_signals(supervisor.stop)
+    return supervisor.run()
+
+
+def _run(config_path: str, worker_index: int | None = None) -> int:
     # Signals first: one that arrives while the model loads means "stop", not a hard kill.
     stop_requested: list[bool] = []
     stop: list[Callable[[], None]] = [lambda: stop_requested.append(True)]
@@ -82,6 +101,10 @@ def _run(config_path: str) -> int:
     from streamer.config_file import load_config
 
     cfg = load_config(config_path)
+    if worker_index is not None:
+        from streamer.commands.workers import for_worker
+
+        cfg = for_worker(cfg, worker_index)
     logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
     processor = build_processor(cfg)
     stop[0] = processor.stop

@@ -56,12 +56,13 @@ def feed(bootstrap: str, topics: Topics, n: int) -> None:
 
 def processor(tmp_path: Path, bootstrap: str, topics: Topics, guarantee: str, name: str,
               static: bool = True, module: tuple[str, ...] = ("streamer",),
-              processing: dict[str, Any] | None = None, metrics_port: int | None = None) -> ChildProcessor:
+              processing: dict[str, Any] | None = None, metrics_port: int | None = None,
+              args: tuple[str, ...] = ()) -> ChildProcessor:
     cfg = write_config(tmp_path / f"{name}.yaml", bootstrap=bootstrap, input_topic=topics.input,
                        output_topic=topics.output, group=topics.group, guarantee=guarantee,
                        instance=name if static else None, metrics_port=metrics_port,
                        processing={"transactional_id": f"{topics.group}-{name}", **(processing or {})})
-    return ChildProcessor(cfg, tmp_path / f"{name}.log", module=module)
+    return ChildProcessor(cfg, tmp_path / f"{name}.log", module=module, args=args)
 
 
 def committed_total(bootstrap: str, topics: Topics) -> int:
@@ -295,6 +296,22 @@ def test_unacknowledged_predictions_are_never_committed(bootstrap: str, topics: 
     result = finish(bootstrap, late, processor(tmp_path, bootstrap, late, guarantee, "p1").start())
     check(result, guarantee, bootstrap, late)
     assert (result.lost, result.duplicated, result.reordered) == (0, 0, 0), result
+
+
+@pytest.mark.parametrize("guarantee", GUARANTEES)
+def test_two_workers_share_the_group_and_stop_cleanly(bootstrap: str, topics: Topics, tmp_path: Path,
+                                                      guarantee: str) -> None:
+    """`streamer run --workers 2`: two members (own static ids and transactional ids, or they
+    would fence each other), partitions split between them, SIGTERM stops both with nothing lost."""
+    feed(bootstrap, topics, 10_000)
+    p = processor(tmp_path, bootstrap, topics, guarantee, "p1", args=("--workers", "2")).start()
+    for w in ("w0", "w1"):
+        wait_until(lambda w=w: f"{w} streamer.processor: assigned features" in p.log.read_text(), 60,
+                   f"worker {w} to be assigned a partition", p.tail)
+    result = finish(bootstrap, topics, p)  # SIGTERM to the supervisor, which must exit 0
+    check(result, guarantee, bootstrap, topics)
+    assert (result.lost, result.duplicated) == (0, 0), result
+    assert "fenced" not in p.log.read_text().lower(), p.tail()
 
 
 def test_zombie_writes_never_become_visible(bootstrap: str, topics: Topics, tmp_path: Path) -> None:

@@ -73,15 +73,15 @@ class ChildProcessor:
     """
 
     def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None,
-                 module: tuple[str, ...] = ("streamer",)) -> None:
-        self.config, self.log, self.module = config, log, module
+                 module: tuple[str, ...] = ("streamer",), args: tuple[str, ...] = ()) -> None:
+        self.config, self.log, self.module, self.args = config, log, module, args
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ChildProcessor:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", *self.module, "run", "--config",
-                                          str(self.config)], env=self.env, stdout=out,
+                                          str(self.config), *self.args], env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, cwd=ROOT)
         _CHILDREN.add(self)
         return self
