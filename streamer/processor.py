@@ -37,8 +37,7 @@ from streamer.pipeline.batcher import Batch, FlushReason, MicroBatcher
 from streamer.pipeline.codecs import Codec
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy
 from streamer.pipeline.runner import ModelRunner
-from streamer.pipeline.stages import Row, decode_batch, encode_batch, features_of
-from streamer.pipeline.validate import EventValidator
+from streamer.pipeline.stages import Row, Stages, features_of
 
 log = logging.getLogger(__name__)
 Bounds = dict[tuple[str, int], tuple[int, int]]
@@ -56,7 +55,7 @@ class Processor:
         self._account = Accounting(self.stats, metrics, (cfg.model.name, cfg.model.version), cfg.output.topic)
         self._clients = clients or KafkaClients.from_config(cfg)
         self._clock = clock
-        self._validator = EventValidator(cfg.input, runner.n_features)
+        self._stages = Stages(decoder, encoder, cfg.input, runner.n_features)
         self._batcher: MicroBatcher[Row] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock)
         self._queue: deque[Batch[Row]] = deque()  # flushed batches awaiting the model, in order
         self._assigned: set[tuple[str, int]] = set()
@@ -168,7 +167,7 @@ class Processor:
                 continue  # past the replay's end: not ours to score
             self._tracker.consumed(tp, m.offset())
             kept.append(m)
-        rows, rejects = decode_batch(kept, self.decoder, self._validator)
+        rows, rejects = self._stages.decode(kept)
         for error, message in rejects:
             self._dead_letter(error, message)
         self._account.consumed(messages)
@@ -296,8 +295,8 @@ class Processor:
                              self.runner.provider)
         self._gate.model_answered()
         m = self.cfg.model
-        good, rejects = encode_batch(batch.rows, scored.scores, scored.poison, self.encoder, m.name,
-                                     m.version, int(time.time() * 1000), self.run_id)
+        good, rejects = self._stages.encode(batch.rows, scored.scores, scored.poison, m.name, m.version,
+                                            int(time.time() * 1000), self.run_id)
         for error, message in rejects:
             self._dead_letter(error, message)
         return [Output(self.cfg.output.topic, record.key, value, None, message, event_time_ms=record.event_time_ms)
