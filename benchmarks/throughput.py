@@ -10,7 +10,11 @@
     dead letters at work); its ratio against (c) is the cost of poison rows.
 (f) The processor with processing.guarantee exactly_once; its ratio against (c) is the cost of
     transactions.
-(g) `streamer replay` of the whole input (throughput mode: batches of 4096) against (a) and (b).
+(g) `streamer replay` of the whole input, against (a) and (b).
+Then the processor again with `model.intra_op_threads` 0 (ONNX Runtime's own pool) and 2, against
+the default 1; and a latency run: a paced producer at half of (c)'s rate, then at a tenth, for
+5 s each, with the p50/p99 from event time (stamped when produced) to acknowledged prediction,
+against the bound max_wait_ms + 2 batch times + 5 ms (a batch time = batch / (c)).
 Prints each figure in events/s and the ratios c/a, c/b, c/d. Kafka rates run from the first
 consumed message to the last ack, so group joins are not counted. A benchmark, not a test: the
 figures are only comparable within one run on one machine.
@@ -20,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -39,6 +45,7 @@ from streamer.kafka.delivery import produce  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.config import Config  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
+from streamer.pipeline.codecs import AvroCodec, load_schema  # noqa: E402
 from streamer.pipeline.validate import EventValidator  # noqa: E402
 from streamer.pipeline.records import prediction_fields  # noqa: E402
 from streamer.commands.replay import When, run_replay  # noqa: E402
@@ -105,6 +112,49 @@ def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
     return processor.stats.events_per_s()
 
 
+def latency_run(cfg: Config, rate: float, seconds: float = 5.0) -> tuple[float, float]:
+    """p50 and p99 (ms), event time to acknowledged prediction, at a paced ``rate`` events/s."""
+    processor = build_processor(cfg)
+    stop = threading.Event()
+    thread = threading.Thread(target=processor.run, kwargs={"until": lambda s: stop.is_set()}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not processor.status().ready:
+        assert time.monotonic() < deadline, "the processor did not join the group"
+        time.sleep(0.05)
+    # The paced producer runs in a process of its own: in this one it would share the GIL with
+    # the processor and halve the rate the processor can reach.
+    started = time.monotonic()
+    pacer = subprocess.run([sys.executable, __file__, "--pace", cfg.kafka["bootstrap.servers"],  # type: ignore[list-item]
+                            cfg.input.topics[0], str(rate), str(seconds)], capture_output=True, text=True,
+                           check=True)
+    sent = int(pacer.stdout.split()[-1])
+    while processor.stats.outputs < sent and time.monotonic() - started < seconds + 60:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(60)
+    p50, p99 = np.percentile(processor.stats.latencies_ms, [50, 99])
+    return float(p50), float(p99)
+
+
+def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
+    """Produce events stamped as they are sent, at ``rate`` per second; print how many."""
+    codec = AvroCodec(load_schema(Path(__file__).resolve().parent.parent / "schemas" / "feature_event.avsc"))
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
+    events = synthetic_events(1000, 32, seed=9)
+    sent, started = 0, time.monotonic()
+    while (elapsed := time.monotonic() - started) < seconds:
+        for _ in range(int(elapsed * rate) - sent):  # pacing a load generator
+            e = events[sent % len(events)]
+            producer.produce(topic, codec.encode({**e, "event_time": int(time.time() * 1000)}),
+                             str(e["entity_id"]).encode())
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.001)
+    assert producer.flush(30) == 0
+    print(sent)
+
+
 def poisoned_copy(events: list[dict[str, object]], every: int) -> list[dict[str, object]]:
     """The same events with every ``every``-th one made to fail in the model."""
     out = [dict(e) for e in events]
@@ -149,7 +199,11 @@ def main() -> None:
     ap.add_argument("--naive-events", type=int, default=2_000,
                     help="the naive loop is slow: it scores this many (its rate is what counts)")
     ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--pace", nargs=4, help=argparse.SUPPRESS)  # the latency run's producer process
     args = ap.parse_args()
+    if args.pace:
+        pace(args.pace[0], args.pace[1], float(args.pace[2]), float(args.pace[3]))
+        return
     with kafka_cluster() as bootstrap:
         base = demo_config(bootstrap, uuid.uuid4().hex[:6], args.batch)
         create_topics(bootstrap, {base.input.topics[0]: 3})
@@ -179,6 +233,18 @@ def main() -> None:
                 cfg = replace(cfg, input=replace(cfg.input, topics=(poisoned_topic,)))
             create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
             figures[tag] = fn(cfg)
+        for threads in (0, 2):
+            cfg = fresh(base, f"t{threads}")
+            cfg = replace(cfg, model=replace(cfg.model, intra_op_threads=threads))
+            create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
+            figures[f"c{threads}"] = processor_run(cfg, args.events)
+        latency = {}
+        for share in (0.5, 0.1):
+            cfg = fresh(base, f"lat{share}")
+            topic = f"{cfg.input.topics[0]}-lat-{cfg.input.group_id}"
+            cfg = replace(cfg, input=replace(cfg.input, topics=(topic,)))
+            create_topics(bootstrap, {topic: 3, cfg.output.topic: 3, f"{topic}.dlq": 1})
+            latency[share] = latency_run(cfg, share * figures["c"])
     names = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
              "e": "processor, 1% poison", "f": "processor, exactly-once", "g": "replay"}
     print(f"events {args.events} (naive {args.naive_events}), batch {args.batch}, "
@@ -189,6 +255,13 @@ def main() -> None:
           f"c/d {figures['c'] / figures['d']:.1f}   e/c {figures['e'] / figures['c']:.3f}   "
           f"f/c {figures['f'] / figures['c']:.3f}   g/a {figures['g'] / figures['a']:.3f}   "
           f"g/b {figures['g'] / figures['b']:.4f}")
+    print(f"intra_op_threads 0: {figures['c0']:,.0f} events/s ({figures['c0'] / figures['c']:.2f} of 1), "
+          f"2: {figures['c2']:,.0f} events/s ({figures['c2'] / figures['c']:.2f} of 1)")
+    batch_ms = 1000 * args.batch / figures["c"]
+    for share, (p50, p99) in latency.items():
+        bound = base.batching.max_wait_ms + (2 if share == 0.5 else 1) * batch_ms + 5
+        print(f"latency at {share:.0%} of peak ({share * figures['c']:,.0f} events/s): p50 {p50:.0f} ms, "
+              f"p99 {p99:.0f} ms, bound {bound:.0f} ms")
 
 
 if __name__ == "__main__":
