@@ -34,29 +34,30 @@ from streamer.kafka.topics import create_topics  # noqa: E402
 from tests.support.faults import caught_up, write_config, written  # noqa: E402
 
 
-def pass_through_child(bootstrap: str, topic: str, group: str, out: str) -> None:
-    """One pass-through member: runs until SIGTERM, committing after acks every 0.5 s."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def pass_through_child(config: str, group: str, out: str) -> None:
+    """One pass-through member (the config's client settings, its own group and output topic):
+    runs until SIGTERM, committing after acks every 0.5 s."""
+    from dataclasses import replace
+
+    from confluent_kafka import TopicPartition
+
+    from streamer.config_file import load_config
+    from streamer.kafka import clients
+    from streamer.kafka.delivery import produce
 
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
-                         "partition.assignment.strategy": "cooperative-sticky"})
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    consumer.subscribe([topic])
+    base = load_config(config)
+    cfg = replace(base, input=replace(base.input, group_id=group))
+    consumer, producer = clients.make_consumer(cfg), clients.make_producer(cfg)
+    consumer.subscribe(list(cfg.input.topics))
     positions: dict[tuple[str, int], int] = {}
     last = time.monotonic()
     while not stop:
         for m in consumer.consume(1000, 0.1):
             if m.error():
                 continue
-            while True:
-                try:
-                    producer.produce(out, m.value(), m.key())
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce(producer, lambda: producer.poll(0.05), out, m.value(), m.key())
             positions[(m.topic(), m.partition())] = m.offset() + 1
         producer.poll(0)
         if time.monotonic() - last > 0.5 and positions:
@@ -92,7 +93,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=150_000)
     ap.add_argument("--max-workers", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=6)
-    ap.add_argument("--pass-through-child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--pass-through-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.pass_through_child:
         pass_through_child(*args.pass_through_child)
@@ -112,7 +113,7 @@ def main() -> None:
         for k in range(1, args.max_workers + 1):
             group, out = f"pt-{k}-{run}", f"pt-out-{k}-{run}"
             create_topics(bootstrap, {out: args.partitions})
-            procs = [subprocess.Popen([sys.executable, __file__, "--pass-through-child", bootstrap, topic,
+            procs = [subprocess.Popen([sys.executable, __file__, "--pass-through-child", str(cfg_path),
                                        group, out], env=env) for _ in range(k)]
             passthrough = measure(bootstrap, topic, group, out, args.events, procs)
             group, out = f"proc-{k}-{run}", f"proc-out-{k}-{run}"

@@ -140,14 +140,14 @@ def latency_run(cfg: Config, rate: float, seconds: float = 5.0) -> tuple[float, 
 def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
     """Produce events stamped as they are sent, at ``rate`` per second; print how many."""
     codec = AvroCodec(load_schema(Path(__file__).resolve().parent.parent / "schemas" / "feature_event.avsc"))
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
+    producer = clients.plain_producer(bootstrap, linger_ms=0)
     events = synthetic_events(1000, 32, seed=9)
     sent, started = 0, time.monotonic()
     while (elapsed := time.monotonic() - started) < seconds:
         for _ in range(int(elapsed * rate) - sent):  # pacing a load generator
             e = events[sent % len(events)]
-            producer.produce(topic, codec.encode({**e, "event_time": int(time.time() * 1000)}),
-                             str(e["entity_id"]).encode())
+            produce(producer, lambda: producer.poll(0.05), topic,
+                    codec.encode({**e, "event_time": int(time.time() * 1000)}), str(e["entity_id"]).encode())
             sent += 1
         producer.poll(0)
         time.sleep(0.001)

@@ -72,7 +72,7 @@ class Processor:
         self.run_id: str | None = None  # replay runs stamp their predictions
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
         self._ready = False  # warmed up and in the group
-        self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, metrics)
+        self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, self._account.metrics)
         self._running = False
         self._failed = False  # set when the loop dies: then close without processing more
         self.consumer: Any = None

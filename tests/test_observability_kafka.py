@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -34,18 +33,12 @@ from streamer.observe.health import HealthServer, Status
 from streamer.observe.lag import LagExporter
 from streamer.processor import Processor
 from streamer.testing import FunctionRunner
-from tests.conftest import ROOT, Topics, make_config
+from tests.conftest import ROOT, Topics, free_port, make_config
 
 pytestmark = pytest.mark.kafka
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "streamer.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 COMPARISON = re.compile(r"\s*(>|<|>=|<=|==|!=)\s*[-+0-9.eE]+\s*$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get(url: str, timeout: float = 5) -> tuple[int, str]:

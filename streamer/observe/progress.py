@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
-from streamer.observe.metrics import Metrics
+from streamer.observe.metrics import Metrics, NullMetrics
 
 TopicPartition = tuple[str, int]
 
@@ -15,8 +15,10 @@ class ProgressWatch:
     """A partition with work (lag, or rows in flight) whose commit has not moved for
     ``stall_s`` seconds is stalled; an idle partition never is."""
 
-    def __init__(self, stall_s: float, clock: Callable[[], float], metrics: Metrics | None) -> None:
-        self.stall_s, self._clock, self._metrics = stall_s, clock, metrics
+    def __init__(self, stall_s: float, clock: Callable[[], float],
+                 metrics: Metrics | NullMetrics | None) -> None:
+        self.stall_s, self._clock = stall_s, clock
+        self._metrics = metrics if metrics is not None else NullMetrics()
         self.lag: dict[TopicPartition, int] = {}
         self._progress_at: dict[TopicPartition, float] = {}
         self.stalled: set[TopicPartition] = set()
@@ -24,8 +26,8 @@ class ProgressWatch:
     def assigned(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
             self._progress_at[tp] = self._clock()
-            if self._metrics is not None:  # a series per partition from the start, for alerts
-                self._metrics.partition_stalled.labels(tp[0], str(tp[1])).set(0)
+            # A series per partition from the start, for alerts.
+            self._metrics.partition_stalled.labels(tp[0], str(tp[1])).set(0)
 
     def committed(self, tps: Iterable[TopicPartition]) -> None:
         now = self._clock()
@@ -47,9 +49,8 @@ class ProgressWatch:
                 self._progress_at[tp] = now
             elif now - since > self.stall_s:
                 stalled.add(tp)
-        if self._metrics is not None:
-            for tp in stalled ^ self.stalled:
-                self._metrics.partition_stalled.labels(tp[0], str(tp[1])).set(1 if tp in stalled else 0)
+        for tp in stalled ^ self.stalled:
+            self._metrics.partition_stalled.labels(tp[0], str(tp[1])).set(1 if tp in stalled else 0)
         self.stalled = stalled
         return stalled
 
@@ -66,5 +67,4 @@ class ProgressWatch:
                 if tp not in self._progress_at or lag < 0:
                     continue
                 self.lag[tp] = lag
-                if self._metrics is not None:
-                    self._metrics.consumer_lag.labels(topic, part).set(lag)
+                self._metrics.consumer_lag.labels(topic, part).set(lag)
