@@ -26,7 +26,7 @@ from streamer.gate import Gate
 from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint, Commit
 from streamer.kafka.clients import KafkaClients, consume_batch
 from streamer.kafka.deadletter import letter_for
-from streamer.kafka.delivery import Deliveries, Output
+from streamer.kafka.delivery import Deliveries, Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.observe.accounting import Accounting
 from streamer.observe.health import Status, loop_status
@@ -37,7 +37,8 @@ from streamer.pipeline.batcher import Batch, FlushReason, MicroBatcher
 from streamer.pipeline.codecs import Codec
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy
 from streamer.pipeline.runner import ModelRunner
-from streamer.pipeline.stages import Row, Stages, features_of
+from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
 Bounds = dict[tuple[str, int], tuple[int, int]]
@@ -56,8 +57,9 @@ class Processor:
         self._clients = clients or KafkaClients.from_config(cfg)
         self._clock = clock
         self._stages = Stages(decoder, encoder, cfg.input, runner.n_features)
-        self._batcher: MicroBatcher[Row] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock)
-        self._queue: deque[Batch[Row]] = deque()  # flushed batches awaiting the model, in order
+        self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
+                                                         join=Rows.join)
+        self._queue: deque[Batch[Rows]] = deque()  # flushed batches awaiting the model, in order
         self._assigned: set[tuple[str, int]] = set()
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
@@ -155,25 +157,21 @@ class Processor:
             wait = min(wait, remaining)
         return consume_batch(self.consumer, self.cfg.input.consume_max_messages, wait)
 
-    def _decode(self, messages: Sequence[Message]) -> list[Row]:
-        kept = []
-        for m in messages:
-            tp = (m.topic(), m.partition())
-            if tp not in self._assigned:
-                # Fetched before a revoke in the same consume() call: the partition is someone
-                # else's now, and tracking it could commit over the new owner's offsets.
-                continue
-            if self._range is not None and self._range.past_end(tp, m.offset()):
-                continue  # past the replay's end: not ours to score
-            self._tracker.consumed(tp, m.offset())
-            kept.append(m)
-        rows, rejects = self._stages.decode(kept)
+    def _decode(self, messages: Sequence[Message]) -> Rows:
+        chunk = Messages.of(messages)
+        self._account.consumed(chunk.topics)
+        # A partition revoked in the same consume() call was fetched for us but is someone else's
+        # now (tracking it could commit over the new owner's offsets); a replay scores nothing at
+        # or past its range's end.
+        chunk = chunk.within(self._assigned, None if self._range is None else self._range.past_end)
+        for tp, offsets in chunk.by_partition().items():
+            self._tracker.consumed(tp, offsets)
+        rows, rejects = self._stages.decode(chunk)
         for error, message in rejects:
             self._dead_letter(error, message)
-        self._account.consumed(messages)
         return rows
 
-    def _batch(self, rows: list[Row]) -> None:
+    def _batch(self, rows: Rows) -> None:
         self._queue.extend(self._batcher.add(rows))  # add() also flushes an open batch that is due
 
     def _infer_and_produce(self) -> None:
@@ -188,7 +186,8 @@ class Processor:
     def _collect_acks(self, timeout_s: float) -> None:
         """Serve delivery reports: acked outputs mark their offsets done; failures are kept."""
         acked, failed = self.deliveries.collect(timeout_s)
-        self._account.final(self.checkpoint.acknowledged(acked))
+        if acked:
+            self._account.final(self.checkpoint.acknowledged(acked))
         for out, err in self._gate.outputs_failed(self.checkpoint.failed(failed), self._assigned):
             self._dead_letter(ProduceError(f"the broker refused the prediction: {err}"), out.source)
 
@@ -263,7 +262,7 @@ class Processor:
         self._progress.committed(commit.committed)
         self._account.commit(commit)
         if commit.rewind is not None:  # an aborted transaction: its outputs are gone, redo them
-            self._batcher.drop(lambda row: False)
+            self._batcher.drop(lambda rows: rows[:0])
             self._queue.clear()
             for (topic, partition), offset in commit.rewind.items():
                 if (topic, partition) in self._assigned:
@@ -273,21 +272,21 @@ class Processor:
 
     def _forget(self, tps: set[tuple[str, int]]) -> None:
         """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""
-        def keep(row: Row) -> bool:
-            return (row[0].topic, row[0].partition) not in tps
+        def keep(rows: Rows) -> Rows:
+            return rows.without(tps)
 
         self._batcher.drop(keep)
-        self._queue = deque(b for b in (b.keep(keep) for b in self._queue) if b.rows)
+        self._queue = deque(b for b in (b.keep(keep) for b in self._queue) if len(b.rows))
         self._gate.forget(tps)
         self._tracker.forget(tps)
         self._assigned -= tps
         self._progress.forget(tps)
 
-    def _score(self, batch: Batch[Row]) -> list[Output] | None:
+    def _score(self, batch: Batch[Rows]) -> Predictions | None:
         """Predictions for a batch (its rejects go to dead letters); None while the model is held."""
         started = time.perf_counter()
         try:
-            scored = self._scorer.score(features_of(batch.rows))
+            scored = self._scorer.score(batch.rows.features)
         except ModelBrokenError as exc:
             self._gate.hold_model(str(exc))
             return None
@@ -295,12 +294,12 @@ class Processor:
                              self.runner.provider)
         self._gate.model_answered()
         m = self.cfg.model
-        good, rejects = self._stages.encode(batch.rows, scored.scores, scored.poison, m.name, m.version,
-                                            int(time.time() * 1000), self.run_id)
+        kept, values, rejects = self._stages.encode(batch.rows, scored.scores, scored.poison, m.name, m.version,
+                                                    int(time.time() * 1000), self.run_id)
         for error, message in rejects:
             self._dead_letter(error, message)
-        return [Output(self.cfg.output.topic, record.key, value, None, message, event_time_ms=record.event_time_ms)
-                for value, (record, message) in good]
+        rows = batch.rows if len(kept) == len(batch.rows) else batch.rows.take(kept)
+        return Predictions(self.cfg.output.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
         """Flush the open batch, wait for every ack (up to the ack timeout), commit.

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import get_args
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from streamer.errors import STAGES
-from streamer.observe.metrics import Metrics, NullMetrics
+from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.pipeline.batcher import FlushReason
 
 # Each recording call a metric may take, with arguments it accepts.
@@ -52,3 +55,24 @@ def test_every_stage_and_flush_reason_has_a_series_from_the_start() -> None:
                for s in m.samples if s.name == "t_batch_flushes_total"}
     assert stages == set(STAGES)
     assert reasons == set(get_args(FlushReason)) == {"full", "timeout", "revoke", "shutdown"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(min_value=-1.0, max_value=1000.0, allow_nan=False), max_size=50))
+def test_observe_many_counts_exactly_as_observe_one_by_one(values: list[float]) -> None:
+    """Values on a bucket's bound, below the first and above the last included."""
+    bounds = Metrics(CollectorRegistry()).end_to_end._upper_bounds
+    values = values + [b for b in bounds if b != float("inf")][:3]
+    one, many = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
+    for v in values:
+        one.end_to_end.observe(v)
+    observe_many(many.end_to_end, np.array(values))
+    observe_many(NullMetrics().end_to_end, np.array(values))  # the twin takes it too
+
+    def samples(m: Metrics) -> list[tuple[str, dict[str, str], float]]:
+        return [(s.name, s.labels, s.value) for f in m.registry.collect() if f.name.endswith("end_to_end_latency_seconds")
+                for s in f.samples if not s.name.endswith("_created")]
+
+    got, want = samples(many), samples(one)
+    assert [(n, lab) for n, lab, _ in got] == [(n, lab) for n, lab, _ in want]
+    assert all(g == pytest.approx(w) for (_, _, g), (_, _, w) in zip(got, want))

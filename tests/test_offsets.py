@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from streamer.kafka.offsets import OffsetTracker
 
 TP = ("features", 0)
@@ -82,3 +86,41 @@ def test_rewind_returns_the_last_commit_or_the_first_consumed_offset() -> None:
     consumed(t, range(15, 17))
     t.done(TP, [15, 16])
     assert t.committable() == {TP: 17}
+
+
+class _ReferenceTracker:
+    """The tracker's rule, one offset at a time: the bulk tracker must agree with it exactly."""
+
+    def __init__(self) -> None:
+        self.consumed: list[int] = []
+        self.done: set[int] = set()
+        self.position: int | None = None
+
+    def mark(self, offsets: list[int]) -> None:
+        self.done.update(o for o in offsets if o in self.consumed)
+        while self.consumed and self.consumed[0] in self.done:
+            self.position = self.consumed.pop(0) + 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_bulk_tracking_agrees_with_the_one_offset_rule(data: st.DataObject) -> None:
+    """Chunks of gapped offsets, acks in any order, in any grouping, repeated or never consumed."""
+    gaps = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=60))
+    offsets = list(np.cumsum(gaps) + data.draw(st.integers(0, 10**12)))
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(offsets)), max_size=8))) | {len(offsets)})
+    tracker, ref = OffsetTracker(), _ReferenceTracker()
+    start = 0
+    for cut in cuts:
+        chunk = offsets[start:cut]
+        tracker.consumed(TP, np.array(chunk, np.int64))
+        ref.consumed.extend(chunk)
+        start = cut
+        for _ in range(data.draw(st.integers(0, 3))):
+            acks = data.draw(st.lists(st.sampled_from(offsets + [offsets[-1] + 5, offsets[0] - 1]), max_size=12))
+            tracker.done(TP, np.array(acks, np.int64))
+            ref.mark(acks)
+            assert tracker.committable() == ({TP: ref.position} if ref.position is not None else {})
+            assert tracker.in_flight(TP) == len(ref.consumed)
+    tracker.done(TP, offsets)
+    assert tracker.committable() == {TP: offsets[-1] + 1} and tracker.in_flight() == 0

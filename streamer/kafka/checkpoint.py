@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from streamer.config import Config, transactional_id
 from streamer.errors import CommitError, TransactionAbortedError
-from streamer.kafka.delivery import Deliveries, Output
+from streamer.kafka.delivery import Acked, Deliveries, Output
 from streamer.kafka.offsets import OffsetTracker
 from streamer.kafka.transactions import Transactions
 from streamer.kafka.watchdog import deadline
@@ -41,7 +42,7 @@ class Commit:
     """What one commit did. Empty when there was nothing to commit."""
 
     committed: dict[TopicPartition, int] = field(default_factory=dict)  # positions accepted
-    counted: list[Output] = field(default_factory=list)  # outputs that became final with it
+    counted: Acked = field(default_factory=Acked)  # outputs that became final with it
     error: CommitError | None = None  # partitions whose commit failed (retried next time)
     failed_partitions: int = 0
     attempted: bool = False  # a commit request went to the broker
@@ -54,7 +55,7 @@ class Checkpoint(Protocol):
 
     tracker: OffsetTracker
 
-    def acknowledged(self, acked: list[Output]) -> list[Output]:
+    def acknowledged(self, acked: Acked) -> Acked:
         """Mark acknowledged outputs' offsets done; return those that are final now."""
 
     def failed(self, failed: Failures) -> Failures:
@@ -91,12 +92,9 @@ class _Base:
             return KafkaTopicPartition(tp[0], tp[1], offset)
         return KafkaTopicPartition(tp[0], tp[1], offset, metadata=self._metadata(tp))
 
-    def _done(self, acked: list[Output]) -> None:
-        by_tp: dict[TopicPartition, list[int]] = {}
-        for out in acked:
-            by_tp.setdefault(out.source_tp, []).append(out.source.offset())
-        for tp, offsets in by_tp.items():
-            self.tracker.done(tp, offsets)
+    def _done(self, acked: Acked) -> None:
+        for tp, offsets in acked.offsets().items():
+            self.tracker.done(tp, offsets[0] if len(offsets) == 1 else np.concatenate(offsets))
 
 
 class AtLeastOnce(_Base):
@@ -106,7 +104,7 @@ class AtLeastOnce(_Base):
     def producer_settings(cfg: Config) -> dict[str, Any]:
         return {}
 
-    def acknowledged(self, acked: list[Output]) -> list[Output]:
+    def acknowledged(self, acked: Acked) -> Acked:
         self._done(acked)
         return acked
 
@@ -151,12 +149,12 @@ class Transactional(_Base):
         self._txn = Transactions(deliveries.producer, consumer.consumer_group_metadata, self._ack_timeout_s)
         deliveries.before_send = self._txn.begin  # the first output after a commit opens one
         self._failure: str | None = None  # an output of the open transaction failed
-        self._uncounted: list[Output] = []  # acknowledged, final once the transaction commits
+        self._uncounted = Acked()  # acknowledged, final once the transaction commits
 
-    def acknowledged(self, acked: list[Output]) -> list[Output]:
+    def acknowledged(self, acked: Acked) -> Acked:
         self._done(acked)
         self._uncounted.extend(acked)
-        return []
+        return Acked()
 
     def failed(self, failed: Failures) -> Failures:
         if failed:  # the transaction cannot commit: abort it at the next commit, redo from the last
@@ -185,7 +183,7 @@ class Transactional(_Base):
         except TransactionAbortedError as exc:
             return self._abort(str(exc))
         self.tracker.mark_committed(positions)
-        counted, self._uncounted = self._uncounted, []
+        counted, self._uncounted = self._uncounted, Acked()
         return Commit(committed=positions, counted=counted, attempted=True)
 
     def lost(self, tps: set[TopicPartition]) -> Commit:
@@ -201,7 +199,7 @@ class Transactional(_Base):
         log.warning("aborting the transaction (%s): rewinding to the last commit", reason)
         self._txn.abort()
         self._deliveries.discard()
-        self._uncounted = []
+        self._uncounted = Acked()
         failure, self._failure = self._failure, None
         return Commit(rewind=self.tracker.rewind(), write_failure=failure)
 

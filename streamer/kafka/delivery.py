@@ -1,20 +1,24 @@
-"""Producing outputs and collecting their delivery reports, one cheap callback per message.
+"""Producing outputs and collecting their delivery reports: one callback object per batch.
 
-An :class:`Output` is one message to write for one source offset: a prediction or a dead letter.
-Outputs are sent in units (a batch's predictions, or one dead letter); the per-message callback
-only notes an error and counts down, and the bookkeeping happens when :meth:`Deliveries.collect`
-is called, per unit. A failed output is handed back with its error, never dropped: the processor
-decides whether to dead-letter it (a permanent error) or to produce it again later.
+Outputs go out in units: a batch's predictions (:class:`Predictions`, columns: one value per
+scored row) or single :class:`Output` messages (dead letters, predictions produced again). Every
+message of a unit reports to the same bound method, which only notes an error and counts down;
+the bookkeeping happens when :meth:`Deliveries.collect` is called, per unit, and comes back as
+:class:`Acked` (what the broker took) and failures. A failed output is handed back with its
+error as an :class:`Output`, never dropped: the processor decides whether to dead-letter it (a
+permanent error) or to produce it again later.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from confluent_kafka import KafkaError, KafkaException
+
+from streamer.pipeline.records import Rows
 
 Headers = list[tuple[str, bytes]]
 
@@ -43,20 +47,95 @@ class Output:
         return self.source.topic(), self.source.partition()
 
 
+@dataclass(frozen=True, slots=True)
+class Predictions:
+    """A batch's predictions: ``values[i]`` is the prediction of ``rows`` row i, all to ``topic``."""
+
+    topic: str
+    values: list[bytes]
+    rows: Rows
+
+    def output(self, i: int) -> Output:
+        """Row ``i``'s prediction as a single output (to produce it again, or dead-letter it)."""
+        m = self.rows.source.items[i]
+        return Output(self.topic, m.key(), self.values[i], None, m, event_time_ms=int(self.rows.event_times[i]),
+                      attempts=1)
+
+
+@dataclass(slots=True)
+class Acked:
+    """What the broker acknowledged: predictions as batches of rows, other outputs one by one."""
+
+    batches: list[Rows] = field(default_factory=list)
+    outputs: list[Output] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.batches or self.outputs)
+
+    def extend(self, other: Acked) -> None:
+        self.batches.extend(other.batches)
+        self.outputs.extend(other.outputs)
+
+    def offsets(self) -> dict[tuple[str, int], list[np.ndarray]]:
+        """The source offsets now done, per partition."""
+        out: dict[tuple[str, int], list[np.ndarray]] = {}
+        for rows in self.batches:
+            for tp, offsets in rows.source.by_partition().items():
+                out.setdefault(tp, []).append(offsets)
+        for o in self.outputs:
+            out.setdefault(o.source_tp, []).append(np.array([o.source.offset()], np.int64))
+        return out
+
+
 class _Unit:
-    __slots__ = ("outputs", "remaining", "errors", "finished", "generation")
+    """One send: its messages report to :meth:`report`; ``errors`` hold (value, error) pairs."""
 
-    def __init__(self, outputs: list[Output], finished: list[_Unit], generation: int) -> None:
-        self.outputs, self.remaining, self.finished = outputs, len(outputs), finished
-        self.errors: dict[int, KafkaError] = {}
-        self.generation = generation
+    __slots__ = ("sent", "remaining", "errors", "finished", "generation")
 
-    def report(self, index: int, err: KafkaError | None, _msg: Any) -> None:
+    def __init__(self, sent: Predictions | list[Output], finished: list[_Unit], generation: int) -> None:
+        self.sent, self.finished, self.generation = sent, finished, generation
+        self.remaining = len(sent.values) if isinstance(sent, Predictions) else len(sent)
+        self.errors: list[tuple[int | bytes | None, KafkaError]] = []
+
+    def report(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            self.errors[index] = err
+            self.errors.append((msg.value() if msg is not None else None, err))
+        self._count()
+
+    def refused(self, index: int, err: KafkaError) -> None:
+        """Refused before sending (too large, say): reported at once, by index."""
+        self.errors.append((index, err))
+        self._count()
+
+    def _count(self) -> None:
         self.remaining -= 1
         if self.remaining == 0:
             self.finished.append(self)
+
+    def sort(self) -> tuple[Acked, list[tuple[Output, KafkaError]]]:
+        """Acked and failed, with each failure mapped back to its output by index or by value."""
+        sent = self.sent
+        values = sent.values if isinstance(sent, Predictions) else [o.value for o in sent]
+        bad: dict[int, KafkaError] = {}
+        if self.errors:
+            where: dict[bytes | None, list[int]] = {}
+            for i, v in enumerate(values):
+                where.setdefault(v, []).append(i)
+            for ref, err in self.errors:
+                if isinstance(ref, int):
+                    where_i = ref
+                else:  # a value sent twice in one unit fails once per copy: take them in order
+                    left = [i for i in where.get(ref, []) if i not in bad]
+                    where_i = left[0] if left else next(i for i in range(len(values)) if i not in bad)
+                bad[where_i] = err
+        if isinstance(sent, Predictions):
+            if not bad:
+                return Acked(batches=[sent.rows]), []
+            ok = np.ones(len(values), bool)
+            ok[list(bad)] = False
+            return Acked(batches=[sent.rows.take(ok)]), [(sent.output(i), e) for i, e in sorted(bad.items())]
+        return (Acked(outputs=[o for i, o in enumerate(sent) if i not in bad]),
+                [(sent[i], e) for i, e in sorted(bad.items())])
 
 
 class Deliveries:
@@ -72,41 +151,50 @@ class Deliveries:
         self.in_flight = 0  # outputs sent and not yet reported
         self.units_in_flight = 0  # batches (or dead letters) sent and not yet fully reported
 
-    def send(self, outputs: list[Output]) -> None:
-        if not outputs:
+    def send(self, outputs: list[Output] | Predictions) -> None:
+        """Produce a batch's predictions, or single outputs, as one unit."""
+        if not (outputs.values if isinstance(outputs, Predictions) else outputs):
             return
         self.before_send()
         unit = _Unit(outputs, self._finished, self._generation)
-        self.in_flight += len(outputs)
+        self.in_flight += unit.remaining
         self.units_in_flight += 1
+        produce_, report = self.producer.produce, unit.report
+        if isinstance(outputs, Predictions):
+            topic = outputs.topic
+            for i, (value, m) in enumerate(zip(outputs.values, outputs.rows.source.items)):
+                try:
+                    produce_(topic, value, m.key(), on_delivery=report)
+                except (BufferError, KafkaException):
+                    self._produce_hard(unit, i, topic, value, m.key(), None)
+            return
         for i, out in enumerate(outputs):
             out.attempts += 1
-            callback = partial(unit.report, i)
-            try:
-                produce(self.producer, self._on_full, out.topic, out.value, out.key,
-                        headers=out.headers, on_delivery=callback)
-            except KafkaException as exc:  # refused before sending (too large, say)
-                callback(exc.args[0], None)
+            self._produce_hard(unit, i, out.topic, out.value, out.key, out.headers)
 
-    def collect(self, timeout_s: float) -> tuple[list[Output], list[tuple[Output, KafkaError]]]:
-        """Serve delivery reports; return the outputs acknowledged and those that failed."""
+    def _produce_hard(self, unit: _Unit, i: int, topic: str, value: bytes | None, key: bytes | None,
+                      headers: Headers | None) -> None:
+        """Produce one message through a full local queue; a refusal is reported as its failure."""
+        try:
+            produce(self.producer, self._on_full, topic, value, key, headers=headers, on_delivery=unit.report)
+        except KafkaException as exc:  # refused before sending (too large, say)
+            unit.refused(i, exc.args[0])
+
+    def collect(self, timeout_s: float) -> tuple[Acked, list[tuple[Output, KafkaError]]]:
+        """Serve delivery reports; return what was acknowledged and the outputs that failed."""
         self.producer.poll(timeout_s)
-        acked: list[Output] = []
-        failed: list[tuple[Output, KafkaError]] = []
+        acked, failed = Acked(), []
         if not self._finished:
             return acked, failed
         finished, self._finished[:] = list(self._finished), []
         for unit in finished:
             if unit.generation != self._generation:
                 continue  # sent before discard(): already written off
-            self.in_flight -= len(unit.outputs)
+            self.in_flight -= len(unit.sent.values) if isinstance(unit.sent, Predictions) else len(unit.sent)
             self.units_in_flight -= 1
-            for i, out in enumerate(unit.outputs):
-                err = unit.errors.get(i)
-                if err is None:
-                    acked.append(out)
-                else:
-                    failed.append((out, err))
+            ok, bad = unit.sort()
+            acked.extend(ok)
+            failed.extend(bad)
         return acked, failed
 
     def discard(self) -> None:

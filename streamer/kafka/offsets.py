@@ -15,6 +15,10 @@ Later 37, 38, 39 finish: the prefix runs to 40 and the commit becomes 41.
 The prefix is taken over *consumed* offsets, not over integers, because offsets have gaps that
 are never delivered (transaction markers, compaction): after 40, the next consumed offset may
 be 42, and once everything consumed is done, last consumed + 1 is safe to commit.
+
+Offsets are tracked in bulk: each consumed chunk of a partition is kept as an array with a done
+flag per offset, so marking a batch done and finding the new prefix are a few numpy operations
+per chunk, not a Python step per offset.
 """
 
 from __future__ import annotations
@@ -24,18 +28,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 TopicPartition = tuple[str, int]
+Offsets = Iterable[int] | np.ndarray | int
 
 
 @dataclass
 class _Partition:
-    consumed: deque[int] = field(default_factory=deque)  # not yet in the done prefix, in order
-    done: set[int] = field(default_factory=set)  # done, but possibly behind an unfinished one
+    chunks: deque[np.ndarray] = field(default_factory=deque)  # consumed, ascending, not all in the prefix
+    flags: deque[np.ndarray] = field(default_factory=deque)  # per chunk: which of its offsets are done
+    head: int = 0  # chunks[0][:head] are in the done prefix already
+    pending: int = 0  # consumed offsets not yet in the done prefix
     position: int | None = None  # next offset to read after the done prefix
     committed: int | None = None  # last position committed successfully
     first: int | None = None  # first offset consumed since tracking began
+
+
+def _array(offsets: Offsets) -> np.ndarray:
+    if isinstance(offsets, np.ndarray):
+        return offsets.astype(np.int64, copy=False).reshape(-1)
+    if isinstance(offsets, int):
+        return np.array([offsets], np.int64)
+    return np.fromiter(offsets, np.int64)
 
 
 class OffsetTracker:
@@ -44,23 +60,55 @@ class OffsetTracker:
     def __init__(self) -> None:
         self._parts: dict[TopicPartition, _Partition] = {}
 
-    def consumed(self, tp: TopicPartition, offset: int) -> None:
-        """Note an offset handed to us by the consumer (always increasing per partition)."""
+    def consumed(self, tp: TopicPartition, offsets: Offsets) -> None:
+        """Note offsets handed to us by the consumer (always increasing per partition)."""
+        offs = _array(offsets)
+        if not len(offs):
+            return
         state = self._parts.setdefault(tp, _Partition())
         if state.first is None:
-            state.first = offset
-        state.consumed.append(offset)
+            state.first = int(offs[0])
+        state.chunks.append(offs)
+        state.flags.append(np.zeros(len(offs), bool))
+        state.pending += len(offs)
 
-    def done(self, tp: TopicPartition, offsets: Iterable[int]) -> None:
-        """Mark offsets done (their outputs are acknowledged) and advance the prefix."""
+    def done(self, tp: TopicPartition, offsets: Offsets) -> None:
+        """Mark offsets done (their outputs are acknowledged) and advance the prefix.
+
+        Offsets that were never consumed, or are in the prefix already, change nothing.
+        """
         state = self._parts.get(tp)
         if state is None:  # revoked or lost meanwhile: nothing of it may be committed
             return
-        state.done.update(offsets)
-        while state.consumed and state.consumed[0] in state.done:
-            offset = state.consumed.popleft()
-            state.done.discard(offset)
-            state.position = offset + 1
+        offs = _array(offsets)
+        for chunk, flags in zip(state.chunks, state.flags):
+            if not len(offs):
+                break
+            inside = (offs >= chunk[0]) & (offs <= chunk[-1])
+            if inside.any():
+                sub = offs[inside]
+                at = np.searchsorted(chunk, sub)
+                flags[at[chunk[at] == sub]] = True
+                offs = offs[~inside]
+        self._advance(state)
+
+    @staticmethod
+    def _advance(state: _Partition) -> None:
+        while state.chunks:
+            rest = state.flags[0][state.head:]
+            if rest.all():
+                state.position = int(state.chunks[0][-1]) + 1
+                state.pending -= len(rest)
+                state.chunks.popleft()
+                state.flags.popleft()
+                state.head = 0
+                continue
+            k = int(np.argmin(rest))  # the first offset not done
+            if k:
+                state.position = int(state.chunks[0][state.head + k - 1]) + 1
+                state.pending -= k
+                state.head += k
+            return
 
     def committable(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """Positions (next offset to read) that moved since their last successful commit."""
@@ -96,8 +144,8 @@ class OffsetTracker:
     def in_flight(self, tp: TopicPartition | None = None) -> int:
         """How many consumed offsets are not yet in a done prefix (one partition, or all)."""
         if tp is not None:
-            return len(self._parts[tp].consumed) if tp in self._parts else 0
-        return sum(len(s.consumed) for s in self._parts.values())
+            return self._parts[tp].pending if tp in self._parts else 0
+        return sum(s.pending for s in self._parts.values())
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Stop tracking partitions (revoked or lost); later acks for them are ignored."""
@@ -120,8 +168,9 @@ class ReadRange:
     def assignment(self) -> list[KafkaTopicPartition]:
         return [KafkaTopicPartition(t, p, self.bounds[(t, p)][0]) for t, p in self._todo]
 
-    def past_end(self, tp: TopicPartition, offset: int) -> bool:
-        return offset >= self.bounds[tp][1]
+    def past_end(self, tp: TopicPartition, offsets: np.ndarray) -> np.ndarray:
+        """Which of ``offsets`` (of partition ``tp``) are at or past its end."""
+        return offsets >= self.bounds[tp][1]
 
     def read(self, consumer: Any) -> bool:
         positions = consumer.position([KafkaTopicPartition(t, p) for t, p in self._todo])

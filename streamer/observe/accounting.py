@@ -13,9 +13,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from streamer.kafka.checkpoint import Commit
-from streamer.kafka.delivery import Output
-from streamer.observe.metrics import Metrics, NullMetrics
+from streamer.kafka.delivery import Acked
+from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
 
@@ -33,11 +35,12 @@ class Accounting:
         self.metrics.model_info.labels(*self._model, provider).set(1)
         self.metrics.healthy.set(1)
 
-    def consumed(self, messages: Sequence[Any]) -> None:
-        self.stats.events += len(messages)
-        if messages and self.stats.first_event_at is None:
+    def consumed(self, topics: list[str]) -> None:
+        """Messages consumed (the topic of each)."""
+        self.stats.events += len(topics)
+        if topics and self.stats.first_event_at is None:
             self.stats.first_event_at = time.monotonic()
-        for topic, count in Counter(m.topic() for m in messages).items():
+        for topic, count in Counter(topics).items():
             self.metrics.events_consumed.labels(topic).inc(count)
 
     def scored(self, batch: Batch[Any], seconds: float, calls: int, bisections: int, provider: str) -> None:
@@ -54,25 +57,29 @@ class Accounting:
         if bisections:
             m.bisections.inc(bisections)
 
-    def final(self, outputs: list[Output]) -> None:
+    def final(self, acked: Acked) -> None:
         """Outputs acknowledged for good (committed, under exactly-once): count and time them."""
-        if not outputs:
+        if not acked:
             return
         now_ms = time.time() * 1000
         self.stats.last_ack_at = time.monotonic()
-        latencies = []
-        for out in outputs:
+        times = [rows.event_times for rows in acked.batches]
+        singles = []
+        for out in acked.outputs:
             if out.stage is None:
-                latencies.append(now_ms - out.event_time_ms)
+                singles.append(out.event_time_ms)
             else:
                 self.stats.dead_letters[out.stage] += 1
                 self.metrics.dead_letters.labels(out.stage).inc()
+        if singles:
+            times.append(np.array(singles, np.int64))
+        if not times:
+            return
+        latencies = now_ms - np.concatenate(times)
         self.stats.predictions += len(latencies)
         self.stats.record_latencies(latencies)
-        if latencies:
-            self.metrics.predictions_produced.labels(self._output_topic).inc(len(latencies))
-            for v in latencies:
-                self.metrics.end_to_end.observe(v / 1000.0)
+        self.metrics.predictions_produced.labels(self._output_topic).inc(len(latencies))
+        observe_many(self.metrics.end_to_end, latencies / 1000.0)
 
     def commit(self, commit: Commit) -> None:
         """A commit's positions, failures (logged: retried next time) and now-final outputs."""

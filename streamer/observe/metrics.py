@@ -7,6 +7,7 @@ import platform
 from typing import TYPE_CHECKING, get_args
 
 import confluent_kafka
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -108,6 +109,24 @@ class NullMetric:
 
 
 _NULL_METRIC = NullMetric()
+
+
+def observe_many(histogram: Histogram | NullMetric, values: np.ndarray) -> None:
+    """``histogram.observe(v)`` for every v of ``values``, one bucket increment per bucket.
+
+    What observe does per value (add to the sum, count in the first bucket whose upper bound is
+    >= the value), done with numpy for a batch; proven equal to the loop in tests/test_metrics.py.
+    """
+    if not isinstance(histogram, Histogram) or not len(values):
+        return
+    values = np.asarray(values, np.float64)
+    histogram._raise_if_not_observable()
+    histogram._sum.inc(float(values.sum()))
+    counts = np.bincount(np.searchsorted(np.asarray(histogram._upper_bounds), values, side="left"),
+                         minlength=len(histogram._upper_bounds))
+    for bucket, count in zip(histogram._buckets, counts.tolist()):
+        if count:
+            bucket.inc(count)
 
 
 class NullMetrics:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 MAX_LATENCY_SAMPLES = 1_000_000
 
@@ -36,8 +39,8 @@ class Stats:
             return 0.0
         return self.outputs / max(self.last_ack_at - self.first_event_at, 1e-9)
 
-    def record_latencies(self, values_ms: list[float]) -> None:
+    def record_latencies(self, values_ms: Sequence[float] | np.ndarray) -> None:
         """Keep end-to-end latencies for percentiles, up to MAX_LATENCY_SAMPLES of them."""
         room = MAX_LATENCY_SAMPLES - len(self.latencies_ms)
         if room > 0:
-            self.latencies_ms.extend(values_ms[:room])
+            self.latencies_ms.extend(np.asarray(values_ms[:room], np.float64).tolist())

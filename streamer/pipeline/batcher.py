@@ -10,69 +10,85 @@ clock, which makes every rule testable to the millisecond.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from itertools import chain
+from typing import Any, Generic, Literal, TypeVar
 
 FlushReason = Literal["full", "timeout", "revoke", "shutdown"]
-T = TypeVar("T")
+C = TypeVar("C", bound=Sequence[Any])
 # A deadline within a nanosecond counts as reached: first_at + max_wait is a float sum that can
 # land a hair past the instant it names (0.1 + 0.05 > 0.15), which would cost a whole extra pass.
 _EPSILON_S = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class Batch(Generic[T]):
-    """Rows flushed together, why, and how long the first row waited (seconds)."""
+def join_rows(parts: Sequence[Sequence[Any]]) -> Any:
+    """The default join: the rows of ``parts`` as one tuple."""
+    return tuple(chain.from_iterable(parts))
 
-    rows: tuple[T, ...]
+
+@dataclass(frozen=True, slots=True)
+class Batch(Generic[C]):
+    """Rows flushed together (one chunk, joined), why, and how long the first row waited (seconds)."""
+
+    rows: C
     reason: FlushReason
     wait_s: float
 
-    def keep(self, wanted: Callable[[T], bool]) -> Batch[T]:
-        """The same batch with only the rows ``wanted`` (partitions revoked meanwhile)."""
-        return Batch(tuple(r for r in self.rows if wanted(r)), self.reason, self.wait_s)
+    def keep(self, wanted: Callable[[C], C]) -> Batch[C]:
+        """The same batch with only the rows that ``wanted`` keeps (partitions revoked meanwhile)."""
+        return Batch(wanted(self.rows), self.reason, self.wait_s)
 
 
-class MicroBatcher(Generic[T]):
-    """Accumulates rows; :meth:`add` and :meth:`poll` return the batches that are due."""
+class MicroBatcher(Generic[C]):
+    """Accumulates chunks of rows; :meth:`add` and :meth:`poll` return the batches that are due.
 
-    def __init__(self, max_size: int, max_wait_ms: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    Rows come in chunks (anything sliceable with a length: a list, or the columnar ``Rows``) and
+    are cut and joined per chunk, never per row; ``join`` makes one chunk of several.
+    """
+
+    def __init__(self, max_size: int, max_wait_ms: int, clock: Callable[[], float] = time.monotonic,
+                 join: Callable[[list[C]], C] = join_rows) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1, got {max_size}")
         if max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms}")
         self.max_size = max_size
         self.max_wait_s = max_wait_ms / 1000.0
-        self._clock = clock
-        self._rows: list[T] = []
+        self._clock, self._join = clock, join
+        self._pieces: list[C] = []
+        self._size = 0
         self._first_at: float | None = None
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self._size
 
-    def add(self, rows: Iterable[T]) -> list[Batch[T]]:
-        """Add rows in order; returns every batch that became due (full ones, or a timed-out one).
+    def add(self, rows: C) -> list[Batch[C]]:
+        """Add a chunk of rows in order; returns every batch that became due (full ones, or a
+        timed-out one).
 
         A timed-out open batch is flushed before new rows join it: rows that arrive after the
         deadline start the next batch and its own deadline.
         """
-        out: list[Batch[T]] = []
+        out: list[Batch[C]] = []
         due = self.poll()
         if due is not None:
             out.append(due)
-        for row in rows:
-            if not self._rows:
+        at, n = 0, len(rows)
+        while at < n:
+            if not self._pieces:
                 self._first_at = self._clock()
-            self._rows.append(row)
-            if len(self._rows) >= self.max_size:
+            take = min(self.max_size - self._size, n - at)
+            self._pieces.append(rows if take == n else rows[at:at + take])  # type: ignore[index]
+            self._size += take
+            at += take
+            if self._size >= self.max_size:
                 out.append(self._take("full"))
         return out
 
-    def poll(self) -> Batch[T] | None:
+    def poll(self) -> Batch[C] | None:
         """The open batch if its first row has waited ``max_wait_ms``, else None."""
-        if self._rows and self.remaining_s() <= _EPSILON_S:  # type: ignore[operator]
+        if self._pieces and self.remaining_s() <= _EPSILON_S:  # type: ignore[operator]
             return self._take("timeout")
         return None
 
@@ -85,28 +101,26 @@ class MicroBatcher(Generic[T]):
             return None
         return max(0.0, self._first_at + self.max_wait_s - self._clock())
 
-    def flush(self, reason: FlushReason) -> Batch[T] | None:
+    def flush(self, reason: FlushReason) -> Batch[C] | None:
         """Flush whatever is open now (revoke, shutdown); None when nothing is open."""
-        return self._take(reason) if self._rows else None
+        return self._take(reason) if self._pieces else None
 
-    def drop(self, keep: Callable[[T], bool]) -> int:
-        """Remove rows for which ``keep`` is false (partitions lost); returns how many went.
+    def drop(self, keep: Callable[[C], C]) -> int:
+        """Keep only what ``keep`` returns of each open chunk (partitions lost); returns how many
+        rows went.
 
         The open batch keeps its first-row deadline: the rows that stay waited that long already.
         """
-        before = len(self._rows)
-        self._rows = [r for r in self._rows if keep(r)]
-        if not self._rows:
+        before = self._size
+        self._pieces = [p for p in (keep(p) for p in self._pieces) if len(p)]
+        self._size = sum(len(p) for p in self._pieces)
+        if not self._pieces:
             self._first_at = None
-        return before - len(self._rows)
+        return before - self._size
 
-    def _take(self, reason: FlushReason) -> Batch[T]:
-        rows = self._rows[: self.max_size]
-        self._rows = self._rows[self.max_size:]
+    def _take(self, reason: FlushReason) -> Batch[C]:
         assert self._first_at is not None
         now = self._clock()
-        batch = Batch(tuple(rows), reason, now - self._first_at)
-        # Rows beyond max_size can only remain when add() overfilled, which it never does; a
-        # remainder would otherwise restart its deadline now, not at the old first row.
-        self._first_at = now if self._rows else None
+        batch = Batch(self._join(self._pieces), reason, now - self._first_at)
+        self._pieces, self._size, self._first_at = [], 0, None
         return batch

@@ -1,11 +1,26 @@
-"""Small frozen records that flow between the pipeline stages."""
+"""What flows between the pipeline stages: consumed messages and decoded rows, as columns.
+
+A chunk of consumed messages (:class:`Messages`) and the rows decoded from it (:class:`Rows`) are
+held as columns, not as an object per row: the loop filters, batches, tracks offsets and encodes
+them with a few numpy operations per chunk, whatever its size. :class:`SourceRecord` is the one-row
+view that the per-row reference stages (the validator, the reference encoder) work with.
+
+Worked example: three messages of partitions 0, 1, 0 (offsets 7, 3, 8)::
+
+    >>> chunk = Messages.of(consumed)
+    >>> chunk.by_partition()
+    {('features', 0): array([7, 8]), ('features', 1): array([3])}
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +40,139 @@ class SourceRecord:
     event_time_ms: int
     timestamp_ms: int
     features: np.ndarray  # float32, shape (n_features,)
+
+
+def _index(idx: np.ndarray | slice) -> np.ndarray | slice:
+    return idx if isinstance(idx, slice) or idx.dtype != bool else np.flatnonzero(idx)
+
+
+def _pick(items: list[Any], idx: np.ndarray | slice) -> list[Any]:
+    return items[idx] if isinstance(idx, slice) else [items[i] for i in idx.tolist()]
+
+
+@dataclass(frozen=True, slots=True)
+class Messages:
+    """Consumed messages with their coordinates as columns, in consumption order."""
+
+    items: list[Any]  # the confluent_kafka.Message objects (their values, keys, headers)
+    topics: list[str]
+    partitions: np.ndarray  # int64
+    offsets: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, messages: Sequence[Any]) -> Messages:
+        items = list(messages)
+        return cls(items, [m.topic() for m in items], np.array([m.partition() for m in items], np.int64),
+                   np.array([m.offset() for m in items], np.int64))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def take(self, idx: np.ndarray | slice) -> Messages:
+        """The messages at ``idx`` (indices, a boolean mask or a slice), in that order."""
+        idx = _index(idx)
+        return Messages(_pick(self.items, idx), _pick(self.topics, idx), self.partitions[idx], self.offsets[idx])
+
+    def groups(self) -> dict[TopicPartition, np.ndarray]:
+        """Row indices of each partition, ascending (so its offsets stay in consumption order)."""
+        n = len(self.items)
+        if n == 0:
+            return {}
+        topic, parts = self.topics[0], self.partitions
+        if self.topics.count(topic) == n:  # one topic: the usual case, all in numpy
+            if (parts == parts[0]).all():
+                return {(topic, int(parts[0])): np.arange(n)}
+            order = np.argsort(parts, kind="stable")
+            cuts = [0, *(np.flatnonzero(np.diff(parts[order])) + 1).tolist(), n]
+            return {(topic, int(parts[order[a]])): order[a:b] for a, b in zip(cuts, cuts[1:])}
+        out: dict[TopicPartition, list[int]] = {}
+        for i, tp in enumerate(zip(self.topics, parts.tolist())):
+            out.setdefault(tp, []).append(i)
+        return {tp: np.array(rows, np.intp) for tp, rows in out.items()}
+
+    def by_partition(self) -> dict[TopicPartition, np.ndarray]:
+        """The offsets of each partition, in consumption order."""
+        return {tp: self.offsets[idx] for tp, idx in self.groups().items()}
+
+    def within(self, tps: Collection[TopicPartition],
+               past_end: Callable[[TopicPartition, np.ndarray], np.ndarray] | None = None) -> Messages:
+        """The messages of partitions in ``tps``, less those ``past_end`` says are past an end."""
+        groups = self.groups()
+        if past_end is None and all(tp in tps for tp in groups):
+            return self
+        keep = np.zeros(len(self.items), bool)
+        for tp, idx in groups.items():
+            if tp in tps:
+                keep[idx] = True if past_end is None else ~past_end(tp, self.offsets[idx])
+        return self if keep.all() else self.take(keep)
+
+    def outside(self, tps: Collection[TopicPartition]) -> np.ndarray:
+        """A mask of the rows whose partition is not in ``tps``."""
+        mask = np.ones(len(self.items), bool)
+        for tp, idx in self.groups().items():
+            if tp in tps:
+                mask[idx] = False
+        return mask
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Decoded, validated rows as columns, each with the consumed message it came from."""
+
+    source: Messages
+    event_ids: list[str]
+    entity_ids: list[str]
+    event_times: np.ndarray  # int64 milliseconds: the event's own time
+    features: np.ndarray  # float32 [rows, n_features]
+
+    @classmethod
+    def empty(cls, n_features: int) -> Rows:
+        return cls(Messages([], [], np.empty(0, np.int64), np.empty(0, np.int64)), [], [],
+                   np.empty(0, np.int64), np.empty((0, n_features), np.float32))
+
+    @classmethod
+    def from_records(cls, records: Sequence[SourceRecord], source: Messages, n_features: int) -> Rows:
+        """Rows from the reference path's records (one per message of ``source``)."""
+        if not records:
+            return cls(source, [], [], np.empty(0, np.int64), np.empty((0, n_features), np.float32))
+        return cls(source, [r.event_id for r in records], [r.entity_id for r in records],
+                   np.array([r.event_time_ms for r in records], np.int64),
+                   np.stack([r.features for r in records]).astype(np.float32, copy=False))
+
+    @staticmethod
+    def join(parts: Sequence[Rows]) -> Rows:
+        """One Rows of ``parts``, in order."""
+        if len(parts) == 1:
+            return parts[0]
+        src = [p.source for p in parts]
+        return Rows(Messages([m for s in src for m in s.items], [t for s in src for t in s.topics],
+                             np.concatenate([s.partitions for s in src]), np.concatenate([s.offsets for s in src])),
+                    [e for p in parts for e in p.event_ids], [e for p in parts for e in p.entity_ids],
+                    np.concatenate([p.event_times for p in parts]), np.concatenate([p.features for p in parts]))
+
+    def __len__(self) -> int:
+        return len(self.event_ids)
+
+    def __getitem__(self, idx: slice) -> Rows:
+        return self.take(idx)
+
+    def take(self, idx: np.ndarray | slice) -> Rows:
+        """The rows at ``idx`` (indices, a boolean mask or a slice), in that order."""
+        idx = _index(idx)
+        return Rows(self.source.take(idx), _pick(self.event_ids, idx), _pick(self.entity_ids, idx),
+                    self.event_times[idx], self.features[idx])
+
+    def without(self, tps: Collection[TopicPartition]) -> Rows:
+        """These rows less those of partitions ``tps`` (revoked or lost)."""
+        mask = self.source.outside(tps)
+        return self if mask.all() else self.take(mask)
+
+    def record(self, i: int) -> SourceRecord:
+        """Row ``i`` as a record, for the per-row reference stages."""
+        m = self.source.items[i]
+        return SourceRecord(self.source.topics[i], int(self.source.partitions[i]), int(self.source.offsets[i]),
+                            m.key(), self.event_ids[i], self.entity_ids[i], int(self.event_times[i]),
+                            m.timestamp()[1], self.features[i])
 
 
 def prediction_fields(source: SourceRecord, scores: np.ndarray, model_name: str, model_version: str,

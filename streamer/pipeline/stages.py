@@ -24,10 +24,9 @@ from streamer.errors import DeserializeError, InferenceError, PoisonRowError, Re
 from streamer.pipeline.codecs import AvroCodec, Codec
 from streamer.pipeline.columnar_decode import ColumnarDecoder
 from streamer.pipeline.columnar_encode import PredictionEncoder
-from streamer.pipeline.records import SourceRecord, prediction_fields
+from streamer.pipeline.records import Messages, Rows, SourceRecord, prediction_fields
 from streamer.pipeline.validate import EventValidator
 
-Row = tuple[SourceRecord, Any]  # a validated row and the consumed message it came from
 Reject = tuple[RecordError, Any]  # why a row failed, and the consumed message it came from
 
 
@@ -36,65 +35,76 @@ class Stages:
 
     def __init__(self, decoder: Codec, encoder: Codec, input_cfg: InputConfig, n_features: int,
                  fast: bool = True) -> None:
-        self.decoder, self.encoder = decoder, encoder
+        self.decoder, self.encoder, self.n_features = decoder, encoder, n_features
         self.validator = EventValidator(input_cfg, n_features)
         self.fast_decoder = (ColumnarDecoder.compile(json.loads(decoder.schema_json), input_cfg, n_features)
                              if fast and isinstance(decoder, AvroCodec) else None)
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json))
                              if fast and isinstance(encoder, AvroCodec) else None)
 
-    def decode(self, messages: Sequence[Any]) -> tuple[list[Row], list[Reject]]:
-        """Decode and validate consumed messages, in order."""
-        if self.fast_decoder is None or not messages:
-            return decode_batch(messages, self.decoder, self.validator)
-        cols = self.fast_decoder.decode([m.value() for m in messages])
-        rows: list[Row | None] = [None] * len(messages)
-        for j, i in enumerate(cols.rows.tolist()):
-            m = messages[i]
-            rows[i] = (SourceRecord(m.topic(), m.partition(), m.offset(), m.key(), cols.event_ids[j],
-                                    cols.entity_ids[j], int(cols.event_times[j]), m.timestamp()[1],
-                                    cols.features[j]), m)
-        rejects: list[Reject] = []
-        for i in cols.fallback.tolist():
-            good, bad = decode_batch([messages[i]], self.decoder, self.validator)
-            rows[i] = good[0] if good else None
-            rejects.extend(bad)
-        return [r for r in rows if r is not None], rejects
+    def decode(self, chunk: Messages) -> tuple[Rows, list[Reject]]:
+        """Decode and validate consumed messages; the rows keep the chunk's order."""
+        if self.fast_decoder is None or not len(chunk):
+            good, records, rejects = decode_batch(chunk.items, self.decoder, self.validator)
+            return Rows.from_records(records, chunk.take(np.array(good, np.intp)), self.n_features), rejects
+        cols = self.fast_decoder.decode([m.value() for m in chunk.items])
+        fast = Rows(chunk if len(cols.rows) == len(chunk) else chunk.take(cols.rows), cols.event_ids,
+                    cols.entity_ids, cols.event_times, cols.features)
+        if not len(cols.fallback):
+            return fast, []
+        good, records, rejects = decode_batch([chunk.items[i] for i in cols.fallback.tolist()], self.decoder,
+                                              self.validator)
+        at = cols.fallback[np.array(good, np.intp)]
+        slow = Rows.from_records(records, chunk.take(at), self.n_features)
+        order = np.argsort(np.concatenate([cols.rows, at]), kind="stable")
+        return Rows.join([fast, slow]).take(order), rejects
 
-    def encode(self, rows: Sequence[Row], scores: np.ndarray, poison: dict[int, InferenceError],
-               model_name: str, model_version: str, scored_at_ms: int,
-               run_id: str | None = None) -> tuple[list[tuple[bytes, Row]], list[Reject]]:
-        """Prediction values for the scored rows; rows the model failed on alone are rejects."""
+    def encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
+               model_version: str, scored_at_ms: int,
+               run_id: str | None = None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
+        """Prediction values for the scored rows: ``(kept, values, rejects)``, where ``values[j]``
+        is the prediction of row ``kept[j]``; rows the model failed on alone are rejects."""
         if self.fast_encoder is None:
             return encode_batch(rows, scores, poison, self.encoder, model_name, model_version,
                                 scored_at_ms, run_id)
-        keep = [i for i in range(len(rows)) if i not in poison]
-        records = [rows[i][0] for i in keep]
-        values = self.fast_encoder.encode(
-            [r.event_id for r in records], [r.entity_id for r in records], scores[keep], model_name,
-            model_version, [r.topic for r in records], [r.partition for r in records],
-            [r.offset for r in records], [r.event_time_ms for r in records], scored_at_ms, run_id)
-        fast = dict(zip(keep, values, strict=True))
-        good: list[tuple[bytes, Row]] = []
+        keep = np.ones(len(rows), bool)
+        keep[list(poison)] = False
+        kept = np.flatnonzero(keep)
+        part = rows if len(kept) == len(rows) else rows.take(kept)
+        values = self.fast_encoder.encode(part.event_ids, part.entity_ids, scores[kept], model_name,
+                                          model_version, part.source.topics, part.source.partitions,
+                                          part.source.offsets, part.event_times, scored_at_ms, run_id)
+        if not poison and None not in values:
+            return kept, values, []  # type: ignore[return-value]
+        out_rows: list[int] = []
+        out_values: list[bytes] = []
         rejects: list[Reject] = []
-        for i, row in enumerate(rows):
+        fast = dict(zip(kept.tolist(), values, strict=True))
+        for i in range(len(rows)):
             value = fast.get(i)
-            if value is not None:
-                good.append((value, row))
-                continue  # else poisoned, or the reference's to encode (or refuse)
-            g, r = encode_batch([row], scores[i:i + 1], {0: poison[i]} if i in poison else {}, self.encoder,
-                                model_name, model_version, scored_at_ms, run_id)
-            good.extend(g)
-            rejects.extend(r)
-        return good, rejects
+            if value is None:  # poisoned, or the reference's to encode (or refuse)
+                one = rows.take(np.array([i]))
+                got, vals, bad = encode_batch(one, scores[i:i + 1], {0: poison[i]} if i in poison else {},
+                                              self.encoder, model_name, model_version, scored_at_ms, run_id)
+                rejects.extend(bad)
+                if not len(got):
+                    continue
+                value = vals[0]
+            out_rows.append(i)
+            out_values.append(value)
+        return np.array(out_rows, np.intp), out_values, rejects
 
 
 def decode_batch(messages: Sequence[Any], decoder: Codec,
-                 validator: EventValidator) -> tuple[list[Row], list[Reject]]:
-    """The reference: decode and validate consumed messages one by one, in order."""
-    rows: list[Row] = []
+                 validator: EventValidator) -> tuple[list[int], list[SourceRecord], list[Reject]]:
+    """The reference: decode and validate consumed messages one by one, in order.
+
+    Returns the indices of the good messages, their records, and the rejects.
+    """
+    good: list[int] = []
+    records: list[SourceRecord] = []
     rejects: list[Reject] = []
-    for m in messages:
+    for i, m in enumerate(messages):
         value = m.value()
         try:
             if value is None:
@@ -105,33 +115,31 @@ def decode_batch(messages: Sequence[Any], decoder: Codec,
         except RecordError as exc:
             rejects.append((exc, m))
             continue
-        rows.append((record, m))
-    return rows, rejects
+        good.append(i)
+        records.append(record)
+    return good, records, rejects
 
 
-def features_of(rows: Sequence[Row]) -> np.ndarray:
-    """The batch's feature matrix, ``[rows, n_features]`` float32."""
-    return np.stack([record.features for record, _ in rows])
-
-
-def encode_batch(rows: Sequence[Row], scores: np.ndarray, poison: dict[int, InferenceError],
+def encode_batch(rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError],
                  encoder: Codec, model_name: str, model_version: str, scored_at_ms: int,
-                 run_id: str | None = None) -> tuple[list[tuple[bytes, Row]], list[Reject]]:
+                 run_id: str | None = None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
     """The reference: prediction values one by one; rows the model failed on alone are rejects."""
-    good: list[tuple[bytes, Row]] = []
+    kept: list[int] = []
+    values: list[bytes] = []
     rejects: list[Reject] = []
-    for i, (row, score_row) in enumerate(zip(rows, scores, strict=True)):
-        record, message = row
+    for i in range(len(rows)):
+        message = rows.source.items[i]
         if i in poison:
             error = PoisonRowError(f"the model fails on this row: {poison[i]}")
             error.__cause__ = poison[i]
             rejects.append((error, message))
             continue
         try:
-            value = encoder.encode(prediction_fields(record, score_row, model_name, model_version,
+            value = encoder.encode(prediction_fields(rows.record(i), scores[i], model_name, model_version,
                                                      scored_at_ms, run_id))
         except RecordError as exc:
             rejects.append((exc, message))
             continue
-        good.append((value, row))
-    return good, rejects
+        kept.append(i)
+        values.append(value)
+    return np.array(kept, np.intp), values, rejects

@@ -194,10 +194,10 @@ class FakeProducer:
         for topic, value, callback in reported:
             if self.fail_next > 0:
                 self.fail_next -= 1
-                callback(self.error, None)
+                callback(self.error, FakeMessage(topic, -1, -1, value))
             else:
                 self.written.append((topic, value))
-                callback(None, None)
+                callback(None, FakeMessage(topic, -1, -1, value))
         return len(reported)
 
     # ---- transactions -------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""Writes tests/mutants/*.patch from the edits below: run it when the code a mutant edits moves.
+
+    python tests/mutants/generate.py
+
+Each mutant is a deliberate bug in a core promise, as (file, exact old text, new text) edits, and
+the tests that must kill it. An edit whose old text is not found exactly once stops the script:
+rewrite that edit for the code as it is now, keeping the bug the same.
+"""
+
+import difflib
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+M = []
+def mut(name, desc, kills, *edits):
+    M.append((name, desc, kills, edits))
+
+U = "tests/test_processor.py::"
+mut("01-commit-before-acks", "predictions marked done when sent, not when the broker acknowledges them",
+    U + "test_unacknowledged_outputs_are_never_committed " + U + "test_a_failed_delivery_blocks_input_and_the_redo_unblocks_it tests/test_faults_kafka.py::test_unacknowledged_predictions_are_never_committed",
+    ("streamer/processor.py",
+     "            self._queue.popleft()\n            self.deliveries.send(outputs)\n",
+     "            self._queue.popleft()\n            self.deliveries.send(outputs)\n"
+     "            for tp, offsets in outputs.rows.source.by_partition().items():\n"
+     "                self._tracker.done(tp, offsets)\n"))
+mut("02-revoke-without-drain", "on revoke, the revoked partitions' work is dropped without the drain and the commit",
+    U + "test_revoke_drains_the_open_batch_and_commits_it_before_returning tests/test_faults_kafka.py::test_group_grows_and_shrinks_while_busy",
+    ("streamer/processor.py",
+     '        self._drain("revoke")\n        self._commit(revoked)\n        self._forget(revoked)\n',
+     '        self._forget(revoked)\n'))
+mut("03-eos-offsets-outside-transaction", "exactly-once: input offsets committed by the consumer, outside the transaction",
+    U + "test_exactly_once_puts_the_offsets_in_the_transaction_never_through_the_consumer tests/test_faults_kafka.py::test_exactly_once_crash_inside_a_commit_resumes_from_the_last_transaction",
+    ("streamer/kafka/checkpoint.py",
+     "            self._txn.commit([self._position(tp, off) for tp, off in positions.items()])\n",
+     "            if positions:\n"
+     "                self._consumer.commit(offsets=[self._position(tp, off) for tp, off in positions.items()],\n"
+     "                                      asynchronous=False)\n"
+     "            self._txn.commit([])\n"))
+mut("04-replay-resume-from-start", "a resumed replay re-resolves its bounds and starts again from --from",
+    "tests/test_replay_kafka.py::test_killed_replay_resumes_with_the_same_bounds",
+    ("streamer/commands/replay.py",
+     "            return saved, True\n",
+     "            return resolve(consumer, tps, start, end), True\n"))
+mut("05-max-wait-times-50", "the processor's batches wait 50 times max_wait_ms",
+    "tests/test_processor_kafka.py::test_a_trickle_is_flushed_within_max_wait",
+    ("streamer/processor.py",
+     "MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,",
+     "MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms * 50, clock,"))
+mut("06-latency-zero", "end-to-end latency always recorded as 0",
+    "tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed tests/test_observability_kafka.py::test_every_dashboard_panel_and_alert_returns_data",
+    ("streamer/observe/accounting.py",
+     "        latencies = now_ms - np.concatenate(times)\n",
+     "        latencies = 0.0 * np.concatenate(times)\n"))
+mut("07-drop-row-unmarked", "the last row of each batch is dropped: no prediction, its offset never done",
+    U + "test_scores_reach_the_output_in_partition_order tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
+    ("streamer/processor.py",
+     "        rows = batch.rows if len(kept) == len(batch.rows) else batch.rows.take(kept)\n",
+     "        kept, values = kept[:-1], values[:-1]\n"
+     "        rows = batch.rows.take(kept)\n"))
+mut("08-drop-row-marked-done", "the last row of each batch is dropped and its offset marked done",
+    U + "test_scores_reach_the_output_in_partition_order tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
+    ("streamer/processor.py",
+     "        rows = batch.rows if len(kept) == len(batch.rows) else batch.rows.take(kept)\n",
+     "        if len(kept):\n"
+     "            dropped = batch.rows.take(kept[-1:]).source\n"
+     "            self._tracker.done((dropped.topics[0], int(dropped.partitions[0])), dropped.offsets)\n"
+     "            kept, values = kept[:-1], values[:-1]\n"
+     "        rows = batch.rows.take(kept)\n"))
+mut("09-commit-prefix-plus-one", "the committed position is the done prefix + 1 (skips one offset per commit)",
+    "tests/test_offsets.py tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
+    ("streamer/kafka/offsets.py",
+     "                out[tp] = state.position\n",
+     "                out[tp] = state.position + 1\n"))
+mut("10-deadline-from-last-row", "the batch deadline runs from the last row, not the first",
+    "tests/test_batcher.py",
+    ("streamer/pipeline/batcher.py",
+     "            if not self._pieces:\n                self._first_at = self._clock()\n",
+     "            self._first_at = self._clock()\n"))
+mut("11-dead-letter-short", "a dead letter loses the last byte of the original value",
+    "tests/test_deadletter_kafka.py::test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic",
+    ("streamer/kafka/deadletter.py",
+     "    return DeadLetter(topic=dlq_topic, key=key, value=error.raw, headers=headers,\n",
+     "    return DeadLetter(topic=dlq_topic, key=key, value=error.raw[:-1] if error.raw else error.raw,\n"
+     "                      headers=headers,\n"))
+mut("12-no-bisection", "a failing batch is not bisected: every row of it is dead-lettered",
+    "tests/test_isolate.py tests/test_deadletter_kafka.py::test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic",
+    ("streamer/pipeline/isolate.py",
+     "        else:\n            split(lo, hi, got)\n",
+     "        else:\n            for i in range(lo, hi):\n                result.poison[i] = got\n"))
+
+out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests" / "mutants"
+for name, desc, kills, edits in M:
+    text = f"Mutant: {desc}\nKilled-by: {kills}\n\n"
+    for path, old, new in edits:
+        src = (ROOT / path).read_text()
+        assert src.count(old) == 1, (name, path, src.count(old))
+        dst = src.replace(old, new)
+        text += "".join(difflib.unified_diff(src.splitlines(True), dst.splitlines(True), f"a/{path}", f"b/{path}"))
+    (out / f"{name}.patch").write_text(text)
+    print(name)
