@@ -136,7 +136,8 @@ class Processor:
         producer = self._clients.producer(error_cb=self._on_client_error, **kind.producer_settings(self.cfg))
         stats = ({"statistics.interval.ms": self.cfg.metrics.stats_interval_ms,
                   "stats_cb": self._progress.on_stats} if self._observed else {})
-        self.consumer = self._clients.consumer(**stats)
+        # Background commits are answered inside consume(), in the loop's own thread.
+        self.consumer = self._clients.consumer(on_commit=lambda e, tps: self.checkpoint.commit_reported(e, tps), **stats)
         self.deliveries = Deliveries(producer, on_full=lambda: self._collect_acks(timeout_s=0.05))
         self.checkpoint = kind(self.cfg, self._tracker, self.consumer, self.deliveries, self._clock,
                                self.commit_metadata)
@@ -205,8 +206,9 @@ class Processor:
                              in_flight_rows=self._tracker.in_flight())
 
     def _commit_if_due(self) -> None:
+        self._apply(self.checkpoint.settled())  # background commits answered since the last pass
         if self.checkpoint.commit_due():
-            self._commit()
+            self._apply(self.checkpoint.commit(background=True))
 
     def _commit(self, tps: Iterable[tuple[str, int]] | None = None) -> None:
         """Commit progress now (all partitions, or ``tps`` where the guarantee allows)."""

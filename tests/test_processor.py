@@ -44,7 +44,7 @@ class Harness:
 
     def __init__(self, cfg: Config) -> None:
         self.consumer, self.producer = FakeConsumer(), FakeProducer()
-        clients = KafkaClients(consumer=lambda **_: self.consumer, producer=lambda **_: self.producer,
+        clients = KafkaClients(consumer=lambda **kw: self.consumer.configure(**kw), producer=lambda **_: self.producer,
                                ensure_topic=lambda topic, like: None)
         runner = FunctionRunner(lambda x: x[:, :1], 32)
         self.clock = FakeClock()  # each pass of the loop takes 10 ms of it

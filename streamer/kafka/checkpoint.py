@@ -4,8 +4,11 @@ One committer per guarantee, chosen once when the processor is wired (:data:`CHE
 loop calls the same methods whichever it runs and never asks which:
 
 - :class:`AtLeastOnce`: an input offset is *done* when its outputs are acknowledged, and the
-  contiguous done prefix of each partition is committed through the consumer, synchronously
-  (see offsets.py for the worked example: done 34 35 36 40 commits 37).
+  contiguous done prefix of each partition is committed through the consumer (see offsets.py
+  for the worked example: done 34 35 36 40 commits 37). The periodic commit goes out in the
+  background, so scoring does not stall for its round trip; its answer comes through the
+  consumer's commit callback and :meth:`settled` reports it. A revoke or a stop commits
+  synchronously: the partitions must be committed before they go.
 - :class:`Transactional` (exactly-once, KIP-447): outputs are produced inside a transaction and
   the consumed positions are added to it with the consumer's group metadata; the consumer never
   commits by itself. A failed output or an abortable error aborts the transaction, and the
@@ -64,9 +67,17 @@ class Checkpoint(Protocol):
     def commit_due(self) -> bool:
         """Is a commit due (the interval passed, or a failure waits to abort)?"""
 
-    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False) -> Commit:
+    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
+               background: bool = False) -> Commit:
         """Commit progress (of ``tps`` only, where the guarantee allows); ``failing``: the loop
-        died, commit only what is safe."""
+        died, commit only what is safe; ``background``: do not wait for the broker's answer
+        where the guarantee allows (it comes from :meth:`settled`)."""
+
+    def commit_reported(self, err: KafkaError | None, partitions: list[KafkaTopicPartition]) -> None:
+        """The consumer's commit callback (``on_commit``): a background commit was answered."""
+
+    def settled(self) -> Commit:
+        """What the background commits answered since the last call did."""
 
     def lost(self, tps: set[TopicPartition]) -> Commit:
         """Partitions lost: their work is dropped and never committed."""
@@ -83,6 +94,13 @@ class _Base:
         self._interval_s = cfg.processing.commit_interval_ms / 1000.0
         self._ack_timeout_s = cfg.output.ack_timeout_ms / 1000.0
         self._last = clock()
+        self._reports: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
+
+    def commit_reported(self, err: KafkaError | None, partitions: list[KafkaTopicPartition]) -> None:
+        self._reports.append((err, partitions))
+
+    def settled(self) -> Commit:
+        return Commit()
 
     def commit_due(self) -> bool:
         return self._clock() - self._last >= self._interval_s
@@ -111,12 +129,27 @@ class AtLeastOnce(_Base):
     def failed(self, failed: Failures) -> Failures:
         return failed
 
-    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False) -> Commit:
+    def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
+                 clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
+        super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
+        self._sent: dict[TopicPartition, int] = {}  # background commits not answered yet
+
+    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
+               background: bool = False) -> Commit:
         self._last = self._clock()
         positions = self.tracker.committable(tps)
+        if background:  # what is already on its way is not sent again
+            positions = {tp: off for tp, off in positions.items() if self._sent.get(tp) != off}
         if not positions:
             return Commit()
         offsets = [self._position(tp, off) for tp, off in positions.items()]
+        if background:
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            except KafkaException as exc:
+                return Commit(error=CommitError({"all": str(exc.args[0])}), failed_partitions=len(offsets))
+            self._sent.update(positions)
+            return Commit(attempted=True)
         try:
             with deadline(2 * self._ack_timeout_s + 10, "offset commit"):
                 result = self._consumer.commit(offsets=offsets, asynchronous=False)
@@ -126,6 +159,25 @@ class AtLeastOnce(_Base):
         accepted = {(tp.topic, tp.partition): tp.offset for tp in result if not tp.error}
         self.tracker.mark_committed(accepted)
         return Commit(committed=accepted, attempted=True, error=CommitError(failures) if failures else None,
+                      failed_partitions=len(failures))
+
+    def settled(self) -> Commit:
+        if not self._reports:
+            return Commit()
+        reports, self._reports = self._reports, []
+        accepted: dict[TopicPartition, int] = {}
+        failures: dict[str, str] = {}
+        for err, partitions in reports:
+            for tp in partitions:
+                key = (tp.topic, tp.partition)
+                if self._sent.get(key) == tp.offset:
+                    del self._sent[key]
+                if err is None and tp.error is None:
+                    accepted[key] = tp.offset
+                else:
+                    failures[f"{tp.topic}[{tp.partition}]"] = str(tp.error or err)
+        self.tracker.mark_committed(accepted)
+        return Commit(committed=accepted, error=CommitError(failures) if failures else None,
                       failed_partitions=len(failures))
 
     def lost(self, tps: set[TopicPartition]) -> Commit:
@@ -165,9 +217,11 @@ class Transactional(_Base):
     def commit_due(self) -> bool:
         return self._failure is not None or super().commit_due()
 
-    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False) -> Commit:
+    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
+               background: bool = False) -> Commit:
         """Commit the open transaction with every partition's position (``tps`` cannot narrow a
-        transaction: a revoke commits them all)."""
+        transaction: a revoke commits them all). Always waits: the transaction must end before
+        the next one begins."""
         self._last = self._clock()
         if not self._txn.open:
             return Commit()

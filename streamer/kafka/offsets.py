@@ -121,10 +121,11 @@ class OffsetTracker:
         return out
 
     def mark_committed(self, positions: dict[TopicPartition, int]) -> None:
-        """Record positions the broker accepted."""
+        """Record positions the broker accepted (it handles one group's commits in order)."""
         for tp, pos in positions.items():
-            if tp in self._parts:
-                self._parts[tp].committed = pos
+            state = self._parts.get(tp)
+            if state is not None:  # an older answer arriving late never moves it back
+                state.committed = pos if state.committed is None else max(state.committed, pos)
 
     def rewind(self) -> dict[TopicPartition, int]:
         """Forget everything not committed; return where each partition must be read again.

@@ -69,6 +69,8 @@ class FakeConsumer:
         self._rebalances: list[tuple[str, list[TP]]] = []
         self.in_callback: str | None = None
         self.closed = False
+        self._on_commit: Callable[..., None] | None = None
+        self._answers: list[tuple[Any, list[Any]]] = []  # asynchronous commits, reported on consume
 
     # ---- test controls ----------------------------------------------------------------------
     def append(self, tp: TP, values: list[bytes]) -> None:
@@ -86,6 +88,9 @@ class FakeConsumer:
         self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lose": on_lost}
 
     def consume(self, n: int, timeout: float) -> list[FakeMessage]:
+        answers, self._answers = self._answers, []
+        for err, result in answers:
+            self._on_commit(err, result)
         while self._rebalances:
             kind, tps = self._rebalances.pop(0)
             self._run_callback(kind, tps)
@@ -101,8 +106,27 @@ class FakeConsumer:
         got = self.consume(1, timeout)
         return got[0] if got else None
 
-    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> list[TopicPartition]:
-        assert not asynchronous, "the processor commits synchronously"
+    def configure(self, on_commit: Callable[..., None] | None = None, **_: Any) -> FakeConsumer:
+        """Take the client settings the processor passes (only the commit callback matters)."""
+        self._on_commit = on_commit
+        return self
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> list[TopicPartition] | None:
+        """Synchronous: the result, or raise. Asynchronous: the same outcome is reported to
+        ``on_commit`` during the next ``consume()``/``poll()``, as librdkafka does."""
+        if not asynchronous:
+            return self._commit(offsets)
+        assert self._on_commit is not None, "an asynchronous commit needs an on_commit callback"
+        try:
+            result = self._commit(offsets)
+        except KafkaException as exc:
+            self._answers.append((exc.args[0], offsets))
+            return None
+        failed = [tp for tp in result if tp.error is not None]
+        self._answers.append((failed[0].error if failed else None, result))
+        return None
+
+    def _commit(self, offsets: list[TopicPartition]) -> list[TopicPartition]:
         if self.commit_errors:
             failure = self.commit_errors.pop(0)
             if isinstance(failure, Exception):
