@@ -38,7 +38,9 @@ mutants: kafka-jars prometheus
 	$(PY) tests/mutants/run.py
 
 bench: kafka-jars
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/scaling.py
 
 chaos: kafka-jars
 	$(PY) benchmarks/chaos.py

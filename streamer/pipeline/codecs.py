@@ -269,7 +269,7 @@ class ConfluentAvroCodec:
             raise DeserializeError(f"message is {len(data)} bytes; Confluent framing needs at least 5")
         if data[0] != 0:
             raise DeserializeError(f"wrong magic byte {data[0]:#04x}; Confluent framing starts with 0x00")
-        return self._reader(_CONFLUENT_HEADER.unpack_from(data)[1]).decode(data[_CONFLUENT_HEADER.size :])
+        return self.reader(_CONFLUENT_HEADER.unpack_from(data)[1]).decode(data[_CONFLUENT_HEADER.size :])
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         if self._writer is None:
@@ -283,7 +283,8 @@ class ConfluentAvroCodec:
                 raise BrokerError(f"schema registry: cannot register under {self._subject!r}: {exc}") from exc
         return _CONFLUENT_HEADER.pack(0, self._writer_id) + body
 
-    def _reader(self, schema_id: int) -> AvroCodec:
+    def reader(self, schema_id: int) -> AvroCodec:
+        """The codec of writer schema ``schema_id`` (looked up once); raises as ``decode`` does."""
         if schema_id in self._readers:
             return self._readers[schema_id]
         if schema_id in self._refused:

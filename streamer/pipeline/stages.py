@@ -4,11 +4,12 @@ Each stage takes a batch and returns ``(good, rejects)``: a reject is the :class
 that a row failed with, and the consumed message it stands for, for the loop to dead-letter.
 A stage never dead-letters by itself and never calls back into the loop.
 
-Two implementations stand behind :class:`Stages`. The per-row reference (fastavro and
+Two implementations stand behind :class:`Stages`. The per-row reference (the codec and
 :class:`EventValidator` per message, fastavro per prediction) serves every format. The columnar
-fast path (columnar_decode.py, columnar_encode.py) takes plain Avro input and the shipped
-prediction layout when their schemas compile; a row it cannot prove identical to the reference
-goes through the reference, which raises the same dead-letter errors, so the two are one stage.
+fast path takes Avro input (columnar_decode.py; for avro-confluent, one decoder per writer schema
+id, compiled the first time the id is seen), JSON input (columnar_json.py) and the shipped
+prediction layout (columnar_encode.py) when their schemas compile; a row it cannot prove
+identical to the reference goes through the reference, which raises the same dead-letter errors, so the two are one stage.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import numpy as np
 
 from streamer.config import InputConfig
 from streamer.errors import DeserializeError, InferenceError, PoisonRowError, RecordError
-from streamer.pipeline.codecs import AvroCodec, Codec
-from streamer.pipeline.columnar_decode import ColumnarDecoder
+from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec
+from streamer.pipeline.columnar_decode import ColumnarDecoder, DecodedColumns
+from streamer.pipeline.columnar_json import JsonColumns
 from streamer.pipeline.columnar_encode import PredictionEncoder
 from streamer.pipeline.records import Messages, Rows, SourceRecord, prediction_fields
 from streamer.pipeline.validate import EventValidator
@@ -35,29 +37,81 @@ class Stages:
 
     def __init__(self, decoder: Codec, encoder: Codec, input_cfg: InputConfig, n_features: int,
                  fast: bool = True) -> None:
-        self.decoder, self.encoder, self.n_features = decoder, encoder, n_features
+        self.decoder, self.encoder, self.n_features, self._cfg = decoder, encoder, n_features, input_cfg
         self.validator = EventValidator(input_cfg, n_features)
-        self.fast_decoder = (ColumnarDecoder.compile(json.loads(decoder.schema_json), input_cfg, n_features)
-                             if fast and isinstance(decoder, AvroCodec) else None)
+        self._fast = fast
+        self.fast_decoder: ColumnarDecoder | JsonColumns | None = None
+        if fast and isinstance(decoder, AvroCodec):
+            self.fast_decoder = ColumnarDecoder.compile(json.loads(decoder.schema_json), input_cfg, n_features)
+        elif fast and isinstance(decoder, JsonCodec):
+            self.fast_decoder = JsonColumns(input_cfg, n_features)
+        self._by_schema_id: dict[bytes, ColumnarDecoder | None] = {}  # avro-confluent: per framing head
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json))
                              if fast and isinstance(encoder, AvroCodec) else None)
 
     def decode(self, chunk: Messages) -> tuple[Rows, list[Reject]]:
         """Decode and validate consumed messages; the rows keep the chunk's order."""
-        if self.fast_decoder is None or not len(chunk):
+        values = [m.value() for m in chunk.items]
+        parts = self._fast_parts(values)
+        if not parts:
             good, records, rejects = decode_batch(chunk.items, self.decoder, self.validator)
             return Rows.from_records(records, chunk.take(np.array(good, np.intp)), self.n_features), rejects
-        cols = self.fast_decoder.decode([m.value() for m in chunk.items])
-        fast = Rows(chunk if len(cols.rows) == len(chunk) else chunk.take(cols.rows), cols.event_ids,
-                    cols.entity_ids, cols.event_times, cols.features)
-        if not len(cols.fallback):
-            return fast, []
-        good, records, rejects = decode_batch([chunk.items[i] for i in cols.fallback.tolist()], self.decoder,
-                                              self.validator)
-        at = cols.fallback[np.array(good, np.intp)]
-        slow = Rows.from_records(records, chunk.take(at), self.n_features)
-        order = np.argsort(np.concatenate([cols.rows, at]), kind="stable")
-        return Rows.join([fast, slow]).take(order), rejects
+        fast: list[Rows] = []
+        at: list[np.ndarray] = []
+        for idx, cols in parts:
+            rows = cols.rows if idx is None else idx[cols.rows]
+            fast.append(Rows(chunk if len(rows) == len(chunk) else chunk.take(rows), cols.event_ids,
+                             cols.entity_ids, cols.event_times, cols.features))
+            at.append(rows)
+        left = np.ones(len(chunk), bool)
+        for rows in at:
+            left[rows] = False
+        if not left.any() and len(fast) == 1:
+            return fast[0], []
+        slow = np.flatnonzero(left)
+        good, records, rejects = decode_batch([chunk.items[i] for i in slow.tolist()], self.decoder, self.validator)
+        at.append(slow[np.array(good, np.intp)])
+        fast.append(Rows.from_records(records, chunk.take(at[-1]), self.n_features))
+        order = np.argsort(np.concatenate(at), kind="stable")
+        return Rows.join(fast).take(order), rejects
+
+    def _fast_parts(self, values: list[bytes | None]) -> list[tuple[np.ndarray | None, DecodedColumns]]:
+        """The fast path's columns: ``(indices into values, or None for all, columns)`` per decoder."""
+        if not values or not self._fast:
+            return []
+        if self.fast_decoder is not None:
+            return [(None, self.fast_decoder.decode(values))]
+        if not isinstance(self.decoder, ConfluentAvroCodec):
+            return []
+        heads = [v[:5] if v is not None else b"" for v in values]
+        if heads.count(heads[0]) == len(heads):
+            groups = {heads[0]: np.arange(len(values))}
+        else:
+            spread: dict[bytes, list[int]] = {}
+            for i, head in enumerate(heads):
+                spread.setdefault(head, []).append(i)
+            groups = {head: np.array(idx, np.intp) for head, idx in spread.items()}
+        parts: list[tuple[np.ndarray | None, DecodedColumns]] = []
+        for head, idx in groups.items():
+            decoder = self._schema_decoder(head)
+            if decoder is not None:
+                parts.append((idx, decoder.decode([values[i] for i in idx.tolist()], offset_of_payload=5)))
+        return parts
+
+    def _schema_decoder(self, head: bytes) -> ColumnarDecoder | None:
+        """avro-confluent: the fast decoder for a framing head (magic byte and schema id), compiled
+        from the writer schema the first time the id is seen; None where the reference must go."""
+        if len(head) != 5 or head[0] != 0:
+            return None  # bad framing: the reference says why
+        if head not in self._by_schema_id:
+            assert isinstance(self.decoder, ConfluentAvroCodec)
+            try:
+                writer = self.decoder.reader(int.from_bytes(head[1:], "big"))
+            except Exception:  # noqa: BLE001 - unknown id or registry away: the reference raises it per row
+                return None  # not cached: a registry that comes back serves the id later
+            self._by_schema_id[head] = ColumnarDecoder.compile(json.loads(writer.schema_json), self._cfg,
+                                                               self.n_features)
+        return self._by_schema_id[head]
 
     def encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
                model_version: str, scored_at_ms: int,

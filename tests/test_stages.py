@@ -1,0 +1,125 @@
+"""Stages with the fast path agree with the per-row reference on whole chunks: the same rows in the
+same order with the same columns, and the same dead letters, for every input format."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamer.config import InputConfig, RegistryConfig
+from streamer.errors import InferenceError
+from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.stages import Stages
+from tests.support.fakes import FakeMessage
+
+ROOT = Path(__file__).resolve().parent.parent
+FEATURES = load_schema(ROOT / "schemas" / "feature_event.avsc")
+PREDICTION = AvroCodec(load_schema(ROOT / "schemas" / "prediction.avsc"))
+N = 32
+# The same event with the fields in another order: a second writer schema for avro-confluent.
+REORDERED = {**FEATURES, "fields": list(reversed(FEATURES["fields"]))}
+
+
+def event(i: int, **over: Any) -> dict[str, Any]:
+    return {"event_id": f"e{i}", "entity_id": f"a{i % 7}", "event_time": 1_764_417_600_000 + i,
+            "features": [float(i % 5) - 2.0] * N, **over}
+
+
+def inputs(fmt: str) -> tuple[Codec, InputConfig, Any]:
+    """The decoder, its config, and a function that writes one event (or raw bytes) for it."""
+    if fmt == "json":
+        return (JsonCodec(), InputConfig(topics=("t",), group_id="g", format="json"),
+                lambda e, alt=False: json.dumps(e).encode())
+    schema_path = ROOT / "schemas" / "feature_event.avsc"
+    if fmt == "avro":
+        codec = AvroCodec(FEATURES)
+        return codec, InputConfig(topics=("t",), group_id="g", schema=schema_path), \
+            lambda e, alt=False: codec.encode(e)
+    reg = SchemaRegistryClient.new_client({"url": "mock://stages"})
+    ids = [reg.register_schema("s", Schema(json.dumps(s), "AVRO")) for s in (FEATURES, REORDERED)]
+    writers = [AvroCodec(FEATURES), AvroCodec(REORDERED)]
+
+    def write(e: dict[str, Any], alt: bool = False) -> bytes:
+        return b"\0" + ids[alt].to_bytes(4, "big") + writers[alt].encode(e)
+
+    cfg = InputConfig(topics=("t",), group_id="g", schema=schema_path, format="avro-confluent",
+                      registry=RegistryConfig(url="mock://stages"))
+    return ConfluentAvroCodec(reg, "s"), cfg, write
+
+
+def messages(fmt: str, kinds: list[str]) -> tuple[Messages, Codec, InputConfig]:
+    decoder, cfg, write = inputs(fmt)
+    values: list[bytes | None] = []
+    for i, kind in enumerate(kinds):
+        good = write(event(i))
+        values.append({
+            "good": good, "alt": write(event(i), True), "tombstone": None, "short": good[:-3],
+            "wide": write(event(i, features=[1.0] * (N + 1))), "nan": write(event(i, features=[float("nan")] * N)),
+            "unknown-id": b"\0\0\0\3\x99" + good[5:] if fmt == "avro-confluent" else good[:1],
+            "trailing": good + b"\0",
+        }[kind])
+    parts = [i % 3 for i in range(len(kinds))]
+    return Messages.of([FakeMessage("t", p, 100 + i, v) for i, (p, v) in enumerate(zip(parts, values))]), decoder, cfg
+
+
+def said(error: Exception) -> str:
+    """An error's message without object addresses (fastavro names its BytesIO)."""
+    return re.sub(r" at 0x[0-9a-f]+", "", str(error))
+
+
+def same_rows(a: Rows, b: Rows) -> None:
+    assert a.source.offsets.tolist() == b.source.offsets.tolist()
+    assert a.source.partitions.tolist() == b.source.partitions.tolist()
+    assert a.source.items == b.source.items
+    assert (a.event_ids, a.entity_ids, a.event_times.tolist()) == (b.event_ids, b.entity_ids, b.event_times.tolist())
+    assert a.features.dtype == b.features.dtype == np.float32 and a.features.tobytes() == b.features.tobytes()
+
+
+KINDS = ["good", "alt", "tombstone", "short", "wide", "nan", "unknown-id", "trailing"]
+
+
+@pytest.mark.parametrize("fmt", ["avro", "json", "avro-confluent"])
+@settings(max_examples=60, deadline=None)
+@given(kinds=st.lists(st.sampled_from(KINDS), max_size=30))
+def test_a_mixed_chunk_decodes_as_the_reference_decodes_it(fmt: str, kinds: list[str]) -> None:
+    chunk, decoder, cfg = messages(fmt, kinds)
+    fast, slow = Stages(decoder, PREDICTION, cfg, N), Stages(decoder, PREDICTION, cfg, N, fast=False)
+    assert fast.fast_decoder is not None or fmt == "avro-confluent"
+    rows, rejects = fast.decode(chunk)
+    want_rows, want_rejects = slow.decode(chunk)
+    same_rows(rows, want_rows)
+    assert [(type(e), said(e), m.offset()) for e, m in rejects] == \
+        [(type(e), said(e), m.offset()) for e, m in want_rejects]
+
+
+def test_the_fast_path_carries_the_common_chunk_for_each_format() -> None:
+    for fmt in ("avro", "json", "avro-confluent"):
+        chunk, decoder, cfg = messages(fmt, ["good"] * 10 + (["alt"] * 5 if fmt == "avro-confluent" else []))
+        stages = Stages(decoder, PREDICTION, cfg, N)
+        parts = stages._fast_parts([m.value() for m in chunk.items])
+        assert sum(len(cols.rows) for _, cols in parts) == len(chunk), fmt  # no row went the slow way
+
+
+@settings(max_examples=40, deadline=None)
+@given(kinds=st.lists(st.sampled_from(["good", "alt", "nan", "short"]), min_size=1, max_size=30),
+       poisoned=st.sets(st.integers(0, 29)))
+def test_encode_keeps_order_and_turns_poison_into_dead_letters(kinds: list[str], poisoned: set[int]) -> None:
+    chunk, decoder, cfg = messages("avro-confluent", kinds)
+    fast, slow = Stages(decoder, PREDICTION, cfg, N), Stages(decoder, PREDICTION, cfg, N, fast=False)
+    rows, _ = fast.decode(chunk)
+    poison = {i: InferenceError("bad row") for i in poisoned if i < len(rows)}
+    scores = np.arange(len(rows) * 2, dtype=np.float32).reshape(-1, 2)
+    got = fast.encode(rows, scores, poison, "m", "1", 1234, "run")
+    want = slow.encode(rows, scores, poison, "m", "1", 1234, "run")
+    assert got[0].tolist() == want[0].tolist() == [i for i in range(len(rows)) if i not in poison]
+    assert got[1] == want[1]  # byte for byte
+    assert [(type(e), m.offset()) for e, m in got[2]] == [(type(e), m.offset()) for e, m in want[2]]
