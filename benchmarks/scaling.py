@@ -39,7 +39,7 @@ def pass_through_child(config: str, group: str, out: str) -> None:
     runs until SIGTERM, committing after acks every 0.5 s."""
     from dataclasses import replace
 
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     from streamer.config_file import load_config
     from streamer.kafka import clients
@@ -50,8 +50,25 @@ def pass_through_child(config: str, group: str, out: str) -> None:
     base = load_config(config)
     cfg = replace(base, input=replace(base.input, group_id=group))
     consumer, producer = clients.make_consumer(cfg), clients.make_producer(cfg)
-    consumer.subscribe(list(cfg.input.topics))
     positions: dict[tuple[str, int], int] = {}
+
+    def commit(tps: set[tuple[str, int]] | None = None) -> None:
+        """Commit after every ack (of ``tps`` only, on a revoke); a failure is retried next time."""
+        chosen = {tp: o for tp, o in positions.items() if tps is None or tp in tps}
+        if chosen and producer.flush(30) == 0:
+            try:
+                consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in chosen.items()],
+                                asynchronous=False)
+            except KafkaException as exc:  # a rebalance under way: the next commit carries it
+                print(f"pass-through: commit failed ({exc}), retried next time", file=sys.stderr)
+
+    def revoked(_consumer: object, tps: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in tps}
+        commit(gone)
+        for tp in gone:
+            positions.pop(tp, None)
+
+    consumer.subscribe(list(cfg.input.topics), on_revoke=revoked)
     last = time.monotonic()
     while not stop:
         for m in consumer.consume(1000, 0.1):
@@ -60,10 +77,8 @@ def pass_through_child(config: str, group: str, out: str) -> None:
             produce(producer, lambda: producer.poll(0.05), out, m.value(), m.key())
             positions[(m.topic(), m.partition())] = m.offset() + 1
         producer.poll(0)
-        if time.monotonic() - last > 0.5 and positions:
-            if producer.flush(30) == 0:
-                consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()],
-                                asynchronous=False)
+        if time.monotonic() - last > 0.5:
+            commit()
             last = time.monotonic()
     producer.flush(30)
     consumer.close()
