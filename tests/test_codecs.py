@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import random
+import struct
 import time
 import tracemalloc
 from pathlib import Path
@@ -404,3 +405,16 @@ def test_deeply_nested_recursive_data_is_a_deserialize_error() -> None:
     codec = AvroCodec(linked)
     assert codec.decode(b"\x02\x02\x00") == {"next": {"next": {"next": None}}}
     assert_rejected_cheaply(codec, b"\x02" * 200_000 + b"\x00")
+
+
+def test_numbers_past_64_bits_are_deserialize_errors(feature_schema: dict[str, Any]) -> None:
+    """fastavro reads a varint of any length (an 11-byte event_time came out as -2**63): the codec
+    refuses more than 10 bytes, and a 10th byte that overflows 64 bits; the extremes still read."""
+    codec = AvroCodec(feature_schema)
+    head = zigzag(2) + b"e1" + zigzag(1) + b"a"
+    tail = zigzag(1) + struct.pack("<f", 0.5) + b"\0"
+    for value in (-(2**63), 2**63 - 1, 0):
+        assert codec.decode(head + zigzag(value) + tail)["event_time"] == value
+    for bad in (b"\xff" * 10 + b"\x01", b"\x80" * 10 + b"\x00", b"\xff" * 9 + b"\x02", b"\xfe" * 9 + b"\x7f"):
+        with pytest.raises(DeserializeError, match="64 bits|at most 10 bytes"):
+            codec.decode(head + bad + tail)

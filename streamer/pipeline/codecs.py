@@ -66,14 +66,16 @@ def _clean(node: Any, logical: bool) -> Any:
 
 
 def _read_long(data: bytes, pos: int) -> tuple[int, int]:
-    """Read one zigzag varint (at most 10 bytes); return (value, position after it)."""
+    """Read one zigzag varint (at most 10 bytes, 64 bits); return (value, position after it)."""
     acc = shift = 0
     for byte in data[pos : pos + 10]:
         acc |= (byte & 0x7F) << shift
         shift += 7
         if byte < 0x80:
+            if shift == 70 and byte > 1:
+                raise DeserializeError(f"malformed Avro: the number at byte {pos} does not fit in 64 bits")
             return (acc >> 1) ^ -(acc & 1), pos + shift // 7
-    raise DeserializeError(f"malformed or truncated Avro: no complete number at byte {pos}")
+    raise DeserializeError(f"malformed or truncated Avro: no complete number of at most 10 bytes at byte {pos}")
 
 
 def _take(data: bytes, pos: int, n: int, what: str) -> int:
@@ -169,30 +171,6 @@ def _compile(node: Any, named: dict[str, _Compiled]) -> _Compiled:
     return named[node["name"]]
 
 
-def _needs_walk(node: Any, named: dict[str, _Compiled], open_: frozenset[str] = frozenset()) -> bool:
-    """Whether fastavro alone could be made to blow up by a small hostile message.
-
-    Two shapes can: an array whose items take zero bytes (null, an empty record, fixed(0)), where
-    a tiny message declares a huge list; and a recursive type, where deep nesting overflows
-    fastavro's C stack. Any other declared count or length runs out of bytes and fastavro raises
-    before allocating much (tests/test_codecs.py checks both). Schemas without either shape skip
-    the walker, which costs about as much as fastavro's own read.
-    """
-    if isinstance(node, list):
-        return any(_needs_walk(b, named, open_) for b in node)
-    if isinstance(node, str):
-        return node in open_  # a reference back to an enclosing record: recursive
-    kind = node["type"]
-    if kind in ("record", "error"):
-        inner = open_ | {node["name"]}
-        return any(_needs_walk(f["type"], named, inner) for f in node["fields"])
-    if kind == "array":
-        return _compile(node["items"], dict(named)).min_width == 0 or _needs_walk(node["items"], named, open_)
-    if kind == "map":
-        return _needs_walk(node["values"], named, open_)
-    return isinstance(kind, (dict, list)) and _needs_walk(kind, named, open_)
-
-
 def _check_size(data: bytes, max_bytes: int) -> None:
     if len(data) > max_bytes:
         raise DeserializeError(f"message is {len(data)} bytes, over the {max_bytes}-byte limit")
@@ -208,24 +186,19 @@ class AvroCodec:
         self._max_bytes = max_bytes
         self._write_schema = fastavro.parse_schema(dict(schema))
         self._plain = fastavro.parse_schema(_clean(self._write_schema, logical=False))
-        named: dict[str, _Compiled] = {}
-        walk = _compile(self._plain, named).walk
-        self._walk: _Walk | None = walk if _needs_walk(self._plain, named) else None
+        # Every message is walked before fastavro reads it: fastavro takes varints of any length
+        # (an 11-byte event_time read as -2**63), tiny messages that declare huge lists of
+        # zero-width items, and nesting deep enough to overflow its C stack. The walker refuses
+        # all three with a DeserializeError. The columnar fast path does not need it.
+        self._walk: _Walk = _compile(self._plain, {}).walk
         self.schema_json = json.dumps(_clean(self._write_schema, logical=True), separators=(",", ":"))
 
     def decode(self, data: bytes) -> Mapping[str, Any]:
         _check_size(data, self._max_bytes)
         try:
-            if self._walk is None:
-                buf = io.BytesIO(data)
-                record = fastavro.schemaless_reader(buf, self._plain)
-                end = buf.tell()
-                if end == len(data):
-                    return cast(Mapping[str, Any], record)
-            else:
-                end = self._walk(data, 0)  # refuses impossible counts before fastavro allocates
-                if end == len(data):
-                    return cast(Mapping[str, Any], fastavro.schemaless_reader(io.BytesIO(data), self._plain))
+            end = self._walk(data, 0)  # refuses what fastavro would misread, before it allocates
+            if end == len(data):
+                return cast(Mapping[str, Any], fastavro.schemaless_reader(io.BytesIO(data), self._plain))
         except DeserializeError:
             raise
         except Exception as exc:  # fastavro raises a wide, undocumented set on bad bytes (RecursionError too)
