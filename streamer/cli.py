@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from streamer.errors import STAGES, StreamerError
+from streamer.errors import EXIT_CONFIG, EXIT_FATAL, STAGES, ConfigError, StreamerError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,9 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "replay":
             return _replay(args)
         return _demo(args.events)
-    except StreamerError as exc:
+    except ConfigError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
+    except StreamerError as exc:  # fenced, a fatal client error, a broker away past the start-up wait
+        print(f"streamer: {exc}", file=sys.stderr)
+        return EXIT_FATAL
 
 
 def _supervise(config_path: str, workers: int) -> int:

@@ -52,6 +52,9 @@ def config_from_dict(raw: Any, base_dir: Path = Path("."),
     raw["kafka"] = {str(k): Secret(str(v)) if SECRET_KEY.search(str(k)) else _librdkafka_str(v)
                     for k, v in kafka.items()}
     cfg: Config = _build(Config, raw, "", base_dir)  # each section validates itself
+    from streamer.kafka.clients import check_properties  # the one place librdkafka dicts are built
+
+    check_properties(cfg)
     return cfg
 
 

@@ -7,6 +7,16 @@ partition, offset) and its raw bytes, so the record can be dead-lettered exactly
 from __future__ import annotations
 
 
+# Exit codes: a contract for whatever supervises the process (systemd, Kubernetes, `--workers`).
+EXIT_OK = 0  # stopped cleanly (a signal; a replay or the demo finished)
+EXIT_UNEXPECTED = 1  # an exception streamer does not expect: a bug (Python's own code for it)
+EXIT_CONFIG = 2  # usage or config error: restarting cannot help until the config is fixed
+EXIT_FATAL = 3  # a runtime error that ends the process (fenced, fatal client error, broker away
+#                 past the start-up wait): restart it; nothing past the last commit is lost
+EXIT_WORKERS = 4  # `run --workers N`: workers kept dying and the supervisor gave up
+EXIT_WATCHDOG = 70  # a Kafka call blocked past its deadline (kafka/watchdog.py): restart it
+
+
 class StreamerError(Exception):
     """Base class of every error streamer raises on purpose."""
 

@@ -1,15 +1,19 @@
 """The gate: whether input flows, and why not. Blocked state, back-off and outputs to redo.
 
 The processor *blocks* (pauses its partitions, reports unhealthy, commits nothing past the
-failure, retries with back-off) in two cases: the model looks broken, or an output could not be
-written (the dead-letter topic is missing or denied, the broker is away). The gate keeps that
+failure, retries with back-off) in three cases: the model looks broken, an output could not be
+written (the dead-letter topic is missing or denied, the broker is away), or input cannot be
+decoded because something it needs is away (the Schema Registry: unreachable, slow, 5xx). The gate keeps that
 state and answers questions; it never calls into the processor, which acts on the answers:
 
 - :meth:`model_may_run`: may the next batch go to the model now (not blocked, or retry due)?
+- :meth:`hold_input` / :meth:`input_decoded`: decoding failed for want of a dependency (the
+  loop re-reads the chunk after the back-off) / decoding works again;
 - :meth:`resend`: the outputs to produce again now (back-off over), else nothing;
 - :meth:`settle`: unblock once every re-sent output is acknowledged (or, after an aborted
   transaction, once the back-off is over and the redo starts from the last commit);
-- :attr:`blocked` / :attr:`reason`: pause input while blocked, report why.
+- :attr:`paused`: pause input now (blocked, and for a held input, its retry not yet due);
+- :attr:`blocked` / :attr:`reason`: report unhealthy, and why.
 
 Back-off doubles from ``retry_backoff_s`` up to ``retry_backoff_max_s`` while a cause persists.
 
@@ -50,16 +54,35 @@ class Gate:
         self._first_s, self._max_s, self._clock = retry_backoff_s, retry_backoff_max_s, clock
         self.model: Block | None = None
         self.delivery: Block | None = None
+        self.source: Block | None = None  # decoding's dependency (the registry) is away
         self._redo: list[Output] = []
 
     @property
     def blocked(self) -> bool:
-        return self.model is not None or self.delivery is not None
+        return self.model is not None or self.delivery is not None or self.source is not None
+
+    @property
+    def paused(self) -> bool:
+        held = self.source is not None and self._clock() < self.source.retry_at
+        return self.model is not None or self.delivery is not None or held
 
     @property
     def reason(self) -> str | None:
-        block = self.model or self.delivery
+        block = self.model or self.delivery or self.source
         return block.reason if block else None
+
+    # ---- input --------------------------------------------------------------------------------
+
+    def hold_input(self, reason: str) -> None:
+        """Input could not be decoded for want of a dependency: pause it, back off, re-read."""
+        self.source = self._backoff(self.source, reason)
+        log.error("%s; input paused, reading it again in %.1f s", reason, self.source.backoff_s)
+
+    def input_decoded(self) -> None:
+        """A chunk decoded: the dependency answers again."""
+        if self.source is not None:
+            log.info("input decodes again: resuming")
+        self.source = None
 
     # ---- the model --------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from functools import partial
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from streamer.kafka.clients import KafkaClients, consume_batch
 from streamer.kafka.deadletter import letter_for
 from streamer.kafka.delivery import Deliveries, Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
+from streamer.kafka.topics import names
 from streamer.observe.accounting import Accounting
 from streamer.observe.health import Status, loop_status
 from streamer.observe.metrics import Metrics
@@ -54,8 +56,7 @@ class Processor:
         self.stats = Stats()
         self._observed = metrics is not None  # librdkafka statistics feed the lag metrics
         self._account = Accounting(self.stats, metrics, (cfg.model.name, cfg.model.version), cfg.output.topic)
-        self._clients = clients or KafkaClients.from_config(cfg)
-        self._clock = clock
+        self._clients, self._clock = clients or KafkaClients.from_config(cfg), clock
         self._stages = Stages(decoder, encoder, cfg.input, runner.n_features)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
                                                          join=Rows.join)
@@ -73,10 +74,9 @@ class Processor:
         self.commit_metadata: Callable[[tuple[str, int]], str] | None = None  # kept with commits
         self.run_id: str | None = None  # replay runs stamp their predictions
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
-        self._ready = False  # warmed up and in the group
         self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, self._account.metrics)
-        self._running = False
-        self._failed = False  # set when the loop dies: then close without processing more
+        # ready: warmed up and in the group; failed: the loop died, close without processing more
+        self._running = self._failed = self._ready = False
         self.consumer: Any = None
         self.deliveries: Any = None
         self.checkpoint: Checkpoint = None  # type: ignore[assignment]  # opened by run()
@@ -136,8 +136,8 @@ class Processor:
         producer = self._clients.producer(error_cb=self._on_client_error, **kind.producer_settings(self.cfg))
         stats = ({"statistics.interval.ms": self.cfg.metrics.stats_interval_ms,
                   "stats_cb": self._progress.on_stats} if self._observed else {})
-        # Background commits are answered inside consume(), in the loop's own thread.
-        self.consumer = self._clients.consumer(on_commit=lambda e, tps: self.checkpoint.commit_reported(e, tps), **stats)
+        self.consumer = self._clients.consumer(  # background commits are answered inside consume()
+            on_commit=lambda e, tps: self.checkpoint.commit_reported(e, tps), **stats)
         self.deliveries = Deliveries(producer, on_full=lambda: self._collect_acks(timeout_s=0.05))
         self.checkpoint = kind(self.cfg, self._tracker, self.consumer, self.deliveries, self._clock,
                                self.commit_metadata)
@@ -161,13 +161,19 @@ class Processor:
     def _decode(self, messages: Sequence[Message]) -> Rows:
         chunk = Messages.of(messages)
         self._account.consumed(chunk.topics)
-        # A partition revoked in the same consume() call was fetched for us but is someone else's
-        # now (tracking it could commit over the new owner's offsets); a replay scores nothing at
-        # or past its range's end.
+        # A partition revoked in the same consume() call is someone else's now (tracking it could
+        # commit over the new owner's offsets); a replay scores nothing at or past its range's end.
         chunk = chunk.within(self._assigned, None if self._range is None else self._range.past_end)
-        for tp, offsets in chunk.by_partition().items():
+        by_tp = chunk.by_partition()
+        try:
+            rows, rejects = self._stages.decode(chunk)
+        except BrokerError as exc:  # the registry is away: not the records' fault; read them again
+            self._seek({tp: int(offsets[0]) for tp, offsets in by_tp.items()})
+            self._gate.hold_input(str(exc))
+            return self._stages.empty
+        for tp, offsets in by_tp.items():
+            self._gate.input_decoded()
             self._tracker.consumed(tp, offsets)
-        rows, rejects = self._stages.decode(chunk)
         for error, message in rejects:
             self._dead_letter(error, message)
         return rows
@@ -197,12 +203,12 @@ class Processor:
         self._gate.settle(self.deliveries.in_flight)
 
     def _pause_or_resume(self) -> None:
-        blocked = self._gate.blocked
-        if blocked != self._paused and self._assigned:
+        paused = self._gate.paused
+        if paused != self._paused and self._assigned:
             tps = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
-            (self.consumer.pause if blocked else self.consumer.resume)(tps)
-        self._paused = blocked
-        self._account.gauges(blocked=blocked, assigned=len(self._assigned),
+            (self.consumer.pause if paused else self.consumer.resume)(tps)
+        self._paused = paused
+        self._account.gauges(blocked=self._gate.blocked, paused=paused, assigned=len(self._assigned),
                              in_flight_rows=self._tracker.in_flight())
 
     def _commit_if_due(self) -> None:
@@ -232,7 +238,7 @@ class Processor:
     # ---- rebalances -----------------------------------------------------------------------
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        log.info("assigned %s", _names(partitions))
+        log.info("assigned %s", names(partitions))
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
         self._progress.assigned((tp.topic, tp.partition) for tp in partitions)
         self._ready = True
@@ -242,7 +248,7 @@ class Processor:
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Finish the revoked partitions' work and commit it before they go (cooperative)."""
-        log.info("revoked %s", _names(partitions))
+        log.info("revoked %s", names(partitions))
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self._drain("revoke")
         self._commit(revoked)
@@ -251,7 +257,7 @@ class Processor:
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Lost partitions may belong to someone else already: drop their work, commit nothing."""
-        log.warning("lost %s: dropping their in-flight work", _names(partitions))
+        log.warning("lost %s: dropping their in-flight work", names(partitions))
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self._forget(lost)
         self._apply(self.checkpoint.lost(lost))
@@ -266,17 +272,18 @@ class Processor:
         if commit.rewind is not None:  # an aborted transaction: its outputs are gone, redo them
             self._batcher.drop(lambda rows: rows[:0])
             self._queue.clear()
-            for (topic, partition), offset in commit.rewind.items():
-                if (topic, partition) in self._assigned:
-                    self.consumer.seek(TopicPartition(topic, partition, offset))
+            self._seek(commit.rewind)
             if commit.write_failure is not None:  # an output could not be written: wait first
                 self._gate.writes_failed(commit.write_failure)
 
+    def _seek(self, positions: dict[tuple[str, int], int]) -> None:  # those still assigned
+        for (topic, partition), offset in positions.items():
+            if (topic, partition) in self._assigned:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+
     def _forget(self, tps: set[tuple[str, int]]) -> None:
         """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""
-        def keep(rows: Rows) -> Rows:
-            return rows.without(tps)
-
+        keep = partial(Rows.without, tps=tps)
         self._batcher.drop(keep)
         self._queue = deque(b for b in (b.keep(keep) for b in self._queue) if len(b.rows))
         self._gate.forget(tps)
@@ -296,19 +303,15 @@ class Processor:
                              self.runner.provider)
         self._gate.model_answered()
         m = self.cfg.model
-        kept, values, rejects = self._stages.encode(batch.rows, scored.scores, scored.poison, m.name, m.version,
+        rows, values, rejects = self._stages.encode(batch.rows, scored.scores, scored.poison, m.name, m.version,
                                                     int(time.time() * 1000), self.run_id)
         for error, message in rejects:
             self._dead_letter(error, message)
-        rows = batch.rows if len(kept) == len(batch.rows) else batch.rows.take(kept)
         return Predictions(self.cfg.output.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
-        """Flush the open batch, wait for every ack (up to the ack timeout), commit.
-
-        Blocked, or after a failure, only what is already acknowledged is committed: the rest
-        stays uncommitted for whoever reads these partitions next.
-        """
+        """Flush the open batch, wait for every ack (up to the ack timeout), commit. Blocked, or
+        after a failure, only what is acknowledged is committed: the rest is read again."""
         if not (self._failed or self._gate.blocked):
             batch = self._batcher.flush(reason)
             if batch is not None:
@@ -342,7 +345,3 @@ class Processor:
             self._fatal = err
         else:
             log.warning("producer: %s", err)
-
-
-def _names(partitions: Iterable[TopicPartition]) -> str:
-    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"

@@ -302,3 +302,23 @@ def test_shipped_configs_state_no_default_of_their_own(path: Path, deliberate: s
             if code[key] not in (REQUIRED, None) and key not in deliberate and value != code[key]:
                 differ[key] = (value, code[key])
     assert differ == {}, f"{path.name} restates a default differently (key: (file, code))"
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("bogus.property", 1, "No such configuration property"),
+    ("linger.ms", "soon", "Invalid value"),  # librdkafka names its alias queue.buffering.max.ms
+    ("security.protocol", "carrier-pigeon", "Invalid value"),
+])
+def test_librdkafka_refusals_name_the_kafka_key_at_load(key: str, value: object, says: str) -> None:
+    doc = minimal()
+    doc["kafka"][key] = value
+    with pytest.raises(ConfigError, match=rf"'kafka\.{re.escape(key)}': librdkafka refuses it: {says}"):
+        load(doc)
+
+
+def test_a_refusal_never_quotes_a_secret() -> None:
+    doc = minimal()
+    doc["kafka"].update({"sasl.password": "hunter2-s3cret", "security.protocol": "hunter2-s3cret"})
+    with pytest.raises(ConfigError) as caught:  # the refused value happens to be the password too
+        load(doc)
+    assert "kafka.security.protocol" in str(caught.value) and "hunter2" not in str(caught.value)

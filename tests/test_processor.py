@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError
 
+from streamer.errors import BrokerError
+
 from streamer.config import Config, with_overrides
 from streamer.config_file import load_config
 from streamer.kafka.clients import KafkaClients
@@ -147,6 +149,50 @@ def test_a_failed_delivery_blocks_input_and_the_redo_unblocks_it() -> None:
     assert all(c.get(P0, 0) == 0 for reason, c in states if reason is not None)
     assert sorted(set(h.predictions())) == [(0, i) for i in range(10)]
     assert h.processor.stats.predictions == 10
+
+
+class RegistryAway:
+    """A codec whose dependency (a Schema Registry) is away for the first ``away`` decodes."""
+
+    schema_json = "{}"
+
+    def __init__(self, away: int) -> None:
+        self.away, self.json = away, JsonCodec()
+
+    def decode(self, data: bytes) -> dict:
+        if self.away > 0:
+            self.away -= 1
+            raise BrokerError("schema registry: lookup of schema id 2 failed: connection refused")
+        return dict(self.json.decode(data))
+
+    def encode(self, record: dict) -> bytes:
+        return self.json.encode(record)
+
+
+def test_a_registry_outage_pauses_input_backs_off_and_reads_the_chunk_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Not a dead letter and not an exit: the records are fine, something they need is away."""
+    h = Harness(config(max_wait_ms=0))
+    h.processor = Processor(h.processor.cfg, h.processor.runner, RegistryAway(away=3),
+                            output_codec(h.processor.cfg), clock=h.clock, clients=h.processor._clients)
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(10)])
+    states: list[tuple[str | None, bool, dict]] = []
+
+    def note(s: Stats) -> bool:
+        states.append((h.processor.unhealthy_reason, P0 in h.consumer.paused, dict(h.consumer.committed)))
+        return False
+
+    h.run(lambda s: note(s) or (not h.processor.healthy and P0 in h.consumer.paused),
+          lambda s: note(s) or (h.processor.healthy and h.consumer.committed == {P0: 10}))
+    held = [st for st in states if st[0] is not None]
+    assert held and all(reason.startswith("schema registry:") for reason, _, _ in held)
+    assert all(c == {} for _, _, c in held)  # nothing committed while the registry was away
+    assert any(paused for _, paused, _ in held)
+    holds = [r for r in caplog.records if "input paused, reading it again" in r.getMessage()]
+    assert len(holds) == 3  # each failed read backs off, then the chunk is read again
+    assert sorted(h.predictions()) == [(0, i) for i in range(10)]  # every event once, none lost
+    assert h.processor.stats.dead_letters.total() == 0
 
 
 def test_unacknowledged_outputs_are_never_committed() -> None:

@@ -84,7 +84,7 @@ def test_workers_that_keep_dying_make_the_supervisor_give_up() -> None:
 
     for n in range(2, 200, 3):
         script.actions[n] = kill_latest
-    assert sup.run() == 1
+    assert sup.run() == 4  # EXIT_WORKERS
     assert script.spawned[0].signals == [signal.SIGTERM]  # the survivor was stopped
 
 

@@ -7,7 +7,7 @@ distinct ``group.instance.id``, ``transactional.id`` and metrics port (:func:`fo
 
 The supervisor forwards SIGTERM and SIGINT to every worker and exits 0 once all stopped cleanly.
 A worker that dies is started again after a back-off (1 s, doubling to 30 s); if workers die
-``max_deaths`` times within ``window_s``, the supervisor stops the others and exits 1, so that its
+``max_deaths`` times within ``window_s``, the supervisor stops the others and exits 4, so that its
 own supervisor (systemd, Kubernetes) sees the failure. A worker that exits 2 (a config error)
 is not restarted: that cannot heal.
 """
@@ -24,9 +24,9 @@ from dataclasses import replace
 from typing import Any
 
 from streamer.config import Config, transactional_id
+from streamer.errors import EXIT_CONFIG, EXIT_WORKERS
 
 log = logging.getLogger(__name__)
-CONFIG_ERROR = 2
 
 
 def for_worker(cfg: Config, index: int) -> Config:
@@ -84,13 +84,13 @@ class Supervisor:
             if proc is None or code is None:
                 continue
             self.workers[i] = None
-            if code == CONFIG_ERROR:
+            if code == EXIT_CONFIG:
                 log.error("worker %d exited with a config error: not restarting", i)
-                return CONFIG_ERROR
+                return EXIT_CONFIG
             self._deaths = [t for t in self._deaths if now - t < self._window_s] + [now]
             if len(self._deaths) >= self._max_deaths:
                 log.error("workers died %d times within %.0f s: giving up", len(self._deaths), self._window_s)
-                return 1
+                return EXIT_WORKERS
             backoff = min(self._backoff.get(i, self._backoff_s / 2) * 2, self._backoff_max_s)
             self._backoff[i], self._restart_at[i] = backoff, now + backoff
             log.warning("worker %d exited with %d: restarting in %.1f s", i, code, backoff)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streamer.config import Config, librdkafka_config
+from streamer.config import Config, Secret, librdkafka_config
 from streamer.errors import BrokerError, ConfigError
 from streamer.kafka.topics import ensure_like, partitions
 
@@ -65,6 +65,38 @@ def consumer_config(cfg: Config, **extra: Any) -> dict[str, Any]:
 
 def producer_config(cfg: Config, **extra: Any) -> dict[str, Any]:
     return _merge(cfg, PRODUCER_DEFAULTS, PRODUCER_FORCED, extra, leave_out=CONSUMER_ONLY)
+
+
+def check_properties(cfg: Config) -> None:
+    """Have librdkafka itself check every ``kafka:`` property, for both clients, without
+    connecting: an unknown key or a bad value is a ConfigError naming ``kafka.<key>``.
+
+    Secret values never reach the message: librdkafka quotes some values it refuses.
+    """
+    user = librdkafka_config(cfg)
+    secrets = [str(v.value) for v in cfg.kafka.values() if isinstance(v, Secret) and v.value]
+
+    def refused(*confs: tuple[type, dict[str, Any]]) -> str | None:
+        for make, conf in confs:
+            try:  # without bootstrap.servers: nothing connects
+                client = make({k: v for k, v in conf.items() if k != "bootstrap.servers"})
+            except KafkaException as exc:
+                return str(exc.args[0].str())
+            if make is Consumer:
+                client.close()
+        return None
+
+    why = refused((Consumer, consumer_config(cfg)), (Producer, producer_config(cfg)))
+    if why is None:
+        return
+    for key in sorted(user):  # which key: try each alone (librdkafka may name an alias of it)
+        alone = {"group.id": "check", "logger": _LIBRDKAFKA_LOG, key: user[key]}
+        if key != "bootstrap.servers" and refused((Consumer, alone), (Producer, alone)) is not None:
+            shown = "its value is not valid" if any(x in why for x in secrets) else why
+            raise ConfigError(f"kafka.{key}", f"librdkafka refuses it: {shown}")
+    for secret in secrets:
+        why = why.replace(secret, "***")
+    raise ConfigError("kafka", f"librdkafka refuses these settings together: {why}")
 
 
 def make_consumer(cfg: Config, **extra: Any) -> Consumer:

@@ -10,11 +10,11 @@ bootstrap address.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamer.errors import BrokerError
@@ -115,3 +115,8 @@ def _await_leaders(admin: MetadataClient, topics: Mapping[str, int], timeout_s: 
         if time.monotonic() > deadline:
             raise BrokerError(f"topics {sorted(topics)} have no leader after {timeout_s:.0f}s")
         time.sleep(0.05)
+
+
+def names(partitions: Iterable[TopicPartition]) -> str:
+    """``topic[partition], ...`` for logs; ``nothing`` for none."""
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"

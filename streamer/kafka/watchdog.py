@@ -15,8 +15,10 @@ import os
 import threading
 from collections.abc import Iterator
 
+from streamer.errors import EXIT_WATCHDOG
+
 log = logging.getLogger(__name__)
-EXIT_CODE = 70  # EX_SOFTWARE: the supervisor should restart us
+EXIT_CODE = EXIT_WATCHDOG  # 70, EX_SOFTWARE: the supervisor should restart us
 
 
 @contextlib.contextmanager

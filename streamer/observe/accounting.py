@@ -96,9 +96,9 @@ class Accounting:
         self.metrics.rebalances.labels(kind).inc()
         self.metrics.assigned_partitions.set(assigned)
 
-    def gauges(self, *, blocked: bool, assigned: int, in_flight_rows: int) -> None:
+    def gauges(self, *, blocked: bool, paused: bool, assigned: int, in_flight_rows: int) -> None:
         self.metrics.healthy.set(0 if blocked else 1)
-        self.metrics.paused_partitions.set(assigned if blocked else 0)
+        self.metrics.paused_partitions.set(assigned if paused else 0)
         self.metrics.in_flight_rows.set(in_flight_rows)
 
     def queues(self, batches: int, producer_queue: int) -> None:

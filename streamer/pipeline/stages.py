@@ -48,6 +48,7 @@ class Stages:
         self._by_schema_id: dict[bytes, ColumnarDecoder | None] = {}  # avro-confluent: per framing head
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json))
                              if fast and isinstance(encoder, AvroCodec) else None)
+        self.empty = Rows.empty(n_features)  # what a chunk that decoded to nothing gives
 
     def decode(self, chunk: Messages) -> tuple[Rows, list[Reject]]:
         """Decode and validate consumed messages; the rows keep the chunk's order."""
@@ -115,9 +116,15 @@ class Stages:
 
     def encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
                model_version: str, scored_at_ms: int,
-               run_id: str | None = None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
+               run_id: str | None = None) -> tuple[Rows, list[bytes], list[Reject]]:
         """Prediction values for the scored rows: ``(kept, values, rejects)``, where ``values[j]``
-        is the prediction of row ``kept[j]``; rows the model failed on alone are rejects."""
+        is the prediction of row j of ``kept``; rows the model failed on alone are rejects."""
+        kept, values, rejects = self._encode(rows, scores, poison, model_name, model_version, scored_at_ms, run_id)
+        return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects
+
+    def _encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
+                model_version: str, scored_at_ms: int,
+                run_id: str | None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
         if self.fast_encoder is None:
             return encode_batch(rows, scores, poison, self.encoder, model_name, model_version,
                                 scored_at_ms, run_id)

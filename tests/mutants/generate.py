@@ -55,18 +55,16 @@ mut("06-latency-zero", "end-to-end latency always recorded as 0",
 mut("07-drop-row-unmarked", "the last row of each batch is dropped: no prediction, its offset never done",
     U + "test_scores_reach_the_output_in_partition_order tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
     ("streamer/processor.py",
-     "        rows = batch.rows if len(kept) == len(batch.rows) else batch.rows.take(kept)\n",
-     "        kept, values = kept[:-1], values[:-1]\n"
-     "        rows = batch.rows.take(kept)\n"))
+     "        return Predictions(self.cfg.output.topic, values, rows)\n",
+     "        return Predictions(self.cfg.output.topic, values[:-1], rows[:-1])\n"))
 mut("08-drop-row-marked-done", "the last row of each batch is dropped and its offset marked done",
     U + "test_scores_reach_the_output_in_partition_order tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
     ("streamer/processor.py",
-     "        rows = batch.rows if len(kept) == len(batch.rows) else batch.rows.take(kept)\n",
-     "        if len(kept):\n"
-     "            dropped = batch.rows.take(kept[-1:]).source\n"
+     "        return Predictions(self.cfg.output.topic, values, rows)\n",
+     "        if len(rows):\n"
+     "            dropped = rows[-1:].source\n"
      "            self._tracker.done((dropped.topics[0], int(dropped.partitions[0])), dropped.offsets)\n"
-     "            kept, values = kept[:-1], values[:-1]\n"
-     "        rows = batch.rows.take(kept)\n"))
+     "        return Predictions(self.cfg.output.topic, values[:-1], rows[:-1])\n"))
 mut("09-commit-prefix-plus-one", "the committed position is the done prefix + 1 (skips one offset per commit)",
     "tests/test_offsets.py tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
     ("streamer/kafka/offsets.py",
