@@ -128,7 +128,7 @@ def _dlq(args: argparse.Namespace) -> int:
         return 0
     result = dlq.redrive(cfg, args.stage, args.limit)
     print(f"redriven {result.redriven}, refused {result.refused} (redriven "
-          f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages)")
+          f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short)")
     return 0
 
 

@@ -85,8 +85,8 @@ class InputConfig:
             raise ConfigError("input.topics", "a topic name cannot be empty")
         if not self.group_id:
             raise ConfigError("input.group_id", "cannot be empty")
-        if self.format in ("avro", "avro-confluent") and self.schema is None:
-            raise ConfigError("input.schema", f"is required for format '{self.format}'")
+        if self.format == "avro" and self.schema is None:
+            raise ConfigError("input.schema", "is required for format 'avro'")
         if self.format == "avro-confluent" and self.registry is None:
             raise ConfigError("input.registry", "is required for format 'avro-confluent'")
         _above(0, "input.max_message_bytes", self.max_message_bytes)

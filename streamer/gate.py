@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError
 
-from streamer.kafka.delivery import Output, is_permanent
+from streamer.kafka.deadletter import cut_short, is_cut_short
+from streamer.kafka.delivery import TOO_LARGE, Output, is_permanent
 
 log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
@@ -103,24 +104,28 @@ class Gate:
 
     # ---- outputs ----------------------------------------------------------------------------
 
-    def outputs_failed(self, failed: list[tuple[Output, KafkaError]],
-                       assigned: Collection[TopicPartition]) -> list[tuple[Output, KafkaError]]:
-        """Sort failed deliveries: a prediction the broker refuses for good (too large, invalid) is
-        returned, to be dead-lettered; the rest are kept to produce again after a back-off, and
-        block input meanwhile; those of partitions revoked or lost meanwhile are their new
-        owner's to redo."""
-        refused, retry = [], []
+    def outputs_failed(self, failed: list[tuple[Output, KafkaError]], assigned: Collection[TopicPartition]
+                       ) -> tuple[list[tuple[Output, KafkaError]], list[Output]]:
+        """Sort failed deliveries into ``(refused, now)``: a prediction the broker refuses for good
+        (too large, invalid) is refused, to be dead-lettered; a dead letter too large for its topic
+        comes back cut short (deadletter.cut_short), to produce now; the rest are kept to produce
+        again after a back-off, and block input meanwhile. Those of partitions revoked or lost
+        meanwhile are their new owner's to redo."""
+        refused, retry, now = [], [], []
         for out, err in failed:
             if out.source_tp not in assigned:
                 continue
-            (refused if out.stage is None and is_permanent(err) else retry).append((out, err))
+            if out.stage is not None and err.code() in TOO_LARGE and not is_cut_short(out.headers):
+                now.append(cut_short(out))
+            else:
+                (refused if out.stage is None and is_permanent(err) else retry).append((out, err))
         if retry:
             out, err = retry[-1]
             self._redo.extend(o for o, _ in retry)
             backoff = self.writes_failed(f"cannot write to {out.topic}: {err.str()}")
             log.warning("%d outputs could not be written (%s: %s): input paused, retrying in %.1f s",
                         len(retry), out.topic, err, backoff)
-        return refused
+        return refused, now
 
     def writes_failed(self, reason: str) -> float:
         """Writing failed (an aborted transaction redoes from its commit): back off."""

@@ -130,10 +130,11 @@ class Processor:
     def _open(self) -> None:
         self.runner.warm_up(self.cfg.batching.max_size)
         self._account.started(self.runner.provider)
-        if self.cfg.processing.create_dead_letter_topic:
-            self._clients.ensure_topic(self._dlq_topic, self.cfg.input.topics[0])
+        room = (self._clients.ensure_topic(self._dlq_topic, self.cfg.input.topics[0])
+                if self.cfg.processing.create_dead_letter_topic else None)  # the largest dead letter
         kind = CHECKPOINTS[self.cfg.processing.guarantee]  # the one place the guarantee is read
-        producer = self._clients.producer(error_cb=self._on_client_error, **kind.producer_settings(self.cfg))
+        producer = self._clients.producer(error_cb=self._on_client_error, largest_message=room,
+                                          **kind.producer_settings(self.cfg))
         stats = ({"statistics.interval.ms": self.cfg.metrics.stats_interval_ms,
                   "stats_cb": self._progress.on_stats} if self._observed else {})
         self.consumer = self._clients.consumer(  # background commits are answered inside consume()
@@ -195,7 +196,9 @@ class Processor:
         acked, failed = self.deliveries.collect(timeout_s)
         if acked:
             self._account.final(self.checkpoint.acknowledged(acked))
-        for out, err in self._gate.outputs_failed(self.checkpoint.failed(failed), self._assigned):
+        refused, now = self._gate.outputs_failed(self.checkpoint.failed(failed), self._assigned)
+        self.deliveries.send(now)  # dead letters too large for their topic, cut short
+        for out, err in refused:
             self._dead_letter(ProduceError(f"the broker refused the prediction: {err}"), out.source)
 
     def _redo_failed_deliveries(self) -> None:
@@ -277,9 +280,8 @@ class Processor:
                 self._gate.writes_failed(commit.write_failure)
 
     def _seek(self, positions: dict[tuple[str, int], int]) -> None:  # those still assigned
-        for (topic, partition), offset in positions.items():
-            if (topic, partition) in self._assigned:
-                self.consumer.seek(TopicPartition(topic, partition, offset))
+        for tp in positions.keys() & self._assigned:
+            self.consumer.seek(TopicPartition(tp[0], tp[1], positions[tp]))
 
     def _forget(self, tps: set[tuple[str, int]]) -> None:
         """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError
+from pathlib import Path
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from streamer.config_file import load_config
+from streamer.errors import BrokerError
+from streamer.kafka import clients
 from streamer.kafka.clients import TRANSIENT_ERRORS, is_transient
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_transient_errors_are_the_coordinator_and_connection_ones() -> None:
@@ -12,3 +20,31 @@ def test_transient_errors_are_the_coordinator_and_connection_ones() -> None:
     assert is_transient(KafkaError(KafkaError.NOT_COORDINATOR))
     assert is_transient(KafkaError(KafkaError.UNKNOWN, retriable=True))
     assert not is_transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+
+def test_start_up_waits_for_a_cluster_that_does_not_answer_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broker transport failures are waited out (bounded); any other refusal ends start-up at once."""
+    answers: list[object] = [KafkaError(KafkaError._TRANSPORT), KafkaError(KafkaError._TRANSPORT), 1_114_124]
+
+    def ensure_like(*_: object) -> int:
+        answer = answers.pop(0)
+        if isinstance(answer, KafkaError):
+            try:
+                raise KafkaException(answer)
+            except KafkaException as exc:
+                raise BrokerError(f"cannot create topic: {answer}") from exc
+        return int(answer)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(clients, "ensure_like", ensure_like)
+    monkeypatch.setattr(clients, "make_admin", lambda cfg: None)
+    monkeypatch.setattr(clients.time, "sleep", lambda s: None)
+    cfg = load_config(ROOT / "deploy" / "config" / "example.yaml", env={"KAFKA_BOOTSTRAP": "x:1",
+                      "INPUT_TOPIC": "t", "OUTPUT_TOPIC": "o", "GROUP_ID": "g"})
+    assert clients.ensure_topic(cfg, "t.dlq", "t", timeout_s=0.0) == 1_114_124 and not answers
+    answers[:] = [KafkaError(KafkaError._TRANSPORT)]
+    with pytest.raises(BrokerError, match="cannot create topic"):
+        clients.ensure_topic(cfg, "t.dlq", "t", timeout_s=0.0, wait_s=0.0)  # the wait is bounded
+    answers[:] = [KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), 1]
+    with pytest.raises(BrokerError):
+        clients.ensure_topic(cfg, "t.dlq", "t", timeout_s=0.0)  # denied: no waiting
+    assert answers == [1]

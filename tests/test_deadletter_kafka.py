@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from dataclasses import replace
@@ -11,12 +12,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from streamer.commands import dlq
 from streamer.commands.run import build_processor, input_codec, model_runner, output_codec
-from streamer.kafka.topics import create_topics
+from streamer.kafka.topics import create, create_topics
 from streamer.config import Config, with_overrides
-from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, header
+from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_BYTES, header
 from streamer.commands.demo import synthetic_events
 from streamer.errors import InferenceError
 from streamer.testing import FunctionRunner, PoisonRunner
@@ -63,7 +65,8 @@ Raw = tuple[bytes, bytes, list[tuple[str, bytes]]]  # key, value, headers
 
 
 def produce_raw(bootstrap: str, topic: str, messages: list[Raw]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10,
+                         "message.max.bytes": 2_000_000})
     failed: list[str] = []
     for key, value, headers in messages:
         producer.produce(topic, value, key, headers=headers,
@@ -205,6 +208,41 @@ def test_unwritable_dead_letter_topic_blocks_commits_until_it_exists(bootstrap: 
     assert [m.value() for m in letters] == [bad.value()]
     assert processor.stats.predictions == n - 1 and processor.healthy
     assert committed_offsets(bootstrap, topics.group, topics.input) == end_offsets(bootstrap, topics.input)
+
+
+@pytest.mark.parametrize("dlq_limit", [None, 100_000])
+def test_a_message_near_the_topic_limit_is_dead_lettered_and_nothing_stalls(
+        bootstrap: str, topics: Topics, dlq_limit: int | None) -> None:
+    """A 1,040,000-byte value (under the input topic's limit and input.max_message_bytes) that is
+    not Avro, among 300 good events. librdkafka's default message.max.bytes (1,000,000) once
+    refused its dead letter forever and paused every partition. Now the producer is sized from the
+    dead-letter topic, and a dead-letter topic that is too small gets the letter cut short, with
+    the original's size and digest."""
+    cfg = make_config(bootstrap, topics)
+    if dlq_limit is not None:
+        small = f"{topics.dlq}-small"
+        create(AdminClient({"bootstrap.servers": bootstrap}), {small: 1}, replication_factor=1,
+               config={"max.message.bytes": str(dlq_limit)})
+        cfg = with_overrides(cfg, processing={"dead_letter_topic": small})
+    dlq_topic = small if dlq_limit is not None else topics.dlq
+    big = b"\x07" * 1_040_000
+    produce_raw(bootstrap, topics.input, [(b"k", big, [("trace-id", b"t0")])])
+    mixed_stream(bootstrap, topics, cfg, ["good"] * 300)
+    processor = build_processor(cfg)
+    run_until_outputs(processor, 301)
+    assert processor.stats.predictions == 300 and processor.stats.dead_letters["deserialize"] == 1
+    assert committed_offsets(bootstrap, topics.group, topics.input) == end_offsets(bootstrap, topics.input)
+    [letter] = read_all(bootstrap, dlq_topic)
+    h = letter.headers()
+    if dlq_limit is None:
+        assert letter.value() == big and header(h, "truncated") is None
+    else:
+        assert letter.value() == big[:TRUNCATED_BYTES] and header(h, "truncated") == "true"
+        assert header(h, "original.size") == str(len(big))
+        assert header(h, "original.sha256") == hashlib.sha256(big).hexdigest()
+        assert header(h, "stage") == "deserialize" and header(h, "original.offset") is not None
+        assert dict(h).get("trace-id") is None  # the original's own headers went, counted
+        assert header(h, "original.headers.bytes") == str(len("trace-id") + len("t0"))
 
 
 def test_inspect_and_redrive_after_a_config_fix(bootstrap: str, topics: Topics) -> None:

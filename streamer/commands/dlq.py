@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streamer.kafka import clients
 from streamer.config import Config, dead_letter_topic
-from streamer.kafka.deadletter import REDRIVE_HEADER, header, original_headers, redrive_count
+from streamer.kafka.deadletter import REDRIVE_HEADER, header, is_cut_short, original_headers, redrive_count
 from streamer.errors import BrokerError
 
 
@@ -68,8 +68,8 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None) -> 
                 refused += 1
                 continue
             topic = header(h, "original.topic")
-            if topic is None:
-                skipped += 1  # not one of ours
+            if topic is None or is_cut_short(h):
+                skipped += 1  # not one of ours, or only the start of the original (too large)
                 continue
             headers = [(k, v) for k, v in originals if k != REDRIVE_HEADER]
             headers.append((REDRIVE_HEADER, str(count + 1).encode()))

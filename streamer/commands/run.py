@@ -23,16 +23,18 @@ def input_codec(cfg: Config) -> Codec:
     i = cfg.input
     if i.format == "json":
         return JsonCodec(i.max_message_bytes)
-    assert i.schema is not None  # checked when the config was loaded
-    schema = load_schema(i.schema, key="input.schema")
+    schema = load_schema(i.schema, key="input.schema") if i.schema is not None else None
     if i.format == "avro":
+        assert schema is not None  # checked when the config was loaded
         return AvroCodec(schema, i.max_message_bytes)
     assert i.registry is not None
     conf = {"url": i.registry.url}
     if i.registry.basic_auth_user_info is not None:
         conf["basic.auth.user.info"] = i.registry.basic_auth_user_info.value
     subject = i.registry.subject or f"{i.topics[0]}-value"
-    # new_client also understands the client's own mock:// URLs (used by the tests).
+    # Decoding reads each message's writer schema by its id; the schema and the subject serve only
+    # streamer's own producers of input (the demo, the tests). new_client also understands the
+    # client's own mock:// URLs (used by the tests).
     return ConfluentAvroCodec(SchemaRegistryClient.new_client(conf), subject, schema, i.max_message_bytes)
 
 

@@ -23,6 +23,11 @@ from streamer.kafka.topics import ensure_like, partitions
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 log = logging.getLogger(__name__)
 
+STARTUP_WAIT_S = 120.0  # how long start-up waits for a cluster that does not answer, then exits 3
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
+# A dead letter is the rejected input, whole, plus headers (the trace alone up to 2,000 chars).
+DEAD_LETTER_HEADROOM = 64 * 1024
+
 # Offsets are stored and committed by the processor after acks (see offsets.py), never by
 # librdkafka when it hands a message over: auto store would lose in-flight messages on a crash.
 CONSUMER_FORCED = {
@@ -103,7 +108,12 @@ def make_consumer(cfg: Config, **extra: Any) -> Consumer:
     return Consumer(consumer_config(cfg, **extra))
 
 
-def make_producer(cfg: Config, **extra: Any) -> Producer:
+def make_producer(cfg: Config, largest_message: int | None = None, **extra: Any) -> Producer:
+    """A producer; with ``largest_message``, its ``message.max.bytes`` is raised to take a message
+    that large (a dead letter of a whole rejected input), unless the config allows more already."""
+    if largest_message is not None:
+        given = int(str(librdkafka_config(cfg).get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)))
+        extra["message.max.bytes"] = max(given, largest_message)
     return Producer(producer_config(cfg, **extra))
 
 
@@ -111,9 +121,23 @@ def make_admin(cfg: Config) -> AdminClient:
     return AdminClient({"logger": _LIBRDKAFKA_LOG, **librdkafka_config(cfg)})
 
 
-def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0) -> None:
-    """Create ``topic`` with as many partitions as ``like`` (broker's replication) unless it exists."""
-    ensure_like(make_admin(cfg), topic, like, timeout_s)
+def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0,
+                 headroom_bytes: int = 0, wait_s: float = STARTUP_WAIT_S) -> int | None:
+    """Create ``topic`` with as many partitions as ``like`` (broker's replication) unless it
+    exists, with room for ``headroom_bytes`` more than ``like``; returns the largest message it
+    takes. A broker that does not answer yet is waited for, up to ``wait_s`` in all."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return ensure_like(make_admin(cfg), topic, like, timeout_s, headroom_bytes)
+        except BrokerError as exc:
+            cause = exc.__cause__
+            transient = isinstance(cause, KafkaException) and is_transient(cause.args[0])
+            if not transient or time.monotonic() + timeout_s > deadline:
+                raise
+            log.warning("the cluster does not answer yet (%s): trying again, for up to %.0f s in all",
+                        exc, wait_s)
+            time.sleep(1.0)
 
 
 # Clients for tools and tests that know a bootstrap address or a bare librdkafka mapping rather
@@ -234,19 +258,22 @@ class KafkaClients:
     """Where a processor gets its Kafka clients: built from the config, or fakes in unit tests.
 
     ``consumer(**extra)`` and ``producer(**extra)`` take extra librdkafka settings (callbacks,
-    transactional settings); ``ensure_topic(topic, like)`` creates a topic shaped like another.
+    transactional settings; ``largest_message`` for the producer); ``ensure_topic(topic, like)``
+    creates a dead-letter topic shaped like its input, with room for a whole rejected input
+    plus the dead letter's headers, and returns the largest message it takes (None: unknown).
     """
 
     consumer: Callable[..., Any]
     producer: Callable[..., Any]
-    ensure_topic: Callable[[str, str], None]
+    ensure_topic: Callable[[str, str], int | None]
 
     @classmethod
     def from_config(cls, cfg: Config) -> KafkaClients:
         # Module-level names are looked up at call time, so tests/support/crash_at.py can wrap them.
         return cls(consumer=lambda **extra: make_consumer(cfg, **extra),
                    producer=lambda **extra: make_producer(cfg, **extra),
-                   ensure_topic=lambda topic, like: ensure_topic(cfg, topic, like=like))
+                   ensure_topic=lambda topic, like: ensure_topic(cfg, topic, like=like,
+                                                                 headroom_bytes=DEAD_LETTER_HEADROOM))
 
 
 def consume_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Message]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import traceback
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ Headers = list[tuple[str, bytes]]
 HEADER_PREFIX = "streamer.dlq."
 REDRIVE_HEADER = "streamer.redrive.count"  # set by `streamer dlq redrive` on the re-published row
 MAX_TRACE_CHARS = 2000
+TRUNCATED_BYTES = 1024  # what a dead letter too large for its topic keeps of the original value
 log = logging.getLogger(__name__)
 
 
@@ -95,3 +97,26 @@ def letter_for(error: RecordError, message: Any, *, dlq_topic: str, group_id: st
                          model_name=model_name, model_version=model_version)
     log.debug("dead letter %s at %s: %s", error.stage, error.coordinates(), error)
     return Output(letter.topic, letter.key, letter.value, letter.headers, message, stage=letter.stage)
+
+
+def cut_short(letter: Output) -> Output:
+    """A dead letter its topic refused as too large, cut to fit: the original value's first
+    ``TRUNCATED_BYTES`` bytes, our headers without the original record's own, and the original's
+    size and SHA-256, so the record is still accounted for and can be found in the input topic
+    (``original.topic/partition/offset``). ``streamer dlq redrive`` refuses it.
+    """
+    value = letter.value or b""
+    ours = [(k, v) for k, v in letter.headers or [] if k.startswith(HEADER_PREFIX)]
+    dropped = sum(len(k) + len(v or b"") for k, v in letter.headers or [] if not k.startswith(HEADER_PREFIX))
+    ours += [(HEADER_PREFIX + k, v.encode()) for k, v in (
+        ("truncated", "true"), ("original.size", str(len(value))),
+        ("original.sha256", hashlib.sha256(value).hexdigest()), ("original.headers.bytes", str(dropped)))]
+    log.warning("a dead letter of %d bytes is too large for %s: writing its first %d bytes and its digest",
+                len(value), letter.topic, TRUNCATED_BYTES)
+    return Output(letter.topic, letter.key, value[:TRUNCATED_BYTES], ours, letter.source, stage=letter.stage,
+                  event_time_ms=letter.event_time_ms)
+
+
+def is_cut_short(headers: Headers | None) -> bool:
+    """Whether a dead letter holds only the start of the original value (see :func:`cut_short`)."""
+    return header(headers, "truncated") == "true"

@@ -22,6 +22,9 @@ from streamer.pipeline.records import Rows
 
 Headers = list[tuple[str, bytes]]
 
+# A message larger than the topic (or the producer) takes.
+TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
+                       KafkaError.INVALID_MSG_SIZE})
 # Errors that concern the one message, whatever the broker's state: retrying cannot help.
 PERMANENT = frozenset({
     KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG, KafkaError.INVALID_MSG_SIZE,

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from streamer.errors import BrokerError
 
@@ -52,7 +52,7 @@ def partitions(client: MetadataClient, topic: str, timeout_s: float = 30.0) -> l
 
 
 def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: int = -1,
-           timeout_s: float = 30.0) -> None:
+           timeout_s: float = 30.0, config: Mapping[str, str] | None = None) -> None:
     """Create each ``name -> partitions`` topic that does not exist yet, and wait for its leaders.
 
     ``replication_factor=-1`` takes the broker's default. A topic that another client creates
@@ -66,7 +66,8 @@ def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: 
     wanted = {name: count for name, count in topics.items() if name not in existing}
     if not wanted:
         return
-    futures = admin.create_topics([NewTopic(name, count, replication_factor=replication_factor)
+    futures = admin.create_topics([NewTopic(name, count, replication_factor=replication_factor,
+                                            config=dict(config or {}))
                                    for name, count in wanted.items()], operation_timeout=timeout_s)
     created: dict[str, int] = {}
     for name, future in futures.items():
@@ -83,16 +84,37 @@ def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: 
     _await_leaders(admin, created, timeout_s)
 
 
-def ensure_like(admin: TopicAdmin, topic: str, like: str, timeout_s: float = 30.0) -> None:
+def ensure_like(admin: TopicAdmin, topic: str, like: str, timeout_s: float = 30.0,
+                headroom_bytes: int = 0) -> int | None:
     """Create ``topic`` unless it exists, with as many partitions as ``like`` has (one when
-    ``like`` does not exist either) and the broker's default replication."""
+    ``like`` does not exist either), the broker's default replication, and room for messages
+    ``headroom_bytes`` larger than the largest ``like`` takes. Returns the largest message
+    ``topic`` takes (its ``max.message.bytes``), None when the broker does not say.
+
+    Example: a dead-letter topic for an input with the broker's default limit (1,048,588 bytes)
+    and a 64 KiB headroom takes messages of 1,114,124 bytes: a rejected input, whole, plus the
+    dead letter's headers.
+    """
     try:
         count = len(partitions(admin, like, timeout_s))
     except BrokerError:
         count = 1
     except KafkaException as exc:
         raise BrokerError(f"cannot create topic {topic!r}: {exc.args[0]}") from exc
-    create(admin, {topic: count}, timeout_s=timeout_s)
+    like_limit = max_message_bytes(admin, like, timeout_s)
+    config = {"max.message.bytes": str(like_limit + headroom_bytes)} if like_limit and headroom_bytes else {}
+    create(admin, {topic: count}, timeout_s=timeout_s, config=config)
+    return max_message_bytes(admin, topic, timeout_s)
+
+
+def max_message_bytes(admin: Any, topic: str, timeout_s: float = 30.0) -> int | None:
+    """``topic``'s max.message.bytes (its own, or the broker's default); None when unknown."""
+    resource = ConfigResource("topic", topic)
+    try:
+        entries = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+        return int(entries["max.message.bytes"].value)
+    except Exception:  # noqa: BLE001 - missing topic, no DESCRIBE_CONFIGS permission, old broker
+        return None
 
 
 def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0) -> None:
