@@ -57,9 +57,9 @@ def feed(bootstrap: str, topics: Topics, n: int) -> None:
 def processor(tmp_path: Path, bootstrap: str, topics: Topics, guarantee: str, name: str,
               static: bool = True, module: tuple[str, ...] = ("streamer",),
               processing: dict[str, Any] | None = None, metrics_port: int | None = None,
-              args: tuple[str, ...] = ()) -> ChildProcessor:
+              args: tuple[str, ...] = (), kafka: dict[str, Any] | None = None) -> ChildProcessor:
     cfg = write_config(tmp_path / f"{name}.yaml", bootstrap=bootstrap, input_topic=topics.input,
-                       output_topic=topics.output, group=topics.group, guarantee=guarantee,
+                       output_topic=topics.output, group=topics.group, guarantee=guarantee, kafka=kafka,
                        instance=name if static else None, metrics_port=metrics_port,
                        processing={"transactional_id": f"{topics.group}-{name}", **(processing or {})})
     return ChildProcessor(cfg, tmp_path / f"{name}.log", module=module, args=args)

@@ -6,7 +6,9 @@ Order of preference:
 2. A Docker engine answers: start Apache Kafka's own image through testcontainers.
 3. Otherwise: resolve Apache Kafka's jars with Maven from ``deploy/kafka/pom.xml`` (once, cached
    under ``.cache/kafka``) and run a single-node KRaft broker with the machine's Java 17 on free
-   loopback ports, its data in a temporary directory.
+   loopback ports, its data in a temporary directory. :class:`LocalCluster` runs three such
+   nodes as one cluster (replication 3, min.insync.replicas 2) for the fault tests that kill a
+   broker while the others carry on.
 
 Readiness is a metadata request that the broker answers, never a fixed sleep; a broker that fails
 to come up raises :class:`LocalBrokerError` with the tail of its log.
@@ -100,13 +102,18 @@ def wait_for_metadata(bootstrap: str, timeout_s: float, log_file: Path | None = 
 
 @dataclass
 class LocalKafka:
-    """A single-node KRaft broker run from Apache Kafka's jars in a child process."""
+    """One KRaft node (broker and controller) run from Apache Kafka's jars in a child process:
+    a single-node cluster by default, or a member of a :class:`LocalCluster`."""
 
     libs: Path
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="streamer-kafka-")))
     port: int = 0
     controller_port: int = 0
     process: subprocess.Popen[bytes] | None = None
+    node_id: int = 1
+    voters: str | None = None  # controller.quorum.voters of a cluster; None: this node alone
+    cluster_id: str | None = None  # shared by a cluster's nodes; None: a fresh one
+    replication: int = 1  # of the internal topics and the default for new ones
 
     @property
     def bootstrap(self) -> str:
@@ -117,11 +124,18 @@ class LocalKafka:
         return self.workdir / "server.log"
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Format fresh storage on two free ports and start the broker."""
-        self.port, self.controller_port = _free_port(), _free_port()
+        """Format fresh storage (on two free ports unless set) and start the broker."""
+        self.format()
+        self._launch(timeout_s)
+
+    def format(self) -> None:
+        """Write server.properties and format this node's KRaft storage."""
+        self.port, self.controller_port = self.port or _free_port(), self.controller_port or _free_port()
         props = self.workdir / "server.properties"
-        props.write_text(_server_properties(self.port, self.controller_port, self.workdir / "data"))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        voters = self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}"
+        props.write_text(_server_properties(self.port, self.controller_port, self.workdir / "data",
+                                            self.node_id, voters, self.replication))
+        cluster_id = self.cluster_id or new_cluster_id()
         # "--cluster-id=": a base64 id can start with "-", which argparse would take for a flag.
         fmt = subprocess.run([*self._java(), "kafka.tools.StorageTool", "format",
                               f"--cluster-id={cluster_id}", "-c", str(props)],
@@ -129,7 +143,6 @@ class LocalKafka:
         if fmt.returncode != 0:
             raise LocalBrokerError(f"formatting KRaft storage failed:\n{_tail(fmt.stdout + fmt.stderr)}")
         atexit.register(self.stop)
-        self._launch(timeout_s)
 
     def kill(self) -> None:
         """SIGKILL the broker, as a crash would: its data stays for :meth:`restart`."""
@@ -143,11 +156,20 @@ class LocalKafka:
         self._launch(timeout_s)
 
     def _launch(self, timeout_s: float) -> None:
+        self.spawn()
+        self.await_ready(timeout_s)
+
+    def spawn(self) -> None:
+        """Start the node's process without waiting for it (a cluster starts all, then waits)."""
         out = (self.workdir / "stdout.log").open("ab")
         # Own session: a Ctrl+C in the terminal goes to us, and we stop the broker in order.
         self.process = subprocess.Popen([*self._java(), "kafka.Kafka",
                                          str(self.workdir / "server.properties")],
                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def await_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait until this node answers a metadata request; stop it and raise if it does not."""
+        assert self.process is not None
         try:
             wait_for_metadata(self.bootstrap, timeout_s, self.log_file)
         except LocalBrokerError:
@@ -178,6 +200,59 @@ class LocalKafka:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclass
+class LocalCluster:
+    """``nodes`` KRaft nodes (each broker and controller) on loopback ports, one cluster:
+    replication factor ``nodes`` and ``min.insync.replicas`` ``nodes - 1`` for the internal topics
+    and as the default for new ones, so one node can die while writes with acks=all go on.
+
+    Example: ``LocalCluster(ensure_jars(), 3)`` then ``start()``; ``kill(2)`` SIGKILLs node 2 (its
+    data stays), ``restart(2)`` brings it back; ``bootstrap`` lists every node.
+    """
+
+    libs: Path
+    nodes: int = 3
+    members: list[LocalKafka] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(m.bootstrap for m in self.members)
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        ports = [(_free_port(), _free_port()) for _ in range(self.nodes)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        cluster_id = new_cluster_id()
+        self.members = [LocalKafka(self.libs, port=p, controller_port=c, node_id=i + 1, voters=voters,
+                                   cluster_id=cluster_id, replication=self.nodes)
+                        for i, (p, c) in enumerate(ports)]
+        for m in self.members:
+            m.format()
+        for m in self.members:  # a quorum forms once a majority runs: start all, then wait
+            m.spawn()
+        for m in self.members:
+            m.await_ready(timeout_s)
+
+    def node(self, node_id: int) -> LocalKafka:
+        return self.members[node_id - 1]
+
+    def kill(self, node_id: int) -> None:
+        self.node(node_id).kill()
+
+    def restart(self, node_id: int, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.node(node_id).restart(timeout_s)
+
+    def stop(self) -> None:
+        """SIGKILL every node (a graceful stop of the last ones waits on a lost quorum), then
+        delete the data."""
+        for m in self.members:
+            m.kill()
+            m.stop()
+
+
 @contextlib.contextmanager
 def kafka_cluster() -> Iterator[str]:
     """Yield a bootstrap address of a real broker, chosen in the module's order of preference."""
@@ -202,11 +277,13 @@ def kafka_cluster() -> Iterator[str]:
         broker.stop()
 
 
-def _server_properties(port: int, controller_port: int, data: Path) -> str:
+def _server_properties(port: int, controller_port: int, data: Path, node_id: int = 1,
+                       voters: str | None = None, replication: int = 1) -> str:
+    min_isr = max(1, replication - 1)
     return "\n".join([
         "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+        f"node.id={node_id}",
+        f"controller.quorum.voters={voters or f'{node_id}@127.0.0.1:{controller_port}'}",
         f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names=CONTROLLER",
@@ -215,14 +292,16 @@ def _server_properties(port: int, controller_port: int, data: Path) -> str:
         f"log.dirs={data}",
         "num.partitions=1",
         "auto.create.topics.enable=false",
-        "offsets.topic.replication.factor=1",
+        f"offsets.topic.replication.factor={replication}",
         "offsets.topic.num.partitions=5",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
+        f"transaction.state.log.replication.factor={replication}",
+        f"transaction.state.log.min.isr={min_isr}",
         "transaction.state.log.num.partitions=5",
+        f"default.replication.factor={replication}",
+        f"min.insync.replicas={min_isr}",
         "group.initial.rebalance.delay.ms=0",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
+        f"share.coordinator.state.topic.replication.factor={replication}",
+        f"share.coordinator.state.topic.min.isr={min_isr}",
         "",
     ])
 

@@ -295,7 +295,9 @@ def consume_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Me
         err = m.error()
         if err is None:
             good.append(m)
-        elif err.fatal():
+        elif err.fatal() or err.code() == KafkaError._FATAL:
+            # The consumer is unusable (a static member fenced, say): librdkafka flags it with
+            # the _FATAL code, not always with fatal(). Exit 3 and be restarted, never stall.
             raise BrokerError(f"fatal consumer error: {err}")
         elif err.code() != KafkaError._PARTITION_EOF:
             log.warning("consumer error (librdkafka retries it): %s", err)
