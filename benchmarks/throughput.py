@@ -48,6 +48,7 @@ from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.config import Config  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.pipeline.codecs import AvroCodec, load_schema  # noqa: E402
+from streamer.pipeline.columnar_encode import avro_long, avro_string  # noqa: E402
 from streamer.pipeline.validate import EventValidator  # noqa: E402
 from streamer.pipeline.records import prediction_fields  # noqa: E402
 from streamer.commands.replay import When, run_replay  # noqa: E402
@@ -150,14 +151,14 @@ def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
     pieces = []
     for e in synthetic_events(1000, 32, seed=9):
         whole = codec.encode({**e, "event_time": 0})
-        head = _avro_string(str(e["event_id"])) + _avro_string(str(e["entity_id"]))
+        head = avro_string(str(e["event_id"])) + avro_string(str(e["entity_id"]))
         assert whole[:len(head) + 1] == head + b"\0", "the event's fields are not in the expected order"
         pieces.append((head, whole[len(head) + 1:], str(e["entity_id"]).encode()))
     sent, started = 0, time.monotonic()
     while (elapsed := time.monotonic() - started) < seconds:
         due = int(elapsed * rate) - sent
         if due > 0:
-            stamp = _avro_long(int(time.time() * 1000))
+            stamp = avro_long(int(time.time() * 1000))
             for _ in range(due):  # pacing a load generator
                 head, tail, key = pieces[sent % len(pieces)]
                 produce(producer, lambda: producer.poll(0.05), topic, b"".join((head, stamp, tail)), key)
@@ -166,20 +167,6 @@ def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
         time.sleep(0.0005)
     assert producer.flush(30) == 0
     print(sent)
-
-
-def _avro_long(n: int) -> bytes:
-    u, out = (n << 1) ^ (n >> 63), bytearray()
-    while u > 0x7F:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def _avro_string(s: str) -> bytes:
-    raw = s.encode()
-    return _avro_long(len(raw)) + raw
 
 
 def poisoned_copy(events: list[dict[str, object]], every: int) -> list[dict[str, object]]:

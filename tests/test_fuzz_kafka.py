@@ -27,19 +27,11 @@ from streamer.commands.run import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig, with_overrides
 from streamer.kafka.deadletter import header
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, read_all, run_until_outputs
-from tests.test_deadletter_kafka import produce_raw
+from tests.test_deadletter_kafka import produce_raw, zigzag
 
 pytestmark = pytest.mark.kafka
 CASES = 1_200
 LIMIT = 200_000  # input.max_message_bytes for the run: some values go over it
-
-
-def zigzag(n: int) -> bytes:
-    u, out = (n << 1) ^ (n >> 63), bytearray()
-    while u > 0x7F:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    return bytes([*out, u])
 
 
 def hostile(good: bytes, fmt: str, rng: random.Random) -> tuple[str, bytes | None]:

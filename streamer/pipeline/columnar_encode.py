@@ -31,7 +31,7 @@ _LAYOUT = (("event_id", "string"), ("entity_id", "string"), ("scores", ("array",
            ("scored_at", "long"), ("run_id", ("null", "string")))
 
 
-def _zigzag(n: int) -> bytes:
+def avro_long(n: int) -> bytes:
     """One Avro long, as fastavro writes it."""
     u = ((n << 1) ^ (n >> 63)) & 0xFFFF_FFFF_FFFF_FFFF
     out = bytearray()
@@ -42,9 +42,10 @@ def _zigzag(n: int) -> bytes:
     return bytes(out)
 
 
-def _string(s: str) -> bytes:
+def avro_string(s: str) -> bytes:
+    """One Avro string (its UTF-8 length as a long, then the bytes), as fastavro writes it."""
     b = s.encode()
-    return _zigzag(len(b)) + b
+    return avro_long(len(b)) + b
 
 
 def _varints(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -191,12 +192,12 @@ class PredictionEncoder:
             return []
         ok = np.ones(k, bool)
         try:
-            head = _string(model_name) + _string(model_version)
-            topic = _string(source_topic) if isinstance(source_topic, str) else b""
+            head = avro_string(model_name) + avro_string(model_version)
+            topic = avro_string(source_topic) if isinstance(source_topic, str) else b""
             scored_at = operator.index(scored_at_ms)
             if not _INT64[0] <= scored_at < _INT64[1]:
                 raise OverflowError(scored_at)
-            tail = _zigzag(scored_at) + (b"\0" if run_id is None else b"\2" + _string(run_id))
+            tail = avro_long(scored_at) + (b"\0" if run_id is None else b"\2" + avro_string(run_id))
             if len(head) + len(topic) + len(tail) > _LONGEST:
                 raise OverflowError("constant parts too long for the matrix")
         except (UnicodeEncodeError, TypeError, OverflowError):
@@ -210,7 +211,7 @@ class PredictionEncoder:
         with np.errstate(invalid="ignore", over="ignore"):  # float -> double -> float, as fastavro does
             block = scores.astype(np.float64).astype("<f4").view(np.uint8).reshape(k, 4 * n_out)
         if n_out:  # one block of n_out items, then the closing zero count; an empty array is just the zero
-            prefix = np.frombuffer(_zigzag(n_out), np.uint8)
+            prefix = np.frombuffer(avro_long(n_out), np.uint8)
             block = np.hstack([np.broadcast_to(prefix, (k, len(prefix))), block, np.zeros((k, 1), np.uint8)])
         else:
             block = np.zeros((k, 1), np.uint8)
