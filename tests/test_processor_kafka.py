@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 from types import SimpleNamespace
 
 import numpy as np
@@ -28,7 +29,9 @@ from prometheus_client import CollectorRegistry
 from streamer.commands import run as app
 from streamer.commands.run import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig
+from streamer.pipeline.codecs import AvroCodec
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
+from tests.support.registry import FakeRegistry
 from tests.conftest import (
     ROOT,
     Topics,
@@ -289,3 +292,45 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
+
+
+@pytest.mark.timeout(300)
+def test_a_registry_outage_blocks_and_resumes_by_itself(bootstrap: str, topics: Topics) -> None:
+    """avro-confluent with the registry answering 503: input pauses, the processor reports
+    unhealthy with the reason and commits nothing; the registry comes back, every event is
+    scored once, no dead letter, and the process never exited."""
+    schema = json.loads((ROOT / "schemas" / "feature_event.avsc").read_text())
+    registry = FakeRegistry({7: schema})
+    registry.away = True
+    try:
+        cfg = make_config(bootstrap, topics)
+        cfg = replace(cfg, input=replace(cfg.input, format="avro-confluent", registry=RegistryConfig(url=registry.url)),
+                      processing=replace(cfg.processing, retry_backoff_ms=200, retry_backoff_max_ms=1000))
+        body = AvroCodec(schema)
+        n = 300
+        events = synthetic_events(n, N_FEATURES, seed=8)
+        produce_events(bootstrap, topics.input, [(str(e["entity_id"]).encode(), b"\0" + (7).to_bytes(4, "big")
+                                                  + body.encode(e)) for e in events])
+        processor = build_processor(cfg)
+        during: dict[str, Any] = {}
+
+        def until(stats: Any) -> bool:
+            if "reason" not in during and not processor.healthy:
+                during.update(reason=processor.unhealthy_reason, since=time.monotonic())
+            elif "reason" in during and "back" not in during and time.monotonic() - during["since"] > 3:
+                during["committed"] = committed_offsets(bootstrap, topics.group, topics.input)
+                during["outputs"] = stats.outputs
+                during["back"] = registry.asked
+                registry.away = False
+            return stats.outputs >= n
+
+        processor.run(until=until)
+        assert "back" in during, "the processor never blocked on the registry"
+        assert during["reason"].startswith("schema registry:") and during["outputs"] == 0
+        assert all(o < 0 for o in during["committed"].values()), during["committed"]
+        assert during["back"] >= 2  # it asked again while away: a back-off, not a single try
+        assert processor.stats.predictions == n and processor.stats.dead_letters.total() == 0
+        assert processor.healthy
+        assert committed_offsets(bootstrap, topics.group, topics.input) == end_offsets(bootstrap, topics.input)
+    finally:
+        registry.close()
