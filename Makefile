@@ -25,7 +25,7 @@ prometheus:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
 
 demo: kafka-jars
-	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS))
+	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))
 
 test: kafka-jars prometheus
 	$(PY) -m pytest -q

@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="allow --output-topic to be the live output topic")
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
     demo.add_argument("--events", type=int, default=100_000)
+    demo.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                      help="start a single broker, or a three-node cluster (replication 3)")
     args = parser.parse_args(argv)
     worker = f"w{args.worker_index} " if getattr(args, "worker_index", None) is not None else ""
     logging.basicConfig(level=args.log_level.upper(),
@@ -71,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _lag_exporter(args)
         if args.command == "replay":
             return _replay(args)
-        return _demo(args.events)
+        return _demo(args.events, args.brokers)
     except ConfigError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -180,12 +182,12 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(events: int) -> int:
+def _demo(events: int, brokers: int = 1) -> int:
     from streamer.commands.demo import run_demo
 
     if events <= 0:
         raise SystemExit("streamer demo: --events must be > 0")
-    summary = run_demo(events)
+    summary = run_demo(events, brokers)
     print("\n".join(["", "streamer demo summary", *summary.lines()]))
     return 0
 

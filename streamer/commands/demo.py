@@ -101,13 +101,15 @@ def demo_config(bootstrap: str, run_id: str, max_size: int | None = None) -> Con
     return load_config(EXAMPLE_CONFIG, env=env)
 
 
-def run_demo(events: int) -> Summary:
-    with kafka_cluster() as bootstrap:
+def run_demo(events: int, brokers: int = 1) -> Summary:
+    """Score ``events`` synthetic events on a broker of its own (``brokers`` 3: a three-node
+    cluster, replication 3), or on ``KAFKA_BOOTSTRAP``'s cluster."""
+    with kafka_cluster(brokers) as bootstrap:
         run_id = uuid.uuid4().hex[:8]
         cfg = demo_config(bootstrap, run_id)
         in_topic, out_topic = cfg.input.topics[0], cfg.output.topic
         create_topics(bootstrap, {in_topic: PARTITIONS, out_topic: PARTITIONS,
-                                  dead_letter_topic(cfg): 1})
+                                  dead_letter_topic(cfg): 1}, replication_factor=-1)  # the cluster's default
         processor = build_processor(cfg)
         codec = input_codec(cfg)
         payloads = synthetic_events(events, processor.runner.n_features)

@@ -254,12 +254,21 @@ class LocalCluster:
 
 
 @contextlib.contextmanager
-def kafka_cluster() -> Iterator[str]:
-    """Yield a bootstrap address of a real broker, chosen in the module's order of preference."""
+def kafka_cluster(nodes: int = 1) -> Iterator[str]:
+    """Yield a bootstrap address of a real broker, chosen in the module's order of preference;
+    with ``nodes`` > 1 (and no ``KAFKA_BOOTSTRAP``), a :class:`LocalCluster` of that many."""
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     if bootstrap:
         wait_for_metadata(bootstrap, 30.0)
         yield bootstrap
+        return
+    if nodes > 1:
+        cluster = LocalCluster(ensure_jars(), nodes)
+        try:
+            cluster.start()
+            yield cluster.bootstrap
+        finally:
+            cluster.stop()
         return
     if _docker_reachable():
         from testcontainers.kafka import KafkaContainer  # only needed with a Docker engine

@@ -117,10 +117,12 @@ def max_message_bytes(admin: Any, topic: str, timeout_s: float = 30.0) -> int | 
         return None
 
 
-def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0) -> None:
-    """Create each ``name -> partitions`` topic (replication 1) unless it exists, on the cluster
-    at ``bootstrap``: the demo's, the benchmarks' and the tests' shortcut to :func:`create`."""
-    create(AdminClient({"bootstrap.servers": bootstrap}), topics, replication_factor=1,
+def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0,
+                  replication_factor: int = 1) -> None:
+    """Create each ``name -> partitions`` topic (replication 1, or ``replication_factor``; -1:
+    the broker's default) unless it exists, on the cluster at ``bootstrap``: the demo's, the
+    benchmarks' and the tests' shortcut to :func:`create`."""
+    create(AdminClient({"bootstrap.servers": bootstrap}), topics, replication_factor=replication_factor,
            timeout_s=timeout_s)
 
 
