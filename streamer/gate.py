@@ -3,8 +3,9 @@
 The processor *blocks* (pauses its partitions, reports unhealthy, commits nothing past the
 failure, retries with back-off) in three cases: the model looks broken, an output could not be
 written (the dead-letter topic is missing or denied, the broker is away), or input cannot be
-decoded because something it needs is away (the Schema Registry: unreachable, slow, 5xx). The gate keeps that
-state and answers questions; it never calls into the processor, which acts on the answers:
+decoded because something it needs is away (the Schema Registry: unreachable, slow, 5xx). The
+gate keeps that state and answers questions; it never calls into the processor, which acts on
+the answers:
 
 - :meth:`model_may_run`: may the next batch go to the model now (not blocked, or retry due)?
 - :meth:`hold_input` / :meth:`input_decoded`: decoding failed for want of a dependency (the

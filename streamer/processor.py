@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from functools import partial
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, TopicPartition
@@ -68,15 +68,14 @@ class Processor:
         self._scorer = BatchScorer(runner, IsolationPolicy(max_poison_fraction=p.max_poison_fraction),
                                    p.broken_after_failed_batches)
         self._gate = Gate(p.retry_backoff_ms / 1000.0, p.retry_backoff_max_ms / 1000.0, clock)
-        self._paused = False
         self._fatal: KafkaError | None = None
         self._range: ReadRange | None = None
         self.commit_metadata: Callable[[tuple[str, int]], str] | None = None  # kept with commits
         self.run_id: str | None = None  # replay runs stamp their predictions
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
         self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, self._account.metrics)
-        # ready: warmed up and in the group; failed: the loop died, close without processing more
-        self._running = self._failed = self._ready = False
+        # ready: warmed up, in the group; failed: the loop died (close only); paused: input paused
+        self._running = self._failed = self._ready = self._paused = False
         self.consumer: Any = None
         self.deliveries: Any = None
         self.checkpoint: Checkpoint = None  # type: ignore[assignment]  # opened by run()
@@ -172,8 +171,9 @@ class Processor:
             self._seek({tp: int(offsets[0]) for tp, offsets in by_tp.items()})
             self._gate.hold_input(str(exc))
             return self._stages.empty
-        for tp, offsets in by_tp.items():
+        if by_tp:  # something was read and decoded: whatever decoding needs answers again
             self._gate.input_decoded()
+        for tp, offsets in by_tp.items():
             self._tracker.consumed(tp, offsets)
         for error, message in rejects:
             self._dead_letter(error, message)

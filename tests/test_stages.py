@@ -105,7 +105,7 @@ def test_the_fast_path_carries_the_common_chunk_for_each_format() -> None:
     for fmt in ("avro", "json", "avro-confluent"):
         chunk, decoder, cfg = messages(fmt, ["good"] * 10 + (["alt"] * 5 if fmt == "avro-confluent" else []))
         stages = Stages(decoder, PREDICTION, cfg, N)
-        parts = stages._fast_parts([m.value() for m in chunk.items])
+        parts = stages._fast_parts(chunk.items)
         assert sum(len(cols.rows) for _, cols in parts) == len(chunk), fmt  # no row went the slow way
 
 

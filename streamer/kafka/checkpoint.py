@@ -116,7 +116,13 @@ class _Base:
 
 
 class AtLeastOnce(_Base):
-    """Commits the done prefix through the consumer, synchronously, after the acks."""
+    """Commits the done prefix through the consumer after the acks: in the background when
+    periodic, synchronously on revoke and stop."""
+
+    def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
+                 clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
+        super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
+        self._sent: dict[TopicPartition, int] = {}  # background commits not answered yet
 
     @staticmethod
     def producer_settings(cfg: Config) -> dict[str, Any]:
@@ -128,11 +134,6 @@ class AtLeastOnce(_Base):
 
     def failed(self, failed: Failures) -> Failures:
         return failed
-
-    def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
-                 clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
-        super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
-        self._sent: dict[TopicPartition, int] = {}  # background commits not answered yet
 
     def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:

@@ -93,11 +93,12 @@ class Acked:
 class _Unit:
     """One send: its messages report to :meth:`report`; ``errors`` hold (value, error) pairs."""
 
-    __slots__ = ("sent", "remaining", "errors", "finished", "generation")
+    __slots__ = ("sent", "size", "remaining", "errors", "finished", "generation")
 
     def __init__(self, sent: Predictions | list[Output], finished: list[_Unit], generation: int) -> None:
         self.sent, self.finished, self.generation = sent, finished, generation
-        self.remaining = len(sent.values) if isinstance(sent, Predictions) else len(sent)
+        self.size = len(sent.values) if isinstance(sent, Predictions) else len(sent)
+        self.remaining = self.size  # reports still to come
         self.errors: list[tuple[int | bytes | None, KafkaError]] = []
 
     def report(self, err: KafkaError | None, msg: Any) -> None:
@@ -160,7 +161,7 @@ class Deliveries:
             return
         self.before_send()
         unit = _Unit(outputs, self._finished, self._generation)
-        self.in_flight += unit.remaining
+        self.in_flight += unit.size
         self.units_in_flight += 1
         produce_, report = self.producer.produce, unit.report
         if isinstance(outputs, Predictions):
@@ -193,7 +194,7 @@ class Deliveries:
         for unit in finished:
             if unit.generation != self._generation:
                 continue  # sent before discard(): already written off
-            self.in_flight -= len(unit.sent.values) if isinstance(unit.sent, Predictions) else len(unit.sent)
+            self.in_flight -= unit.size
             self.units_in_flight -= 1
             ok, bad = unit.sort()
             acked.extend(ok)

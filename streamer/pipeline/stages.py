@@ -52,8 +52,7 @@ class Stages:
 
     def decode(self, chunk: Messages) -> tuple[Rows, list[Reject]]:
         """Decode and validate consumed messages; the rows keep the chunk's order."""
-        values = [m.value() for m in chunk.items]
-        parts = self._fast_parts(values)
+        parts = self._fast_parts(chunk.items)
         if not parts:
             good, records, rejects = decode_batch(chunk.items, self.decoder, self.validator)
             return Rows.from_records(records, chunk.take(np.array(good, np.intp)), self.n_features), rejects
@@ -76,14 +75,14 @@ class Stages:
         order = np.argsort(np.concatenate(at), kind="stable")
         return Rows.join(fast).take(order), rejects
 
-    def _fast_parts(self, values: list[bytes | None]) -> list[tuple[np.ndarray | None, DecodedColumns]]:
-        """The fast path's columns: ``(indices into values, or None for all, columns)`` per decoder."""
-        if not values or not self._fast:
+    def _fast_parts(self, messages: Sequence[Any]) -> list[tuple[np.ndarray | None, DecodedColumns]]:
+        """The fast path's columns: ``(indices into messages, or None for all, columns)`` per decoder."""
+        if not messages or not self._fast or (self.fast_decoder is None
+                                              and not isinstance(self.decoder, ConfluentAvroCodec)):
             return []
+        values = [m.value() for m in messages]
         if self.fast_decoder is not None:
             return [(None, self.fast_decoder.decode(values))]
-        if not isinstance(self.decoder, ConfluentAvroCodec):
-            return []
         heads = [v[:5] if v is not None else b"" for v in values]
         if heads.count(heads[0]) == len(heads):
             groups = {heads[0]: np.arange(len(values))}
