@@ -121,6 +121,16 @@ class BrokerError(StreamerError):
     """The Kafka cluster refused or failed an operation we cannot continue without."""
 
 
+class ProducerFatalError(BrokerError):
+    """The producer instance is unusable (librdkafka's fatal error state). Unless ``fenced`` (a
+    newer instance took over the transactional.id: this one is a zombie and must stop), a fresh
+    producer recovers: the checkpoint makes one and rereads everything uncommitted."""
+
+    def __init__(self, message: str, fenced: bool) -> None:
+        super().__init__(message)
+        self.fenced = fenced
+
+
 class CommitError(BrokerError):
     """An offset commit failed for at least one partition; ``failures`` maps 'topic[p]' to the error."""
 

@@ -68,7 +68,6 @@ class Processor:
         self._scorer = BatchScorer(runner, IsolationPolicy(max_poison_fraction=p.max_poison_fraction),
                                    p.broken_after_failed_batches)
         self._gate = Gate(p.retry_backoff_ms / 1000.0, p.retry_backoff_max_ms / 1000.0, clock)
-        self._fatal: KafkaError | None = None
         self._range: ReadRange | None = None
         self.commit_metadata: Callable[[tuple[str, int]], str] | None = None  # kept with commits
         self.run_id: str | None = None  # replay runs stamp their predictions
@@ -132,13 +131,14 @@ class Processor:
         room = (self._clients.ensure_topic(self._dlq_topic, self.cfg.input.topics[0])
                 if self.cfg.processing.create_dead_letter_topic else None)  # the largest dead letter
         kind = CHECKPOINTS[self.cfg.processing.guarantee]  # the one place the guarantee is read
-        producer = self._clients.producer(error_cb=self._on_client_error, largest_message=room,
-                                          **kind.producer_settings(self.cfg))
+        make_producer = partial(self._clients.producer, error_cb=self._on_client_error, largest_message=room,
+                                **kind.producer_settings(self.cfg))
         stats = ({"statistics.interval.ms": self.cfg.metrics.stats_interval_ms,
                   "stats_cb": self._progress.on_stats} if self._observed else {})
         self.consumer = self._clients.consumer(  # background commits are answered inside consume()
             on_commit=lambda e, tps: self.checkpoint.commit_reported(e, tps), **stats)
-        self.deliveries = Deliveries(producer, on_full=lambda: self._collect_acks(timeout_s=0.05))
+        self.deliveries = Deliveries(make_producer(), on_full=lambda: self._collect_acks(timeout_s=0.05),
+                                     make_producer=make_producer)  # a fatal one is replaced
         self.checkpoint = kind(self.cfg, self._tracker, self.consumer, self.deliveries, self._clock,
                                self.commit_metadata)
         if self._range is None:
@@ -150,8 +150,6 @@ class Processor:
         self._running = True
 
     def _consume(self) -> list[Message]:
-        if self._fatal is not None:
-            raise BrokerError(f"fatal producer error: {self._fatal}")
         wait = self.cfg.input.consume_timeout_ms / 1000.0
         remaining = self._batcher.remaining_s()
         if remaining is not None and not self._gate.blocked:
@@ -332,7 +330,7 @@ class Processor:
             self.consumer.close()  # runs the revoke callback: nothing is left to flush by then
             self.consumer = None
         if self.checkpoint is not None:
-            self.checkpoint.close(fatal=self._fatal is not None)
+            self.checkpoint.close()
         if self.deliveries is not None:
             self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
             self.deliveries = None
@@ -342,8 +340,9 @@ class Processor:
                                          model_name=self.cfg.model.name, model_version=self.cfg.model.version)])
 
     def _on_client_error(self, err: KafkaError) -> None:
-        """librdkafka's error callback: a fatal producer error (idempotence broken) ends the loop."""
-        if err.fatal():
-            self._fatal = err
-        else:
+        """librdkafka's error callback: a fatal producer error goes to the checkpoint, which
+        replaces the producer at its next commit (or raises, when fenced: the loop ends)."""
+        if not err.fatal():
             log.warning("producer: %s", err)
+        elif self.checkpoint is not None:  # (before it exists, init_transactions raises it)
+            self.checkpoint.producer_failed(err)

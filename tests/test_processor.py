@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError
 
-from streamer.errors import BrokerError
+from streamer.errors import BrokerError, ProducerFatalError
 
 from streamer.config import Config, with_overrides
 from streamer.config_file import load_config
@@ -46,12 +46,23 @@ class Harness:
 
     def __init__(self, cfg: Config) -> None:
         self.consumer, self.producer = FakeConsumer(), FakeProducer()
-        clients = KafkaClients(consumer=lambda **kw: self.consumer.configure(**kw), producer=lambda **_: self.producer,
+        self.producers: list[FakeProducer] = []  # every one the processor made, in order
+        self.error_cb: Callable[[KafkaError], None] = lambda err: None
+        clients = KafkaClients(consumer=lambda **kw: self.consumer.configure(**kw), producer=self._producer,
                                ensure_topic=lambda topic, like: None)
         runner = FunctionRunner(lambda x: x[:, :1], 32)
         self.clock = FakeClock()  # each pass of the loop takes 10 ms of it
         self.processor = Processor(cfg, runner, JsonCodec(cfg.input.max_message_bytes), output_codec(cfg),
                                    clock=self.clock, clients=clients)
+
+    def _producer(self, error_cb: Callable[[KafkaError], None], **_: object) -> FakeProducer:
+        """The first producer is ``self.producer`` (set up before the run); each later one (a
+        replacement for a fatal one) is fresh and becomes ``self.producer``."""
+        if self.producers:
+            self.producer = FakeProducer()
+        self.producers.append(self.producer)
+        self.error_cb = error_cb
+        return self.producer
 
     def run(self, *steps: Callable[[Stats], bool], passes: int = 200) -> None:
         """Run the loop; each step is called every pass until it returns True, then the next.
@@ -262,6 +273,53 @@ def test_exactly_once_a_failed_output_aborts_and_reads_again_from_the_last_commi
     # Acknowledged outputs of the aborted transaction were written off, and redone: the counts
     # only include what committed.
     assert h.processor.stats.predictions == 6
+
+
+def test_exactly_once_a_producer_gone_fatal_in_an_abort_is_replaced_and_nothing_is_lost() -> None:
+    """INVALID_TXN_STATE from abort_transaction (a network cut, librdkafka issue 4849) is fatal:
+    a new producer is made (init_transactions again), everything uncommitted is read again."""
+    h = Harness(config("exactly_once", max_wait_ms=0, commit_interval_ms=20))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(6)])
+    first = h.producer
+    first.fail_next = 1  # an output fails, so the transaction must abort; the abort is fatal
+    first.fatal_in["abort"] = KafkaError(KafkaError.INVALID_TXN_STATE, fatal=True)
+    h.run(lambda s: s.predictions == 6)
+    assert len(h.producers) == 2 and first.purged
+    assert h.producer.transactions[0] == "init" and h.producer.sent_offsets[-1] == {P0: 6}
+    assert sorted(h.predictions()) == [(0, i) for i in range(6)]  # the new producer wrote them all
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_fatal_error_callback_replaces_the_producer_at_the_next_commit(guarantee: str) -> None:
+    h = Harness(config(guarantee, max_wait_ms=0, commit_interval_ms=20))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(4)])
+    h.producer.hold = True  # sent, not acknowledged when the producer dies
+
+    def die(s: Stats) -> bool:
+        if len(h.producer.pending) == 4:
+            h.error_cb(KafkaError(KafkaError._FATAL, "idempotence broken", fatal=True))
+            return True
+        return False
+
+    h.run(die, lambda s: len(h.producers) == 2 and s.predictions == 4
+          and (h.consumer.committed.get(P0) == 4 or h.producer.sent_offsets[-1:] == [{P0: 4}]))
+    assert sorted(h.predictions()) == [(0, i) for i in range(4)]  # redone through the new one
+
+
+def test_a_fenced_producer_is_not_replaced_the_loop_ends() -> None:
+    h = Harness(config("exactly_once", max_wait_ms=0))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(0)])
+
+    def fenced(s: Stats) -> bool:
+        h.error_cb(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+        return False
+
+    with pytest.raises(ProducerFatalError, match="fenced"):
+        h.run(fenced)
+    assert len(h.producers) == 1
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])

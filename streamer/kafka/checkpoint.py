@@ -14,6 +14,14 @@ loop calls the same methods whichever it runs and never asks which:
   commits by itself. A failed output or an abortable error aborts the transaction, and the
   :class:`Commit` returned tells the loop where to read again (``rewind``).
 
+Both survive a producer that librdkafka declares fatal (its error callback, or a transactional call
+answering a fatal error: INVALID_TXN_STATE from an abort after a network cut, librdkafka issue
+4849): at the next commit the producer is replaced with a new one (exactly-once: a new
+``init_transactions``, which aborts what the old one left open) and everything after the last
+commit is read again. A fenced producer is not replaced: another instance owns the
+transactional.id, so this one stops (:class:`ProducerFatalError`, exit 3). Nor is one that keeps
+failing: after :data:`MAX_RENEWALS` replacements without a commit in between, the process exits.
+
 Neither calls back into the loop: each returns a :class:`Commit` that says what happened.
 """
 
@@ -29,15 +37,16 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from streamer.config import Config, transactional_id
-from streamer.errors import CommitError, TransactionAbortedError
+from streamer.errors import CommitError, ProducerFatalError, TransactionAbortedError
 from streamer.kafka.delivery import Acked, Deliveries, Output
 from streamer.kafka.offsets import OffsetTracker
-from streamer.kafka.transactions import Transactions
+from streamer.kafka.transactions import Transactions, fatal_error
 from streamer.kafka.watchdog import deadline
 
 log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 Failures = list[tuple[Output, KafkaError]]
+MAX_RENEWALS = 5  # producers replaced in a row without a commit in between; then exit
 
 
 @dataclass
@@ -82,8 +91,12 @@ class Checkpoint(Protocol):
     def lost(self, tps: set[TopicPartition]) -> Commit:
         """Partitions lost: their work is dropped and never committed."""
 
-    def close(self, fatal: bool) -> None:
+    def close(self) -> None:
         """Release what is open (an open transaction is aborted unless the producer is dead)."""
+
+    def producer_failed(self, err: KafkaError) -> None:
+        """librdkafka declared the producer fatal: replace it at the next commit (now due);
+        raises :class:`ProducerFatalError` when it was fenced."""
 
 
 class _Base:
@@ -95,6 +108,25 @@ class _Base:
         self._ack_timeout_s = cfg.output.ack_timeout_ms / 1000.0
         self._last = clock()
         self._reports: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
+        self._broken: ProducerFatalError | None = None  # the producer is fatal: renew at the commit
+        self._renewals = 0  # in a row, without a commit in between
+
+    def producer_failed(self, err: KafkaError) -> None:
+        broken = fatal_error(err)
+        if broken.fenced:
+            raise broken
+        self._broken = broken
+
+    def _renew(self, broken: ProducerFatalError) -> Commit:
+        """Replace a fatal producer; everything after the last commit is to be read again (the
+        outputs sent through the old one are written off)."""
+        self._broken = None
+        self._renewals += 1
+        if broken.fenced or self._renewals > MAX_RENEWALS:
+            raise broken
+        log.warning("%s: replacing the producer, reading again from the last commit", broken)
+        self._deliveries.renew()
+        return Commit(rewind=self.tracker.rewind())
 
     def commit_reported(self, err: KafkaError | None, partitions: list[KafkaTopicPartition]) -> None:
         self._reports.append((err, partitions))
@@ -103,7 +135,7 @@ class _Base:
         return Commit()
 
     def commit_due(self) -> bool:
-        return self._clock() - self._last >= self._interval_s
+        return self._broken is not None or self._clock() - self._last >= self._interval_s
 
     def _position(self, tp: TopicPartition, offset: int) -> KafkaTopicPartition:
         if self._metadata is None:
@@ -138,6 +170,8 @@ class AtLeastOnce(_Base):
     def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
         self._last = self._clock()
+        if self._broken is not None:
+            return self._renew(self._broken)
         positions = self.tracker.committable(tps)
         if background:  # what is already on its way is not sent again
             positions = {tp: off for tp, off in positions.items() if self._sent.get(tp) != off}
@@ -159,6 +193,7 @@ class AtLeastOnce(_Base):
         failures = {f"{tp.topic}[{tp.partition}]": str(tp.error) for tp in result if tp.error}
         accepted = {(tp.topic, tp.partition): tp.offset for tp in result if not tp.error}
         self.tracker.mark_committed(accepted)
+        self._renewals = 0 if accepted else self._renewals
         return Commit(committed=accepted, attempted=True, error=CommitError(failures) if failures else None,
                       failed_partitions=len(failures))
 
@@ -178,13 +213,14 @@ class AtLeastOnce(_Base):
                 else:
                     failures[f"{tp.topic}[{tp.partition}]"] = str(tp.error or err)
         self.tracker.mark_committed(accepted)
+        self._renewals = 0 if accepted else self._renewals
         return Commit(committed=accepted, error=CommitError(failures) if failures else None,
                       failed_partitions=len(failures))
 
     def lost(self, tps: set[TopicPartition]) -> Commit:
         return Commit()
 
-    def close(self, fatal: bool) -> None:
+    def close(self) -> None:
         pass
 
 
@@ -199,10 +235,31 @@ class Transactional(_Base):
     def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
                  clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
         super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
-        self._txn = Transactions(deliveries.producer, consumer.consumer_group_metadata, self._ack_timeout_s)
-        deliveries.before_send = self._txn.begin  # the first output after a commit opens one
+        self._txn = self._transactions()
         self._failure: str | None = None  # an output of the open transaction failed
         self._uncounted = Acked()  # acknowledged, final once the transaction commits
+
+    def _transactions(self) -> Transactions:
+        """The transactional state of the current producer (init_transactions: this fences any
+        older producer of our transactional.id and aborts what it left open)."""
+        txn = Transactions(self._deliveries.producer, self._consumer.consumer_group_metadata, self._ack_timeout_s)
+        self._deliveries.before_send = self._begin  # the first output after a commit opens one
+        return txn
+
+    def _begin(self) -> None:
+        try:
+            self._txn.begin()
+        except ProducerFatalError as exc:  # its outputs fail; the commit (due now) renews it
+            if exc.fenced:
+                raise
+            self._broken = exc
+
+    def _renew(self, broken: ProducerFatalError) -> Commit:
+        commit = super()._renew(broken)
+        self._txn = self._transactions()
+        self._uncounted = Acked()
+        commit.write_failure, self._failure = self._failure, None
+        return commit
 
     def acknowledged(self, acked: Acked) -> Acked:
         self._done(acked)
@@ -224,6 +281,8 @@ class Transactional(_Base):
         transaction: a revoke commits them all). Always waits: the transaction must end before
         the next one begins."""
         self._last = self._clock()
+        if self._broken is not None:
+            return self._renew(self._broken)
         if not self._txn.open:
             return Commit()
         left = self._deliveries.flush(self._ack_timeout_s)
@@ -237,7 +296,10 @@ class Transactional(_Base):
             self._txn.commit([self._position(tp, off) for tp, off in positions.items()])
         except TransactionAbortedError as exc:
             return self._abort(str(exc))
+        except ProducerFatalError as exc:
+            return self._renew(exc)
         self.tracker.mark_committed(positions)
+        self._renewals = 0
         counted, self._uncounted = self._uncounted, Acked()
         return Commit(committed=positions, counted=counted, attempted=True)
 
@@ -245,14 +307,20 @@ class Transactional(_Base):
         # Its offsets can no longer be committed: abort, and read everything else again.
         return self._abort("partitions lost") if self._txn.open else Commit()
 
-    def close(self, fatal: bool) -> None:
-        if self._txn.open and not fatal:
-            self._txn.abort()
+    def close(self) -> None:
+        if self._txn.open and self._broken is None:
+            try:
+                self._txn.abort()
+            except ProducerFatalError as exc:  # what it held is uncommitted: read again later
+                log.warning("closing: %s", exc)
 
     def _abort(self, reason: str) -> Commit:
         """Abort the open transaction; everything after the last commit is to be read again."""
         log.warning("aborting the transaction (%s): rewinding to the last commit", reason)
-        self._txn.abort()
+        try:
+            self._txn.abort()
+        except ProducerFatalError as exc:
+            return self._renew(exc)
         self._deliveries.discard()
         self._uncounted = Acked()
         failure, self._failure = self._failure, None

@@ -11,6 +11,8 @@ permanent error) or to produce it again later.
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,8 +148,10 @@ class Deliveries:
     """Sends outputs through one producer and sorts the reports into acked and failed."""
 
     def __init__(self, producer: Any, on_full: Callable[[], None],
-                 before_send: Callable[[], None] = lambda: None) -> None:
+                 before_send: Callable[[], None] = lambda: None,
+                 make_producer: Callable[[], Any] | None = None) -> None:
         self.producer = producer
+        self._make_producer = make_producer  # for renew(): a producer like the first one
         self._on_full = on_full  # called when the local queue is full, to serve reports
         self.before_send = before_send  # exactly-once: the checkpoint opens its transaction here
         self._finished: list[_Unit] = []
@@ -207,6 +211,16 @@ class Deliveries:
         self._finished[:] = []
         self.in_flight = 0
         self.units_in_flight = 0
+
+    def renew(self) -> None:
+        """Replace a producer that librdkafka declared fatal with a new one like it; everything
+        sent through the old one is written off (its inputs are to be read again)."""
+        if self._make_producer is None:
+            raise AssertionError("this Deliveries was built without make_producer")
+        old, self.producer = self.producer, self._make_producer()
+        with contextlib.suppress(KafkaException, RuntimeError):
+            old.purge()  # its queue and in-flight requests end here; nothing is reported twice
+        self.discard()
 
     def flush(self, timeout_s: float) -> int:
         """Wait for every report (up to ``timeout_s``); returns how many are still unreported."""

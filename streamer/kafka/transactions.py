@@ -8,8 +8,9 @@ Errors come in three kinds, and anything unclassified counts as fatal:
 - retriable: the same call is tried again, a few times;
 - abortable (``txn_requires_abort``): :class:`TransactionAbortedError`; the caller aborts and
   rewinds its consumer to the last committed positions;
-- fatal (fenced, producer fatal): :class:`BrokerError`; the process exits non-zero for its
-  supervisor to restart it.
+- fatal: :class:`ProducerFatalError`. Fenced (a newer producer holds the transactional.id), the
+  process exits non-zero; any other fatal state (INVALID_TXN_STATE from an abort after a network
+  cut, librdkafka issue 4849) is left behind with the producer: the checkpoint builds a new one.
 """
 
 from __future__ import annotations
@@ -18,14 +19,20 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from streamer.errors import BrokerError, TransactionAbortedError
+from streamer.errors import BrokerError, ProducerFatalError, TransactionAbortedError
 from streamer.kafka.watchdog import deadline
 
 log = logging.getLogger(__name__)
 RETRIES = 5
 T = TypeVar("T")
+# A newer instance with our transactional.id (or a stale epoch after it): we are the zombie.
+FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+def fatal_error(err: KafkaError, what: str = "producer") -> ProducerFatalError:
+    return ProducerFatalError(f"{what}: fatal producer error: {err}", fenced=err.code() in FENCED)
 
 
 class Transactions:
@@ -67,7 +74,7 @@ class Transactions:
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.fatal():
-                    raise BrokerError(f"{name}: fatal producer error: {err}") from exc
+                    raise fatal_error(err, name) from exc
                 if err.txn_requires_abort():
                     raise TransactionAbortedError(f"{name}: {err}") from exc
                 if not err.retriable() or attempt == RETRIES:

@@ -197,6 +197,8 @@ class FakeProducer:
         self.hold = False  # report nothing on poll() (flush() still reports, as it waits)
         self.transactions: list[str] = []  # init, begin, send_offsets, commit, abort, in order
         self.sent_offsets: list[dict[TP, int]] = []
+        self.fatal_in: dict[str, KafkaError] = {}  # transactional call -> the fatal error it raises
+        self.purged = False
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
                 headers: Any = None, on_delivery: Callable[..., None] | None = None) -> None:
@@ -241,7 +243,12 @@ class FakeProducer:
 
     def abort_transaction(self, timeout: float) -> None:
         self.transactions.append("abort")
+        if "abort" in self.fatal_in:
+            raise KafkaException(self.fatal_in["abort"])
         self.pending = []  # aborted: their reports never come
+
+    def purge(self) -> None:
+        self.purged, self.pending = True, []
 
 
 def raise_kafka(code: int) -> KafkaException:
