@@ -114,6 +114,10 @@ class LocalKafka:
     voters: str | None = None  # controller.quorum.voters of a cluster; None: this node alone
     cluster_id: str | None = None  # shared by a cluster's nodes; None: a fresh one
     replication: int = 1  # of the internal topics and the default for new ones
+    # A second listener for clients that reach this node through a proxy (network fault tests):
+    # the broker listens on proxied_port and advertises proxy_port, where the proxy listens.
+    proxied_port: int = 0
+    proxy_port: int = 0
 
     @property
     def bootstrap(self) -> str:
@@ -134,7 +138,8 @@ class LocalKafka:
         props = self.workdir / "server.properties"
         voters = self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}"
         props.write_text(_server_properties(self.port, self.controller_port, self.workdir / "data",
-                                            self.node_id, voters, self.replication))
+                                            self.node_id, voters, self.replication,
+                                            (self.proxied_port, self.proxy_port)))
         cluster_id = self.cluster_id or new_cluster_id()
         # "--cluster-id=": a base64 id can start with "-", which argparse would take for a flag.
         fmt = subprocess.run([*self._java(), "kafka.tools.StorageTool", "format",
@@ -217,17 +222,30 @@ class LocalCluster:
     libs: Path
     nodes: int = 3
     members: list[LocalKafka] = field(default_factory=list)
+    proxied: bool = False  # give each node a second listener advertised at a proxy's port
 
     @property
     def bootstrap(self) -> str:
         return ",".join(m.bootstrap for m in self.members)
+
+    @property
+    def proxied_bootstrap(self) -> str:
+        """The nodes as reached through their proxies (which the caller runs: ``proxy_routes``)."""
+        return ",".join(f"127.0.0.1:{m.proxy_port}" for m in self.members)
+
+    @property
+    def proxy_routes(self) -> list[tuple[int, int]]:
+        """(port a proxy must listen on, port it forwards to) for each node."""
+        return [(m.proxy_port, m.proxied_port) for m in self.members]
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         ports = [(_free_port(), _free_port()) for _ in range(self.nodes)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
         cluster_id = new_cluster_id()
         self.members = [LocalKafka(self.libs, port=p, controller_port=c, node_id=i + 1, voters=voters,
-                                   cluster_id=cluster_id, replication=self.nodes)
+                                   cluster_id=cluster_id, replication=self.nodes,
+                                   proxied_port=_free_port() if self.proxied else 0,
+                                   proxy_port=_free_port() if self.proxied else 0)
                         for i, (p, c) in enumerate(ports)]
         for m in self.members:
             m.format()
@@ -287,16 +305,22 @@ def kafka_cluster(nodes: int = 1) -> Iterator[str]:
 
 
 def _server_properties(port: int, controller_port: int, data: Path, node_id: int = 1,
-                       voters: str | None = None, replication: int = 1) -> str:
+                       voters: str | None = None, replication: int = 1,
+                       proxied: tuple[int, int] = (0, 0)) -> str:
     min_isr = max(1, replication - 1)
+    listeners = f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
+    advertised = f"PLAINTEXT://127.0.0.1:{port}"
+    if proxied[0]:  # (the port it listens on, the proxy's port it advertises)
+        listeners += f",PROXIED://127.0.0.1:{proxied[0]}"
+        advertised += f",PROXIED://127.0.0.1:{proxied[1]}"
     return "\n".join([
         "process.roles=broker,controller",
         f"node.id={node_id}",
         f"controller.quorum.voters={voters or f'{node_id}@127.0.0.1:{controller_port}'}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"listeners={listeners}",
+        f"advertised.listeners={advertised}",
         "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT",
         "inter.broker.listener.name=PLAINTEXT",
         f"log.dirs={data}",
         "num.partitions=1",

@@ -1,0 +1,136 @@
+"""A sick network between the processor and a three-node cluster: nothing lost, no exit.
+
+Each node advertises a second listener at the port of a TCP proxy (tests/support/proxy.py); the
+processor bootstraps through the proxies, so all of its traffic (consumer, producer, transaction
+and group coordinators, its own admin calls) crosses them, while the feeder and the audit talk to
+the brokers directly. While events arrive, the proxies add latency and limit bandwidth, cut every
+connection for longer than ``session.timeout.ms``, or black-hole the traffic without closing a
+socket. The processor must wait each fault out in-process (it is never restarted here), resume by
+itself once the network heals, and pass the exact read_committed audit. The time from heal to the
+next committed progress is printed for the issue notes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from streamer.kafka.broker import LocalCluster, ensure_jars
+from tests.support.faults import ChildProcessor, wait_until
+from tests.support.proxy import Proxy
+from tests.test_cluster_kafka import cluster_topics
+from tests.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish, processor
+
+pytestmark = pytest.mark.kafka
+SESSION_TIMEOUT_MS = 6_000  # write_config's: every cut and black hole below outlasts it
+FAULT_S = 10
+
+
+class Network:
+    """The proxies in front of every node, switched together."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.proxies = [Proxy(listen, target).start() for listen, target in cluster.proxy_routes]
+
+    def each(self, fault: Callable[[Proxy], None]) -> None:
+        for p in self.proxies:
+            fault(p)
+
+    def heal(self) -> None:
+        self.each(Proxy.heal)
+
+    def close(self) -> None:
+        self.each(Proxy.close)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    c = LocalCluster(ensure_jars(), nodes=3, proxied=True)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def network(cluster: LocalCluster) -> Iterator[Network]:
+    net = Network(cluster)
+    try:
+        yield net
+    finally:
+        net.close()
+
+
+def alive(p: ChildProcessor) -> None:
+    assert p.alive, "the processor exited instead of waiting the fault out:\n" + p.tail()
+
+
+def fault_test(cluster: LocalCluster, network: Network, tmp_path: Path, guarantee: str,
+               fault: Callable[[Proxy], None], label: str, n: int = 16_000, rate: int = 1_000,
+               progress_during: bool = False) -> None:
+    """Feed ``n`` events at ``rate``/s; once 2,000 are committed, apply ``fault`` to every proxy
+    for FAULT_S seconds, then heal; the processor must stay up, progress again (and, with
+    ``progress_during``, commit progress during the fault too), and pass the audit."""
+    bootstrap = cluster.bootstrap
+    topics = cluster_topics(bootstrap)
+    feeder = Feeder(bootstrap, topics, rate=rate, limit=n).start()
+    p = processor(tmp_path, cluster.proxied_bootstrap, topics, guarantee, "p1", static=False).start()
+    try:
+        wait_until(lambda: committed_total(bootstrap, topics) >= 2_000, 120, "2,000 inputs committed", p.tail)
+        at_fault = committed_total(bootstrap, topics)
+        network.each(fault)
+        time.sleep(FAULT_S)  # the fault's length is the point of the test, not a synchronisation
+        alive(p)
+        at_heal = committed_total(bootstrap, topics)
+        assert not progress_during or at_heal > at_fault, "no committed progress on the slow network"
+        network.heal()
+        healed = time.monotonic()
+        wait_until(lambda: committed_total(bootstrap, topics) > at_heal, 120,
+                   "committed progress after the network healed", p.tail)
+        recovery_s = time.monotonic() - healed
+        alive(p)
+    except BaseException:
+        feeder.stop()
+        raise
+    assert feeder.stop(wait_for_limit=True) == n
+    result = finish(cluster.bootstrap, topics, p)
+    assert result.events == n
+    print(f"{guarantee}: {label} for {FAULT_S} s, committed {at_heal - at_fault} during it, "
+          f"progress again {recovery_s:.1f} s after heal")
+    check(result, guarantee, bootstrap, topics)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("guarantee", GUARANTEES)
+def test_a_cut_longer_than_the_session_timeout(cluster: LocalCluster, network: Network, tmp_path: Path,
+                                                guarantee: str) -> None:
+    """Every connection reset and new ones refused: the member's session expires, the group
+    rebalances without it, in-flight batches and (exactly-once) the open transaction fail."""
+    fault_test(cluster, network, tmp_path, guarantee, Proxy.cut, "every connection cut")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("guarantee", GUARANTEES)
+def test_a_black_hole_longer_than_the_session_timeout(cluster: LocalCluster, network: Network,
+                                                       tmp_path: Path, guarantee: str) -> None:
+    """Nothing moves and nothing closes: requests stay in flight past their timeouts and the
+    session expires, then the held bytes arrive late."""
+    fault_test(cluster, network, tmp_path, guarantee, Proxy.black_hole, "black hole")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("guarantee", GUARANTEES)
+def test_latency_and_a_thin_pipe(cluster: LocalCluster, network: Network, tmp_path: Path,
+                                 guarantee: str) -> None:
+    """150 ms each way and 30 kB/s each way per node: the input alone is about 50 kB/s per node
+    (1,000 events/s over three leaders), so the processor falls behind, keeps committing, and
+    catches up after heal."""
+    def slow(p: Proxy) -> None:
+        p.latency(150)
+        p.bandwidth(30_000)
+
+    fault_test(cluster, network, tmp_path, guarantee, slow, "150 ms latency, 30 kB/s", progress_during=True)
