@@ -97,6 +97,10 @@ class Feeder:
         self._thread.start()
         return self
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         tick = 0.05  # pacing a load generator, not synchronisation
         while not self._stop.wait(tick):
@@ -104,7 +108,12 @@ class Feeder:
                 if self.sent == self.limit:
                     return
                 key, value = self.messages[self.sent % len(self.messages)]
-                self.producer.produce(self.topic, value, key)
+                while True:
+                    try:
+                        self.producer.produce(self.topic, value, key)
+                        break
+                    except BufferError:  # a broker is away and the local queue is full: wait
+                        self.producer.poll(0.1)
                 self.sent += 1
             self.producer.poll(0)
 

@@ -27,6 +27,11 @@ from streamer.kafka.watchdog import deadline
 log = logging.getLogger(__name__)
 RETRIES = 5
 T = TypeVar("T")
+# send_offsets_to_transaction answers in milliseconds, or within a group coordinator failover
+# (broker.session.timeout.ms, 9 s by default, plus loading the offsets) when its broker dies. Past
+# this it is the librdkafka hang (issues 5456, 5511: a decommissioned coordinator stays cached and
+# the call waits for a broker state change that may never come): exit 70 then, not after its timeout.
+SEND_OFFSETS_DEADLINE_S = 20.0
 # A newer instance with our transactional.id (or a stale epoch after it): we are the zombie.
 FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
@@ -55,7 +60,7 @@ class Transactions:
         if offsets:
             metadata = self._group_metadata()
             self._call("send_offsets_to_transaction", lambda: self._producer.send_offsets_to_transaction(
-                offsets, metadata, self._timeout_s))
+                offsets, metadata, self._timeout_s), deadline_s=min(SEND_OFFSETS_DEADLINE_S, self._timeout_s + 10))
         self._call("commit_transaction", lambda: self._producer.commit_transaction(self._timeout_s))
         self.open = False
 
@@ -64,12 +69,11 @@ class Transactions:
             self._call("abort_transaction", lambda: self._producer.abort_transaction(self._timeout_s))
             self.open = False
 
-    def _call(self, name: str, fn: Callable[[], T]) -> T:
+    def _call(self, name: str, fn: Callable[[], T], deadline_s: float | None = None) -> T:
         for attempt in range(1, RETRIES + 1):
             try:
-                # The call returns by its timeout unless librdkafka hangs (send_offsets_to_transaction
-                # while the group coordinator is away: librdkafka 5456, 5511): then exit 70, soon.
-                with deadline(self._timeout_s + 10, name):
+                # The call returns by its timeout unless librdkafka hangs: then exit 70, soon.
+                with deadline(deadline_s or self._timeout_s + 10, name):
                     return fn()
             except KafkaException as exc:
                 err = exc.args[0]
