@@ -418,3 +418,26 @@ def test_numbers_past_64_bits_are_deserialize_errors(feature_schema: dict[str, A
     for bad in (b"\xff" * 10 + b"\x01", b"\x80" * 10 + b"\x00", b"\xff" * 9 + b"\x02", b"\xfe" * 9 + b"\x7f"):
         with pytest.raises(DeserializeError, match="64 bits|at most 10 bytes"):
             codec.decode(head + bad + tail)
+
+
+def test_input_schema_is_the_reader_schema_writers_resolve_to(feature_schema: dict[str, Any]) -> None:
+    """Schema evolution: events written with the reader's own schema and with a newer writer
+    schema both decode to the reader schema (input.schema): a field the writer lacks takes the
+    reader's default, one the reader lacks is dropped; a writer that cannot resolve (it lacks a
+    field the reader needs, with no default) is a deserialize error, a dead letter."""
+    reg = registry()
+    reader = {**feature_schema, "fields": feature_schema["fields"] + [
+        {"name": "channel", "type": "string", "default": "web"}]}
+    newer = {**feature_schema, "fields": feature_schema["fields"] + [{"name": "extra", "type": "int"}]}
+    decoder = ConfluentAvroCodec(reg, "features-value", reader)
+    for subject, writer, event in (("a-value", feature_schema, GOLDEN_EVENT),
+                                   ("b-value", newer, {**GOLDEN_EVENT, "extra": 7})):
+        got = decoder.decode(ConfluentAvroCodec(reg, subject, writer).encode(event))
+        assert got == {**GOLDEN_EVENT, "channel": "web"}
+    assert decoder.reader(1).resolves  # the fast path leaves these to the reference
+    assert not ConfluentAvroCodec(reg, "features-value", feature_schema).reader(1).resolves
+    older = {**feature_schema, "fields": [f for f in feature_schema["fields"] if f["name"] != "entity_id"]}
+    framed = ConfluentAvroCodec(reg, "c-value", older).encode(
+        {k: v for k, v in GOLDEN_EVENT.items() if k != "entity_id"})
+    with pytest.raises(DeserializeError):
+        decoder.decode(framed)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
 import fastavro
+from fastavro.schema import to_parsing_canonical_form
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -177,15 +178,29 @@ def _check_size(data: bytes, max_bytes: int) -> None:
 
 
 class AvroCodec:
-    """Schemaless binary Avro with one record schema, no framing; ``encode`` wants exactly its fields."""
+    """Schemaless binary Avro with one record schema, no framing; ``encode`` wants exactly its fields.
 
-    def __init__(self, schema: AvroSchema, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    With ``reader`` (a record schema other than ``schema``), decoding resolves each message from
+    ``schema`` (the writer's) to ``reader`` by Avro's schema resolution rules (fastavro's): fields
+    the writer lacks take the reader's defaults, fields the reader lacks are dropped, numbers are
+    promoted; a message that cannot resolve is a :class:`DeserializeError`. ``resolves`` says
+    whether that happens (False when the two schemas have the same canonical form).
+    """
+
+    def __init__(self, schema: AvroSchema, max_bytes: int = DEFAULT_MAX_BYTES,
+                 reader: AvroSchema | None = None) -> None:
         if not isinstance(schema, Mapping) or schema.get("type") != "record":
             raise ConfigError("schema", "the Avro schema must be a record")
         self.name = str(schema["name"])
         self._max_bytes = max_bytes
         self._write_schema = fastavro.parse_schema(dict(schema))
         self._plain = fastavro.parse_schema(_clean(self._write_schema, logical=False))
+        self._reader: Any = None
+        if reader is not None:
+            resolved = fastavro.parse_schema(_clean(fastavro.parse_schema(dict(reader)), logical=False))
+            if to_parsing_canonical_form(resolved) != to_parsing_canonical_form(self._plain):
+                self._reader = resolved
+        self.resolves = self._reader is not None
         # Every message is walked before fastavro reads it: fastavro takes varints of any length
         # (an 11-byte event_time read as -2**63), tiny messages that declare huge lists of
         # zero-width items, and nesting deep enough to overflow its C stack. The walker refuses
@@ -198,7 +213,8 @@ class AvroCodec:
         try:
             end = self._walk(data, 0)  # refuses what fastavro would misread, before it allocates
             if end == len(data):
-                return cast(Mapping[str, Any], fastavro.schemaless_reader(io.BytesIO(data), self._plain))
+                return cast(Mapping[str, Any], fastavro.schemaless_reader(io.BytesIO(data), self._plain,
+                                                                          self._reader))
         except DeserializeError:
             raise
         except Exception as exc:  # fastavro raises a wide, undocumented set on bad bytes (RecursionError too)
@@ -217,8 +233,10 @@ class AvroCodec:
 class ConfluentAvroCodec:
     """Avro in Confluent Schema Registry framing: byte 0, a 4-byte big-endian schema id, the Avro body.
 
-    Decoding uses the writer schema the id names, cached per id (unknown ids too); encoding needs ``schema``,
-    registered under ``subject`` once. Registry outages raise ``BrokerError``: the record is not at fault.
+    Decoding uses the writer schema the id names, cached per id (unknown ids too), resolved to
+    ``schema`` when one is given (the reader schema: schema evolution resolves to it; see
+    :class:`AvroCodec`); encoding needs ``schema``, registered under ``subject`` once. Registry
+    outages raise ``BrokerError``: the record is not at fault.
     """
 
     def __init__(
@@ -231,6 +249,7 @@ class ConfluentAvroCodec:
         self._registry = registry
         self._subject = subject
         self._writer = AvroCodec(schema, max_bytes) if schema is not None else None
+        self._reader_schema = schema
         self._writer_id: int | None = None
         self._max_bytes = max_bytes
         self._readers: dict[int, AvroCodec] = {}
@@ -272,7 +291,7 @@ class ConfluentAvroCodec:
         if (registered.schema_type or "AVRO") != "AVRO" or registered.references:
             raise DeserializeError(self._refuse(schema_id, "is not a plain Avro schema (no references)"))
         try:
-            reader = AvroCodec(json.loads(registered.schema_str or ""), self._max_bytes)
+            reader = AvroCodec(json.loads(registered.schema_str or ""), self._max_bytes, reader=self._reader_schema)
         except Exception as exc:  # an unusable writer schema never becomes usable: cache the refusal
             raise DeserializeError(self._refuse(schema_id, f"is not a usable Avro schema: {exc}")) from exc
         self._readers[schema_id] = reader

@@ -100,7 +100,8 @@ class Stages:
 
     def _schema_decoder(self, head: bytes) -> ColumnarDecoder | None:
         """avro-confluent: the fast decoder for a framing head (magic byte and schema id), compiled
-        from the writer schema the first time the id is seen; None where the reference must go."""
+        from the writer schema the first time the id is seen; None where the reference must go
+        (the id is unknown, or its schema resolves to a different reader schema)."""
         if len(head) != 5 or head[0] != 0:
             return None  # bad framing: the reference says why
         if head not in self._by_schema_id:
@@ -109,8 +110,10 @@ class Stages:
                 writer = self.decoder.reader(int.from_bytes(head[1:], "big"))
             except Exception:  # noqa: BLE001 - unknown id or registry away: the reference raises it per row
                 return None  # not cached: a registry that comes back serves the id later
-            self._by_schema_id[head] = ColumnarDecoder.compile(json.loads(writer.schema_json), self._cfg,
-                                                               self.n_features)
+            # A writer schema that resolves to a different reader schema goes to the reference,
+            # which applies Avro's resolution rules; the fast path reads writer == reader only.
+            self._by_schema_id[head] = None if writer.resolves else ColumnarDecoder.compile(
+                json.loads(writer.schema_json), self._cfg, self.n_features)
         return self._by_schema_id[head]
 
     def encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
