@@ -27,7 +27,7 @@ from streamer.errors import EXIT_WATCHDOG
 from streamer.kafka.broker import LocalCluster, ensure_jars
 from streamer.kafka.topics import create
 from tests.conftest import Topics
-from tests.support.faults import ChildProcessor, caught_up, wait_until
+from tests.support.faults import ChildProcessor, caught_up, owners, wait_until
 from tests.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish, processor
 
 pytestmark = pytest.mark.kafka
@@ -136,5 +136,44 @@ def test_a_rolling_restart_of_every_broker_loses_nothing(cluster: LocalCluster, 
         raise
     assert feeder.stop(wait_for_limit=True) == n
     result = finish(bootstrap, topics, p)
+    assert result.events == n
+    check(result, "at_least_once", bootstrap, topics)
+
+
+
+@pytest.mark.timeout(360)
+def test_static_members_restarted_one_by_one_leave_no_partition_unassigned(cluster: LocalCluster,
+                                                                           tmp_path: Path) -> None:
+    """Three static members (group.instance.id) under cooperative-sticky, each stopped and started
+    again in turn while events arrive: after each restart the restarted member logs its own
+    assignment and the coordinator shows every partition owned by exactly one member, within
+    60 s; then the audit (at-least-once)."""
+    bootstrap = cluster.bootstrap
+    topics = cluster_topics(bootstrap)
+    n = 20_000
+    feeder = Feeder(bootstrap, topics, rate=1_500, limit=n).start()
+    procs = [processor(tmp_path, bootstrap, topics, "at_least_once", f"p{i}", kafka=RIDES_OUT_FAILOVER).start()
+             for i in (1, 2, 3)]
+
+    def whole() -> bool:
+        got = owners(bootstrap, topics.group)
+        return set(got) == {0, 1, 2} and set(got.values()) == {1}
+
+    try:
+        wait_until(whole, 120, "every partition assigned at the start", procs[0].tail)
+        for p in procs:
+            seen = p.log.read_text(errors="replace").count(" assigned ")
+            assert p.terminate() == 0, p.tail()
+            p.start()
+            started = time.monotonic()
+            wait_until(lambda p=p, seen=seen: p.log.read_text(errors="replace").count(" assigned ") > seen
+                       and whole(), 60, f"{p.log.name} assigned again and every partition owned once",
+                       lambda: f"{owners(bootstrap, topics.group)}\n{p.tail()}")
+            print(f"{p.log.name}: whole again {time.monotonic() - started:.1f} s after its restart")
+    except BaseException:
+        feeder.stop()
+        raise
+    assert feeder.stop(wait_for_limit=True) == n
+    result = finish(bootstrap, topics, *procs)
     assert result.events == n
     check(result, "at_least_once", bootstrap, topics)

@@ -8,6 +8,7 @@ prediction and dead letter back to the input offset it stands for.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import subprocess
@@ -173,6 +174,25 @@ def caught_up(bootstrap: str, group: str, topic: str) -> bool:
         if is_transient(exc.args[0]):
             return False
         raise
+
+
+@functools.lru_cache(maxsize=8)
+def _admin(bootstrap: str) -> Any:
+    return plain_admin(bootstrap)  # one per cluster: the waits below ask many times a second
+
+
+def owners(bootstrap: str, group: str) -> dict[int, int]:
+    """Partition -> how many members own it, as the group coordinator says now ({} while the
+    coordinator cannot say: it may be moving after a broker's death)."""
+    try:
+        desc = _admin(bootstrap).describe_consumer_groups([group])[group].result(timeout=10)
+    except KafkaException:
+        return {}
+    count: dict[int, int] = {}
+    for member in desc.members:
+        for tp in member.assignment.topic_partitions:
+            count[tp.partition] = count.get(tp.partition, 0) + 1
+    return count
 
 
 def written(bootstrap: str, topic: str) -> int:
