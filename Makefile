@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit mutants kafka-jars prometheus bench chaos clean
+.PHONY: demo test unit mutants kafka-jars prometheus bench chaos images clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ bench: kafka-jars
 
 chaos: kafka-jars
 	$(PY) benchmarks/chaos.py
+
+# The CPU and GPU images (needs a Docker engine; `make test` checks the Dockerfiles without one).
+images:
+	docker build -f deploy/docker/Dockerfile -t streamer:cpu .
+	docker build -f deploy/docker/Dockerfile.gpu -t streamer:gpu .
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache
