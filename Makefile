@@ -18,11 +18,12 @@ $(STAMP): pyproject.toml
 kafka-jars: $(STAMP)
 	$(PY) -c 'from streamer.kafka.broker import ensure_jars; print(ensure_jars())'
 
-# Debian's prometheus and promtool: the observability tests run a real Prometheus server.
+# Debian's prometheus and promtool (the observability tests run a real Prometheus server) and
+# docker-compose (its `config` validates deploy/compose/compose.yaml; no engine needed).
 prometheus:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v docker-compose >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus docker-compose; }
 
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))

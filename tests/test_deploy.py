@@ -1,4 +1,4 @@
-"""The container images, checked without a Docker engine: each Dockerfile read by a real parser
+"""The container images and the Compose stack, checked without a Docker engine: each Dockerfile read by a real parser
 (dockerfile-parse), its instructions checked against the repository they build from.
 
 What an engine would catch first is checked here: every COPY source exists in the build context
@@ -14,9 +14,11 @@ from __future__ import annotations
 import fnmatch
 import io
 import json
+import os
 import platform
 import re
 import struct
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,8 @@ from typing import Any
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
+
+from streamer.kafka.broker import kafka_version
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = {"cpu": ROOT / "deploy" / "docker" / "Dockerfile", "gpu": ROOT / "deploy" / "docker" / "Dockerfile.gpu"}
@@ -159,3 +163,41 @@ def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
         assert ignored(path), path
     for path in ("streamer/cli.py", "schemas/feature_event.avsc", "models/fraud_mlp.onnx", "pyproject.toml"):
         assert not ignored(path), path
+
+
+COMPOSE = ROOT / "deploy" / "compose" / "compose.yaml"
+
+
+def compose_config() -> dict[str, Any]:
+    """The stack as a real Compose implementation resolves it (Debian's docker-compose: `config`
+    validates the file against the Compose schema and needs no engine)."""
+    proc = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config"], capture_output=True, text=True,
+                          check=False, env={**os.environ, "GRAFANA_ADMIN_PASSWORD": "x"})
+    assert proc.returncode == 0, proc.stderr
+    return yaml.safe_load(proc.stdout)
+
+
+def test_the_compose_stack_is_valid_and_wires_what_the_repository_ships() -> None:
+    services = compose_config()["services"]
+    assert set(services) >= {"kafka", "topics", "scorer-1", "scorer-2", "lag-exporter", "prometheus", "grafana"}
+    # Apache Kafka's own image, at the version the local broker runs.
+    assert services["kafka"]["image"] == f"apache/kafka:{kafka_version()}"
+    # The processors build the shipped Dockerfile and share one group.
+    for name in ("scorer-1", "scorer-2"):
+        build = services[name]["build"]
+        assert (Path(build["context"]) / build["dockerfile"]).resolve() == DOCKERFILES["cpu"]
+        assert services[name]["environment"]["GROUP_ID"] == services["lag-exporter"]["environment"]["GROUP_ID"]
+    # Prometheus scrapes exactly the services that exist, on the ports they serve.
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    config = yaml.safe_load((ROOT / "deploy" / "config" / "deploy.yaml").read_text())
+    port = config["metrics"]["port"]
+    targets = {t for job in scrape["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    assert targets == {f"scorer-1:{port}", f"scorer-2:{port}", f"lag-exporter:{port + 1}"}
+    # Every bind mount is a file or folder of the repository.
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0] if isinstance(volume, str) else volume["source"]
+            if source.startswith("/"):
+                assert Path(source).exists(), f"{name}: {source}"
+    mounted = {v.split(":")[0] for v in services["grafana"]["volumes"]}
+    assert {str(ROOT / "deploy" / "grafana" / "provisioning"), str(ROOT / "deploy" / "grafana" / "dashboards")} <= mounted
