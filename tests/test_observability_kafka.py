@@ -131,8 +131,19 @@ def value(url: str, expr: str) -> float:
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
+    """Each panel query as Grafana would send it with every variable at "All" (regex ``.*``) and
+    a one-minute rate interval (the test scrapes every second)."""
     dash = json.loads(DASHBOARD.read_text())
-    return [(f"panel '{p['title']}'", t["expr"]) for p in dash["panels"] for t in p["targets"]]
+    substitute = {"$__rate_interval": "1m", "$job": ".*", "$instance": ".*", "$group": ".*"}
+    exprs = []
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            expr = t["expr"]
+            for name, value in substitute.items():
+                expr = expr.replace(name, value)
+            assert "$" not in expr, f"an unknown variable in {t['expr']}"
+            exprs.append((f"panel '{p['title']}'", expr))
+    return exprs
 
 
 def alert_queries() -> list[tuple[str, str]]:
@@ -169,6 +180,10 @@ def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: To
         empty = [f"{where}: {expr}" for where, expr in dashboard_queries() + alert_queries()
                  if not query(url, expr)]
         assert not empty, "these return no series:\n" + "\n".join(empty)
+        # The processor's series carry the consumer group, as the lag exporter's do: the
+        # dashboard's group variable selects both.
+        assert query(url, f'streamer_healthy{{job="streamer", group="{topics.group}"}}')
+        assert query(url, f'streamer_group_total_lag_messages{{job="streamer-lag", group="{topics.group}"}}')
 
         # The values, not only their presence: once the stream is quiet and Prometheus has
         # scraped the last ack, every event fed was consumed, batched once and predicted once

@@ -12,7 +12,7 @@ from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonC
 from streamer.config import Config
 from streamer.errors import ConfigError
 from streamer.observe.health import HealthServer, Status
-from streamer.observe.metrics import Metrics
+from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
 from streamer.pipeline.runner import ModelRunner, OnnxRunner
 
@@ -53,7 +53,7 @@ def build_processor(cfg: Config, runner: ModelRunner | None = None,
     """A ready Processor; with ``metrics.enabled`` it serves /metrics, /healthz and /readyz."""
     metrics = None
     if cfg.metrics.enabled or registry is not None:
-        registry = registry or CollectorRegistry()
+        registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
     processor = Processor(cfg, runner or model_runner(cfg), input_codec(cfg), output_codec(cfg), metrics)
     if cfg.metrics.enabled:

@@ -44,7 +44,8 @@ class LagExporter:
                                   labels, registry=registry)
         self.lag_seconds = Gauge(f"{p}_group_lag_seconds", "Age of the first uncommitted message "
                                  "(0 when caught up)", labels, registry=registry)
-        self.lag_messages_total = Gauge(f"{p}_group_lag_messages_total", "Lag summed over "
+        # A gauge: no "_total" suffix, which Prometheus reserves for counters.
+        self.total_lag_messages = Gauge(f"{p}_group_total_lag_messages", "Lag summed over "
                                         "partitions", ["group"], registry=registry)
         self.lag_seconds_max = Gauge(f"{p}_group_lag_seconds_max", "Oldest uncommitted message "
                                      "over partitions", ["group"], registry=registry)
@@ -82,7 +83,7 @@ class LagExporter:
         for (topic, part), lag in lags.items():
             self.lag_messages.labels(self.group, topic, str(part)).set(lag)
             self.lag_seconds.labels(self.group, topic, str(part)).set(ages.get((topic, part), 0.0))
-        self.lag_messages_total.labels(self.group).set(sum(lags.values()))
+        self.total_lag_messages.labels(self.group).set(sum(lags.values()))
         self.lag_seconds_max.labels(self.group).set(max(ages.values(), default=0.0))
         self.members.labels(self.group).set(self._member_count(timeout_s))
         return lags

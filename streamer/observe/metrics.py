@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import platform
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, get_args
 
 import confluent_kafka
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
 
 from streamer import __version__
 from streamer.errors import STAGES
@@ -127,6 +129,20 @@ def observe_many(histogram: Histogram | NullMetric, values: np.ndarray) -> None:
     for bucket, count in zip(histogram._buckets, counts.tolist()):
         if count:
             bucket.inc(count)
+
+
+class GroupRegistry(CollectorRegistry):
+    """A registry whose every sample also carries the consumer group's label (``group``), as the
+    lag exporter's do: dashboards and alerts select processors and lag by the same group."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__()
+        self._group = group
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in super().collect():  # fresh Metric objects on every collection
+            metric.samples = [s._replace(labels={"group": self._group, **s.labels}) for s in metric.samples]
+            yield metric
 
 
 class NullMetrics:

@@ -1,0 +1,140 @@
+"""The Grafana dashboard, as code: ``python deploy/grafana/dashboard.py`` writes
+deploy/grafana/dashboards/streamer.json (committed; tests/test_dashboard.py checks it is this
+script's output and that it keeps the conventions below).
+
+Conventions, for any Grafana and any Prometheus datasource:
+- a ``datasource`` variable (type prometheus) that every panel and query uses: no hard-coded uid;
+- ``job``, ``instance`` and ``group`` (consumer group) variables that every series selector uses;
+- ``$__rate_interval`` for every range (never a fixed ``[1m]``);
+- a unit and a description on every panel.
+
+A panel is a title, a description, a unit (Grafana's unit id) and its queries (legend, PromQL
+with ``{SEL}`` where the variables' selector goes). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "dashboards" / "streamer.json"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+SEL = 'job=~"$job", instance=~"$instance", group=~"$group"'
+RATE = "$__rate_interval"
+
+
+def q(expr: str, legend: str) -> tuple[str, str]:
+    return legend, expr.replace("{SEL}", "{" + SEL + "}").replace("[RATE]", f"[{RATE}]")
+
+
+def quantiles(metric: str, by: str = "le", qs: tuple[float, ...] = (0.5, 0.95, 0.99),
+              legend: str = "") -> list[tuple[str, str]]:
+    return [q(f"histogram_quantile({x}, sum by ({by}) (rate({metric}_bucket{{SEL}}[RATE])))",
+              f"p{round(x * 100)}{legend}") for x in qs]
+
+
+PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
+    ("Lag per partition (messages)",
+     "Messages between each partition's end and the group's committed offset (the lag exporter, "
+     "computed from the brokers even when no processor runs).", "short",
+     [q("streamer_group_lag_messages{SEL}", "{{topic}}[{{partition}}]")]),
+    ("Total lag (messages)",
+     "Lag summed over the group's partitions. Growing for minutes means the processors score slower "
+     "than events arrive: add replicas, up to the partition count.", "short",
+     [q("streamer_group_total_lag_messages{SEL}", "{{group}}")]),
+    ("Lag per partition (seconds)",
+     "Age of the oldest uncommitted message of each partition (0 when caught up), and the oldest "
+     "over all partitions: how late the predictions are.", "s",
+     [q("streamer_group_lag_seconds{SEL}", "{{topic}}[{{partition}}]"),
+      q("streamer_group_lag_seconds_max{SEL}", "oldest ({{group}})")]),
+    ("Events in and predictions out",
+     "Input events consumed and predictions acknowledged by the broker, per second, over the "
+     "selected processors.", "ops",
+     [q("sum(rate(streamer_events_consumed_total{SEL}[RATE]))", "consumed"),
+      q("sum(rate(streamer_predictions_produced_total{SEL}[RATE]))", "predicted")]),
+    ("Dead letters by stage",
+     "Events written to the dead-letter topic per second, by the stage that refused them "
+     "(deserialize, validate, infer, serialize, produce).", "ops",
+     [q("sum by (stage) (rate(streamer_dead_letters_total{SEL}[RATE]))", "{{stage}}")]),
+    ("Batch size",
+     "Rows per model call: quantiles and mean. Small batches under load mean max_wait_ms flushes "
+     "them early.", "short",
+     quantiles("streamer_batch_size_rows", qs=(0.5, 0.99))
+     + [q("sum(rate(streamer_batch_size_rows_sum{SEL}[RATE])) / sum(rate(streamer_batch_size_rows_count{SEL}[RATE]))",
+          "mean")]),
+    ("Flushes by reason",
+     "Why batches were closed, per second: size (max_size reached), time (max_wait_ms after the "
+     "first row), revoke or shutdown.", "ops",
+     [q("sum by (reason) (rate(streamer_batch_flushes_total{SEL}[RATE]))", "{{reason}}")]),
+    ("Inference duration",
+     "Duration of one model call (one batch), by model, version and execution provider.", "s",
+     quantiles("streamer_inference_seconds", by="le, model, version, provider",
+               legend=" {{model}} v{{version}} ({{provider}})")),
+    ("End-to-end latency",
+     "From an event's timestamp to its prediction's acknowledgement by the broker.", "s",
+     quantiles("streamer_end_to_end_latency_seconds", qs=(0.5, 0.99))),
+    ("In flight",
+     "Batches flushed and not yet acknowledged, and messages in the producers' local queues.", "short",
+     [q("sum(streamer_in_flight_batches{SEL})", "batches in flight"),
+      q("sum(streamer_producer_queue_messages{SEL})", "producer queue")]),
+    ("Rebalances",
+     "Partition assignment changes (assign, revoke, lost) per interval. Frequent ones cost "
+     "throughput: prefer static membership for rolling restarts.", "short",
+     [q("sum by (kind) (increase(streamer_rebalances_total{SEL}[RATE]))", "{{kind}}")]),
+    ("Group members",
+     "Live members of the consumer group, as the group coordinator reports.", "short",
+     [q("streamer_group_members{SEL}", "{{group}}")]),
+    ("Health",
+     "Healthy is 0 while a processor is blocked (model failing, outputs unwritable, registry "
+     "away); stalled partitions have work and no progress; paused partitions wait on a block.",
+     "short",
+     [q("min(streamer_healthy{SEL})", "healthy (min)"),
+      q("sum(streamer_partition_stalled{SEL})", "stalled partitions"),
+      q("sum(streamer_paused_partitions{SEL})", "paused partitions")]),
+]
+
+
+def variable(name: str, label: str, query: str) -> dict[str, object]:
+    return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE,
+            "query": {"query": query, "refId": name}, "definition": query, "refresh": 2,
+            "includeAll": True, "multi": True, "allValue": ".*", "sort": 1,
+            "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "options": [], "hide": 0}
+
+
+def dashboard() -> dict[str, object]:
+    panels = []
+    for n, (title, description, unit, queries) in enumerate(PANELS):
+        panels.append({
+            "id": n + 1, "type": "timeseries", "title": title, "description": description,
+            "datasource": DATASOURCE,
+            "gridPos": {"h": 8, "w": 12, "x": 12 * (n % 2), "y": 8 * (n // 2)},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                        "tooltip": {"mode": "multi", "sort": "desc"}},
+            "targets": [{"refId": chr(ord("A") + k), "datasource": DATASOURCE, "expr": expr,
+                         "legendFormat": legend} for k, (legend, expr) in enumerate(queries)],
+        })
+    streamer = '{__name__=~"streamer_.+"}'
+    return {
+        "uid": "streamer", "title": "streamer: scoring on Kafka", "schemaVersion": 39, "version": 2,
+        "editable": True, "time": {"from": "now-1h", "to": "now"}, "refresh": "30s",
+        "tags": ["streamer", "kafka"],
+        "templating": {"list": [
+            {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+             "current": {}, "options": [], "refresh": 1, "regex": "", "hide": 0},
+            variable("job", "Job", f"label_values({streamer}, job)"),
+            variable("instance", "Instance", f'label_values({{__name__=~"streamer_.+", job=~"$job"}}, instance)'),
+            variable("group", "Consumer group", f'label_values({{__name__=~"streamer_.+", job=~"$job"}}, group)'),
+        ]},
+        "annotations": {"list": []},
+        "panels": panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    OUT.write_text(render())
+    print(f"wrote {OUT}")
