@@ -186,7 +186,7 @@ def owners(bootstrap: str, group: str) -> dict[int, int]:
     coordinator cannot say: it may be moving after a broker's death)."""
     try:
         desc = _admin(bootstrap).describe_consumer_groups([group])[group].result(timeout=10)
-    except KafkaException:
+    except (KafkaException, TimeoutError):  # TimeoutError: no answer in 10 s (futures' own)
         return {}
     count: dict[int, int] = {}
     for member in desc.members:
