@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit mutants kafka-jars prometheus bench chaos images clean
+.PHONY: demo test unit mutants kafka-jars prometheus helm-tools bench chaos images clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,14 +25,26 @@ prometheus:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus docker-compose; }
 
+# Helm from its Go module at a pinned version, and deploy/helm/strict (every rendered object
+# decoded strictly against the Kubernetes and KEDA types): the chart's checks in make test.
+HELM_VERSION := v3.22.0
+GO_BIN       := $(abspath .cache/bin)
+HELM         := $(GO_BIN)/helm-$(HELM_VERSION)/helm
+K8S_STRICT   := $(GO_BIN)/k8s-strict
+helm-tools: $(HELM) $(K8S_STRICT)
+$(HELM):
+	GOBIN=$(dir $(HELM)) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+$(K8S_STRICT): deploy/helm/strict/main.go deploy/helm/strict/go.mod deploy/helm/strict/go.sum
+	cd deploy/helm/strict && go build -o $(K8S_STRICT) .
+
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))
 
-test: kafka-jars prometheus
-	$(PY) -m pytest -q
+test: kafka-jars prometheus helm-tools
+	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q
 
-unit: $(STAMP)
-	$(PY) -m pytest -q -m 'not kafka'
+unit: $(STAMP) prometheus helm-tools
+	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q -m 'not kafka'
 
 # Deliberate bugs (tests/mutants/*.patch), each applied to a scratch copy: every one must be killed.
 mutants: kafka-jars prometheus
