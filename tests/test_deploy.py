@@ -27,7 +27,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from streamer.kafka.broker import kafka_version
+from streamer.kafka.broker import docker_reachable, kafka_version
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = {"cpu": ROOT / "deploy" / "docker" / "Dockerfile", "gpu": ROOT / "deploy" / "docker" / "Dockerfile.gpu"}
@@ -201,3 +201,12 @@ def test_the_compose_stack_is_valid_and_wires_what_the_repository_ships() -> Non
                 assert Path(source).exists(), f"{name}: {source}"
     mounted = {v.split(":")[0] for v in services["grafana"]["volumes"]}
     assert {str(ROOT / "deploy" / "grafana" / "provisioning"), str(ROOT / "deploy" / "grafana" / "dashboards")} <= mounted
+
+
+@pytest.mark.skipif(not docker_reachable(), reason="no Docker engine answers here: the parser checks above stand in")
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("kind", DOCKERFILES)
+def test_the_image_builds_where_an_engine_runs(kind: str) -> None:
+    proc = subprocess.run(["docker", "build", "-f", str(DOCKERFILES[kind]), "-t", f"streamer:{kind}-test", str(ROOT)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -288,7 +288,7 @@ def kafka_cluster(nodes: int = 1) -> Iterator[str]:
         finally:
             cluster.stop()
         return
-    if _docker_reachable():
+    if docker_reachable():
         from testcontainers.kafka import KafkaContainer  # only needed with a Docker engine
 
         with KafkaContainer(f"apache/kafka:{kafka_version()}").with_kraft() as container:
@@ -339,7 +339,7 @@ def _server_properties(port: int, controller_port: int, data: Path, node_id: int
     ])
 
 
-def _docker_reachable() -> bool:
+def docker_reachable() -> bool:
     if os.environ.get("STREAMER_NO_DOCKER"):
         return False
     try:
