@@ -1,7 +1,7 @@
 """The Helm chart (deploy/helm/streamer), checked by real tools: Helm built from its Go module at
 a pinned version (`make helm-tools`), and deploy/helm/strict, which decodes every rendered object
-strictly against the Kubernetes API types and KEDA's CRD types (unknown field, wrong type or
-unknown kind: failure). Then what the chart promises, read off the rendered objects.
+strictly against the Kubernetes API types, KEDA's CRD types and the Prometheus Operator's
+(unknown field, wrong type or unknown kind: failure). Then what the chart promises, read off the rendered objects.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ CHART = ROOT / "deploy" / "helm" / "streamer"
 BIN = ROOT / ".cache" / "bin"
 HELM = Path(os.environ.get("HELM", BIN / "helm-v3.22.0" / "helm"))
 STRICT = Path(os.environ.get("K8S_STRICT", BIN / "k8s-strict"))
-FULL = ["--set", "keda.enabled=true", "--set", "gpu.enabled=true", "--set", "serviceMonitor.enabled=false",
+FULL = ["--set", "keda.enabled=true", "--set", "gpu.enabled=true", "--set", "serviceMonitor.enabled=true",
         "--set", "processing.guarantee=exactly_once", "--set", "input.format=avro-confluent",
         "--set", "input.registry.url=http://registry:8081",
         "--set", "input.registry.basicAuthUserInfo=${SCHEMA_REGISTRY_AUTH}",
@@ -33,7 +33,7 @@ FULL = ["--set", "keda.enabled=true", "--set", "gpu.enabled=true", "--set", "ser
         "--set", "kafka.properties.sasl\\.password=${KAFKA_SASL_PASSWORD}",
         "--set", "secretEnv[1].name=KAFKA_SASL_PASSWORD", "--set", "secretEnv[1].secret=kafka",
         "--set", "secretEnv[1].key=password"]
-VARIANTS = {"default": [], "keda, gpu, exactly-once, registry, secrets": FULL}
+VARIANTS = {"default": [], "keda, gpu, servicemonitor, exactly-once, registry, secrets": FULL}
 # Helm built with `go install` lacks the release's ldflags and assumes Kubernetes 1.20: say which.
 KUBE = ("--kube-version", "1.33.0")
 
@@ -121,6 +121,13 @@ def test_gpu_keda_and_secrets_render_as_documented() -> None:
     assert trigger["type"] == "kafka" and trigger["metadata"]["consumerGroup"] == "streamer-fraud"
     assert so["maxReplicaCount"] <= 6 and so["scaleTargetRef"]["kind"] == "StatefulSet"
     assert so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 60
+    # The ServiceMonitor scrapes the metrics Services, not the headless one (the same pods twice).
+    selector = docs["ServiceMonitor/scorer"]["spec"]["selector"]
+    services = [d for d in docs.values() if d["kind"] == "Service"]
+    scraped = [d["metadata"]["name"] for d in services
+               if all(d["metadata"]["labels"].get(k) == v for k, v in selector["matchLabels"].items())
+               and all(d["metadata"]["labels"].get(e["key"]) in e["values"] for e in selector["matchExpressions"])]
+    assert sorted(scraped) == ["scorer-lag-exporter", "scorer-metrics"]
 
 
 def test_the_chart_refuses_idle_replicas_and_a_grace_period_shorter_than_the_drain() -> None:

@@ -1,6 +1,6 @@
 // k8s-strict decodes every object of a multi-document YAML stream (what `helm template` prints)
-// strictly against the Kubernetes API types (client-go's scheme) and KEDA's CRD types
-// (keda.sh/v1alpha1): an unknown field, a duplicate field, a wrong type or an unknown kind is an
+// strictly against the Kubernetes API types (client-go's scheme), KEDA's CRD types
+// (keda.sh/v1alpha1) and the Prometheus Operator's (monitoring.coreos.com/v1): an unknown field, a duplicate field, a wrong type or an unknown kind is an
 // error. It prints one line per object and exits 1 if any object fails.
 //
 //	helm template deploy/helm/streamer | k8s-strict
@@ -15,6 +15,7 @@ import (
 	"os"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -22,9 +23,12 @@ import (
 )
 
 func main() {
-	if err := kedav1alpha1.AddToScheme(scheme.Scheme); err != nil {
-		fmt.Fprintln(os.Stderr, "registering KEDA's types:", err)
-		os.Exit(2)
+	for name, add := range map[string]func(*runtime.Scheme) error{
+		"KEDA": kedav1alpha1.AddToScheme, "the Prometheus Operator": monitoringv1.AddToScheme} {
+		if err := add(scheme.Scheme); err != nil {
+			fmt.Fprintf(os.Stderr, "registering %s's types: %v\n", name, err)
+			os.Exit(2)
+		}
 	}
 	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
 		json.SerializerOptions{Yaml: true, Strict: true})
