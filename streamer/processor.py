@@ -74,7 +74,7 @@ class Processor:
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
         self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, self._account.metrics)
         # ready: warmed up, in the group; failed: the loop died (close only); paused: input paused
-        self._running = self._failed = self._ready = self._paused = False
+        self._running = self._failed = self._ready = self._paused = self._stop_asked = False
         self.consumer: Any = None
         self.deliveries: Any = None
         self.checkpoint: Checkpoint = None  # type: ignore[assignment]  # opened by run()
@@ -120,8 +120,9 @@ class Processor:
             self._close()
 
     def stop(self) -> None:
-        """Ask the loop to finish: it flushes, waits for acks, commits and closes. Signal-safe."""
-        self._running = False
+        """Ask the loop to finish: it flushes, waits for acks, commits and closes. Signal-safe,
+        and kept when it comes during start-up (the loop then never turns)."""
+        self._running, self._stop_asked = False, True
 
     # ---- steps ----------------------------------------------------------------------------
 
@@ -147,7 +148,7 @@ class Processor:
         else:
             self.consumer.assign(self._range.assignment())
             self._on_assign(self.consumer, self._range.assignment())
-        self._running = True
+        self._running = not self._stop_asked  # a SIGTERM during start-up is not forgotten
 
     def _consume(self) -> list[Message]:
         wait = self.cfg.input.consume_timeout_ms / 1000.0

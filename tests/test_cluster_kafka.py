@@ -160,7 +160,9 @@ def test_static_members_restarted_one_by_one_leave_no_partition_unassigned(clust
         return set(got) == {0, 1, 2} and set(got.values()) == {1}
 
     try:
-        wait_until(whole, 120, "every partition assigned at the start", procs[0].tail)
+        wait_until(lambda: whole() and all("assigned features-" in p.log.read_text(errors="replace")
+                                           for p in procs),
+                   120, "every member with a partition at the start", procs[0].tail)
         for p in procs:
             seen = p.log.read_text(errors="replace").count(" assigned ")
             assert p.terminate() == 0, p.tail()

@@ -331,3 +331,19 @@ def test_scores_reach_the_output_in_partition_order(guarantee: str) -> None:
     offsets = [o for _, o in h.predictions()]
     assert offsets == sorted(offsets) and len(set(offsets)) == 250
     assert np.isfinite(h.processor.stats.latencies_ms).all()
+
+
+def test_a_stop_during_start_up_is_not_lost() -> None:
+    """SIGTERM while the model warms up or the group is joined: the loop must not start (it used
+    to, because start-up set the running flag after the signal had cleared it)."""
+    h = Harness(config())
+    warm_up = h.processor.runner.warm_up
+
+    def warm_up_then_stop(rows: int) -> None:
+        warm_up(rows)
+        h.processor.stop()  # as the signal handler does
+
+    h.processor.runner.warm_up = warm_up_then_stop  # type: ignore[method-assign]
+    passes: list[int] = []
+    h.processor.run(until=lambda s: passes.append(1) or len(passes) > 50)
+    assert passes == []  # the loop never turned; the shutdown drain and close still ran
