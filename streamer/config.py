@@ -105,13 +105,17 @@ class ModelConfig:
     version: str
     providers: tuple[Provider, ...] = ("cuda", "cpu")
     intra_op_threads: int = 1  # 1: no spinning thread pool competing with librdkafka; 0: ONNX Runtime decides
+    drift_profile: Path | None = None  # the training features' profile (observe/drift.py); None: no drift metrics
+    drift_window_rows: int = 100_000  # the live rows compared with it (a sliding window)
 
     def __post_init__(self) -> None:
         _check_types(self, "model")
         if not self.providers:
             raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
         _at_least(0, "model.intra_op_threads", self.intra_op_threads)
+        _at_least(1, "model.drift_window_rows", self.drift_window_rows)
         _file("model.path", "model", self.path)
+        _file("model.drift_profile", "drift profile", self.drift_profile)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ class Processor:
         self.cfg, self.runner, self.decoder, self.encoder = cfg, runner, decoder, encoder
         self.stats = Stats()
         self._observed = metrics is not None  # librdkafka statistics feed the lag metrics
-        self._account = Accounting(self.stats, metrics, (cfg.model.name, cfg.model.version), cfg.output.topic)
+        self._account = Accounting(self.stats, metrics, cfg, runner.n_features)  # drift: runner's width
         self._clients, self._clock = clients or KafkaClients.from_config(cfg), clock
         self._stages = Stages(decoder, encoder, cfg.input, runner.n_features)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,

@@ -30,6 +30,7 @@ from streamer.config import Config, with_overrides
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from tests.support.faults import ChildProcessor, write_config
 from streamer.observe.health import HealthServer, Status
+from streamer.observe.drift import write_profile
 from streamer.observe.lag import LagExporter
 from streamer.processor import Processor
 from streamer.testing import FunctionRunner
@@ -151,9 +152,17 @@ def alert_queries() -> list[tuple[str, str]]:
     return [(f"alert {r['alert']}", COMPARISON.sub("", r["expr"])) for r in rules]
 
 
-def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: Topics,
+def drift_profile(path: Path) -> Path:
+    """A training profile of the demo's feature distribution (what synthetic_events draws)."""
+    sample = np.array([e["features"] for e in synthetic_events(20_000, 32, seed=5)])
+    write_profile(sample, path)
+    return path
+
+
+def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: Topics, tmp_path: Path,
                                                       prometheus: Callable[[dict[str, int]], str]) -> None:
-    cfg = observed_config(bootstrap, topics)
+    cfg = with_overrides(observed_config(bootstrap, topics),
+                         model={"drift_profile": drift_profile(tmp_path / "profile.json")})
     feed(bootstrap, topics, cfg, 2000)
     fed = 2000
     running = Running(build_processor(cfg))
@@ -273,3 +282,45 @@ def test_no_secret_in_metrics_or_logs(bootstrap: str, topics: Topics, tmp_path: 
     log = proc.log.read_text()
     assert "sasl.password" in log and "***" in log  # the setting is logged, redacted
     assert secret not in scrape and secret not in log
+
+
+def test_drift_metrics_rise_on_the_shifted_features_only(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+    """Through the real processor: a stream drawn like the training profile shows low PSI on every
+    feature; once features 3 and 7 shift by two standard deviations, those two show high PSI and
+    the others stay low."""
+    cfg = with_overrides(make_config(bootstrap, topics),
+                         model={"drift_profile": drift_profile(tmp_path / "profile.json"),
+                                "drift_window_rows": 2_000})
+    registry = CollectorRegistry()
+    running = Running(build_processor(cfg, registry=registry))
+    codec = input_codec(cfg)
+
+    def psi() -> np.ndarray:
+        return np.array([registry.get_sample_value("streamer_feature_psi", {"feature": str(i)}) or 0.0
+                         for i in range(32)])
+
+    def feed_until(predicate: Callable[[], bool], shift: float, what: str) -> None:
+        deadline = time.monotonic() + 60
+        seed = 100
+        while not predicate():  # a live stream: the gauges refresh as batches are scored
+            events = synthetic_events(500, 32, seed=seed)
+            for e in events:
+                f = e["features"]
+                assert isinstance(f, list)
+                f[3] += shift
+                f[7] += shift
+            produce_events(bootstrap, topics.input, encoded_events(codec, events))
+            seed += 1
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: PSI {psi().round(3)}"
+            time.sleep(0.3)  # pacing the feed, not synchronising
+
+    try:
+        feed_until(lambda: running.processor.stats.predictions >= 3_000 and 0 < psi().max() < 0.1, 0.0,
+                   "low PSI on a reference stream")
+        feed_until(lambda: psi()[[3, 7]].min() > 0.25, 2.0, "high PSI on the shifted features")
+        assert np.delete(psi(), [3, 7]).max() < 0.1, psi().round(3)
+        outside = np.array([registry.get_sample_value("streamer_feature_out_of_range_ratio", {"feature": str(i)})
+                            for i in range(32)])
+        assert outside[[3, 7]].min() > np.delete(outside, [3, 7]).max(), outside.round(4)
+    finally:
+        running.stop()

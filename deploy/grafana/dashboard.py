@@ -84,6 +84,15 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     ("Group members",
      "Live members of the consumer group, as the group coordinator reports.", "short",
      [q("streamer_group_members{SEL}", "{{group}}")]),
+    ("Feature drift (PSI)",
+     "Population stability index of each input feature over the drift window, against the model's "
+     "training profile (model.drift_profile): below 0.1 stable, 0.1-0.25 moderate, above 0.25 a major "
+     "shift. Empty when the model ships no profile.", "none",
+     [q("max by (feature) (streamer_feature_psi{SEL})", "{{feature}}")]),
+    ("Features outside the training range",
+     "Share of each feature's values in the drift window below the smallest or above the largest "
+     "value of the training profile.", "percentunit",
+     [q("max by (feature) (streamer_feature_out_of_range_ratio{SEL})", "{{feature}}")]),
     ("Health",
      "Healthy is 0 while a processor is blocked (model failing, outputs unwritable, registry "
      "away); stalled partitions have work and no progress; paused partitions wait on a block.",

@@ -15,21 +15,28 @@ from typing import Any
 
 import numpy as np
 
+from streamer.config import Config
 from streamer.kafka.checkpoint import Commit
 from streamer.kafka.delivery import Acked
+from streamer.observe.drift import DriftMonitor, Profile
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
 
 log = logging.getLogger(__name__)
+DRIFT_REFRESH_S = 1.0
 
 class Accounting:
     """Stats and metrics of one processor."""
 
-    def __init__(self, stats: Stats, metrics: Metrics | None, model: tuple[str, str], output_topic: str) -> None:
+    def __init__(self, stats: Stats, metrics: Metrics | None, cfg: Config, n_features: int) -> None:
         self.stats = stats
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
-        self._model, self._output_topic = model, output_topic
+        self._model, self._output_topic = (cfg.model.name, cfg.model.version), cfg.output.topic
+        m = cfg.model  # drift is measured only where it is exported
+        self.drift = (DriftMonitor(Profile.load(m.drift_profile, n_features), m.drift_window_rows)
+                      if m.drift_profile is not None and metrics is not None else None)
+        self._drift_shown = 0.0  # when the drift gauges were last set
 
     def started(self, provider: str) -> None:
         self.metrics.model_info.labels(*self._model, provider).set(1)
@@ -56,6 +63,21 @@ class Accounting:
         m.inference.labels(*self._model, provider).observe(seconds)
         if bisections:
             m.bisections.inc(bisections)
+        if self.drift is not None:
+            self._watch_drift(batch.rows.features)
+
+    def _watch_drift(self, features: np.ndarray) -> None:
+        """Count the batch into the drift window; refresh the gauges at most once a second."""
+        assert self.drift is not None
+        self.drift.add(features)
+        now = time.monotonic()
+        if now - self._drift_shown < DRIFT_REFRESH_S:
+            return
+        self._drift_shown = now
+        names = self.drift.profile.features
+        for name, psi, outside in zip(names, self.drift.psi(), self.drift.outside_share(), strict=True):
+            self.metrics.feature_psi.labels(name).set(psi)
+            self.metrics.feature_out_of_range.labels(name).set(outside)
 
     def final(self, acked: Acked) -> None:
         """Outputs acknowledged for good (committed, under exactly-once): count and time them."""

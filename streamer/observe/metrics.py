@@ -76,6 +76,11 @@ class Metrics:
                                        "scored, plus output units awaiting acks", registry=registry)
         self.producer_queue = Gauge(f"{p}_producer_queue_messages", "Messages in the producer's "
                                     "local queue", registry=registry)
+        self.feature_psi = Gauge(f"{p}_feature_psi", "Population stability index of a feature over the drift "
+                                 "window, against the model's reference profile", ["feature"], registry=registry)
+        self.feature_out_of_range = Gauge(f"{p}_feature_out_of_range_ratio", "Share of a feature's values in "
+                                          "the drift window outside the reference range", ["feature"],
+                                          registry=registry)
         self.build_info = Gauge(f"{p}_build_info", "streamer and runtime versions (value is 1)",
                                 ["version", "python", "librdkafka"], registry=registry)
         self.build_info.labels(__version__, platform.python_version(), confluent_kafka.libversion()[0]).set(1)
