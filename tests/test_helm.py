@@ -11,10 +11,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
 from streamer.config_file import load_config
+from streamer.observe.drift import write_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "streamer"
@@ -142,7 +144,10 @@ def test_the_chart_refuses_idle_replicas_and_a_grace_period_shorter_than_the_dra
 def test_the_rendered_config_loads_with_streamers_own_loader(values: list[str], tmp_path: Path) -> None:
     """The ConfigMap is a streamer config: the real loader accepts it (every kafka: key checked
     by librdkafka), with the image's paths mapped onto the repository's files."""
-    local = ["--set", f"input.schema={ROOT / 'schemas' / 'feature_event.avsc'}",
+    profile = tmp_path / "profile.json"
+    write_profile(np.random.default_rng(0).normal(size=(1_000, 32)), profile)
+    local = ["--set", f"model.driftProfile={profile}", "--set", "model.driftWindowRows=5000",
+             "--set", f"input.schema={ROOT / 'schemas' / 'feature_event.avsc'}",
              "--set", f"output.schema={ROOT / 'schemas' / 'prediction.avsc'}",
              "--set", f"model.path={ROOT / 'models' / 'fraud_mlp.onnx'}"]
     docs = objects(render(*values, *local))
@@ -150,3 +155,4 @@ def test_the_rendered_config_loads_with_streamers_own_loader(values: list[str], 
     path.write_text(docs["ConfigMap/scorer-config"]["data"]["config.yaml"])
     cfg = load_config(path, env={"POD_NAME": "scorer-0", "SCHEMA_REGISTRY_AUTH": "u:p", "KAFKA_SASL_PASSWORD": "pw"})
     assert cfg.input.group_id == "streamer-fraud"
+    assert cfg.model.drift_profile == profile and cfg.model.drift_window_rows == 5000
