@@ -50,8 +50,8 @@ from streamer.errors import BrokerError  # noqa: E402
 from streamer.kafka.broker import LocalCluster, LocalKafka, ensure_jars  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from tests.conftest import Topics  # noqa: E402
-from tests.support.faults import ChildProcessor, audit, caught_up, committed_offsets, write_config  # noqa: E402
-from tests.test_faults_kafka import Feeder  # noqa: E402
+from tests.support.faults import ChildProcessor, audit, caught_up, write_config  # noqa: E402
+from tests.test_faults_kafka import Feeder, committed_total  # noqa: E402
 
 PARTITIONS = 6
 RECOVERY_LIMIT_S = 180
@@ -86,10 +86,9 @@ class Chaos:
     def committed(self) -> int | None:
         """Input offsets the group has committed, summed (None while the cluster cannot say)."""
         try:
-            got = committed_offsets(self.bootstrap, self.topics.group, self.topics.input)
+            return committed_total(self.bootstrap, self.topics)
         except (BrokerError, KafkaException):
             return None
-        return sum(max(o, 0) for o in got.values())
 
     def supervise(self, feeding: bool = True) -> None:
         """Start again whatever exited by itself, as systemd or Kubernetes would."""

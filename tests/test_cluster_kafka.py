@@ -28,7 +28,7 @@ from streamer.kafka.broker import LocalCluster, ensure_jars
 from streamer.kafka.topics import create
 from tests.conftest import Topics
 from tests.support.faults import ChildProcessor, caught_up, owners, wait_until
-from tests.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish, processor
+from tests.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish_feed, processor
 
 pytestmark = pytest.mark.kafka
 # A broker's death is noticed after broker.session.timeout.ms (9 s by default), and the group
@@ -104,9 +104,7 @@ def test_the_input_leader_dies_under_load_and_nothing_is_lost(cluster: LocalClus
     finally:
         if victim is not None:
             cluster.restart(victim)  # whole again for the next test
-    assert feeder.stop(wait_for_limit=True) == n
-    result = finish(bootstrap, topics, p)
-    assert result.events == n
+    result = finish_feed(feeder, n, bootstrap, topics, p)
     print(f"{guarantee}: broker {victim} killed at {at_kill} committed, committed progress again "
           f"after {recovery_s:.1f} s, {restarts} watchdog restart(s)")
     check(result, guarantee, bootstrap, topics)
@@ -134,9 +132,7 @@ def test_a_rolling_restart_of_every_broker_loses_nothing(cluster: LocalCluster, 
     except BaseException:
         feeder.stop()
         raise
-    assert feeder.stop(wait_for_limit=True) == n
-    result = finish(bootstrap, topics, p)
-    assert result.events == n
+    result = finish_feed(feeder, n, bootstrap, topics, p)
     check(result, "at_least_once", bootstrap, topics)
 
 
@@ -175,7 +171,5 @@ def test_static_members_restarted_one_by_one_leave_no_partition_unassigned(clust
     except BaseException:
         feeder.stop()
         raise
-    assert feeder.stop(wait_for_limit=True) == n
-    result = finish(bootstrap, topics, *procs)
-    assert result.events == n
+    result = finish_feed(feeder, n, bootstrap, topics, *procs)
     check(result, "at_least_once", bootstrap, topics)

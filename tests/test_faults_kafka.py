@@ -142,6 +142,15 @@ def finish(bootstrap: str, topics: Topics, *procs: ChildProcessor, timeout_s: fl
     return audit(bootstrap, topics.input, topics.output, topics.dlq)
 
 
+def finish_feed(feeder: Feeder, n: int, bootstrap: str, topics: Topics, *procs: ChildProcessor) -> Audit:
+    """Let the feeder send all its ``n`` events and see them acknowledged, then :func:`finish`:
+    the audit must count exactly those ``n`` input events."""
+    assert feeder.stop(wait_for_limit=True) == n
+    result = finish(bootstrap, topics, *procs)
+    assert result.events == n
+    return result
+
+
 def check(result: Audit, guarantee: str, bootstrap: str, topics: Topics, ordered: bool = True) -> None:
     """Nothing lost; first predictions in input order per partition (unless outputs had to be
     produced again after failed deliveries: ``ordered=False``); exactly-once: no duplicate."""
@@ -184,9 +193,7 @@ def test_sigkill_three_times_during_50k_events(bootstrap: str, topics: Topics, t
     except BaseException:
         feeder.stop()
         raise
-    assert feeder.stop(wait_for_limit=True) == n
-    result = finish(bootstrap, topics, p)
-    assert result.events == n
+    result = finish_feed(feeder, n, bootstrap, topics, p)
     print(f"{guarantee} kills (written, committed): {kills}")
     check(result, guarantee, bootstrap, topics)
     if guarantee == "at_least_once":
@@ -280,8 +287,7 @@ def test_exactly_once_crash_inside_a_commit_resumes_from_the_last_transaction(
     before = committed_total(bootstrap, topics)
     assert 0 < before < n, f"two transactions should have committed part of the input: {before}"
     p = processor(tmp_path, bootstrap, topics, "exactly_once", "p1", processing=fast).start()
-    assert feeder.stop(wait_for_limit=True) == n
-    result = finish(bootstrap, topics, p)
+    result = finish_feed(feeder, n, bootstrap, topics, p)
     check(result, "exactly_once", bootstrap, topics)
 
 

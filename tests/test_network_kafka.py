@@ -29,7 +29,7 @@ from streamer.kafka.broker import LocalCluster, ensure_jars
 from tests.support.faults import wait_until
 from tests.support.proxy import Proxy
 from tests.test_cluster_kafka import cluster_topics, progress_restarting_on_watchdog
-from tests.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish, processor
+from tests.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish_feed, processor
 
 pytestmark = pytest.mark.kafka
 SESSION_TIMEOUT_MS = 6_000  # write_config's: every cut and black hole below outlasts it
@@ -103,9 +103,7 @@ def fault_test(cluster: LocalCluster, network: Network, tmp_path: Path, guarante
     except BaseException:
         feeder.stop()
         raise
-    assert feeder.stop(wait_for_limit=True) == n
-    result = finish(cluster.bootstrap, topics, p)
-    assert result.events == n
+    result = finish_feed(feeder, n, bootstrap, topics, p)
     print(f"{guarantee}: {label} for {FAULT_S} s, committed {at_heal - at_fault} during it, "
           f"progress again {recovery_s:.1f} s after heal, {restarts} watchdog restart(s)")
     check(result, guarantee, bootstrap, topics)

@@ -112,7 +112,10 @@ class _Base:
         self._renewals = 0  # in a row, without a commit in between
 
     def producer_failed(self, err: KafkaError) -> None:
-        broken = fatal_error(err)
+        self._mark_broken(fatal_error(err))
+
+    def _mark_broken(self, broken: ProducerFatalError) -> None:
+        """Renew the producer at the next commit (due now); a fenced one ends the loop at once."""
         if broken.fenced:
             raise broken
         self._broken = broken
@@ -193,7 +196,8 @@ class AtLeastOnce(_Base):
         failures = {f"{tp.topic}[{tp.partition}]": str(tp.error) for tp in result if tp.error}
         accepted = {(tp.topic, tp.partition): tp.offset for tp in result if not tp.error}
         self.tracker.mark_committed(accepted)
-        self._renewals = 0 if accepted else self._renewals
+        if accepted:
+            self._renewals = 0
         return Commit(committed=accepted, attempted=True, error=CommitError(failures) if failures else None,
                       failed_partitions=len(failures))
 
@@ -213,7 +217,8 @@ class AtLeastOnce(_Base):
                 else:
                     failures[f"{tp.topic}[{tp.partition}]"] = str(tp.error or err)
         self.tracker.mark_committed(accepted)
-        self._renewals = 0 if accepted else self._renewals
+        if accepted:
+            self._renewals = 0
         return Commit(committed=accepted, error=CommitError(failures) if failures else None,
                       failed_partitions=len(failures))
 
@@ -250,9 +255,7 @@ class Transactional(_Base):
         try:
             self._txn.begin()
         except ProducerFatalError as exc:  # its outputs fail; the commit (due now) renews it
-            if exc.fenced:
-                raise
-            self._broken = exc
+            self._mark_broken(exc)
 
     def _renew(self, broken: ProducerFatalError) -> Commit:
         commit = super()._renew(broken)
