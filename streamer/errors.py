@@ -122,9 +122,10 @@ class BrokerError(StreamerError):
 
 
 class ProducerFatalError(BrokerError):
-    """The producer instance is unusable (librdkafka's fatal error state). Unless ``fenced`` (a
-    newer instance took over the transactional.id: this one is a zombie and must stop), a fresh
-    producer recovers: the checkpoint makes one and rereads everything uncommitted."""
+    """The producer instance is unusable (librdkafka's fatal error state): a fresh producer
+    recovers, the checkpoint makes one and rereads everything uncommitted. ``fenced``: its epoch is
+    stale (a transaction the coordinator timed out, or a newer instance with the transactional.id);
+    replaced once, and a second fence soon after ends the process (checkpoint.py)."""
 
     def __init__(self, message: str, fenced: bool) -> None:
         super().__init__(message)

@@ -13,7 +13,9 @@ At-least-once is never restarted. Exactly-once may meet librdkafka's send_offset
 hang once the group coordinator was unreachable (librdkafka issues 5456 and 5511: the call waits
 on a stale coordinator past its timeout, even after the network is back); the watchdog then
 exits 70, and the test starts the processor again as its supervisor would, and counts it. Any
-other exit fails the test.
+other exit fails the test. Nor may a transaction the coordinator timed out during the fault end
+the process: librdkafka reports the epoch the coordinator bumped as a fence, and the processor
+replaces its producer once (checkpoint.FENCE_WINDOW_S).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pytest
 
 from streamer.errors import EXIT_WATCHDOG
 from streamer.kafka.broker import LocalCluster, ensure_jars
-from tests.support.faults import wait_until
+from tests.support.faults import ChildProcessor, wait_until
 from tests.support.proxy import Proxy
 from tests.test_cluster_kafka import cluster_topics, progress_restarting_on_watchdog
 from tests.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish_feed, processor
@@ -34,6 +36,9 @@ from tests.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, 
 pytestmark = pytest.mark.kafka
 SESSION_TIMEOUT_MS = 6_000  # write_config's: every cut and black hole below outlasts it
 FAULT_S = 10
+# The coordinator looks for timed-out transactions every second (Kafka's default: 10 s), so one
+# that outlives transaction.timeout.ms during a fault is aborted, and its epoch bumped, in it.
+BROKER = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
 
 
 class Network:
@@ -55,7 +60,7 @@ class Network:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    c = LocalCluster(ensure_jars(), nodes=3, proxied=True)
+    c = LocalCluster(ensure_jars(), nodes=3, proxied=True, properties=BROKER)
     c.start()
     try:
         yield c
@@ -74,14 +79,15 @@ def network(cluster: LocalCluster) -> Iterator[Network]:
 
 def fault_test(cluster: LocalCluster, network: Network, tmp_path: Path, guarantee: str,
                fault: Callable[[Proxy], None], label: str, n: int = 16_000, rate: int = 1_000,
-               progress_during: bool = False) -> None:
+               progress_during: bool = False, processing: dict[str, int] | None = None) -> ChildProcessor:
     """Feed ``n`` events at ``rate``/s; once 2,000 are committed, apply ``fault`` to every proxy
     for FAULT_S seconds, then heal; the processor must stay up, progress again (and, with
     ``progress_during``, commit progress during the fault too), and pass the audit."""
     bootstrap = cluster.bootstrap
     topics = cluster_topics(bootstrap)
     feeder = Feeder(bootstrap, topics, rate=rate, limit=n).start()
-    p = processor(tmp_path, cluster.proxied_bootstrap, topics, guarantee, "p1", static=False).start()
+    p = processor(tmp_path, cluster.proxied_bootstrap, topics, guarantee, "p1", static=False,
+                  processing=processing).start()
     try:
         wait_until(lambda: committed_total(bootstrap, topics) >= 2_000, 120, "2,000 inputs committed", p.tail)
         at_fault = committed_total(bootstrap, topics)
@@ -107,6 +113,7 @@ def fault_test(cluster: LocalCluster, network: Network, tmp_path: Path, guarante
     print(f"{guarantee}: {label} for {FAULT_S} s, committed {at_heal - at_fault} during it, "
           f"progress again {recovery_s:.1f} s after heal, {restarts} watchdog restart(s)")
     check(result, guarantee, bootstrap, topics)
+    return p
 
 
 @pytest.mark.timeout(300)
@@ -116,6 +123,18 @@ def test_a_cut_longer_than_the_session_timeout(cluster: LocalCluster, network: N
     """Every connection reset and new ones refused: the member's session expires, the group
     rebalances without it, in-flight batches and (exactly-once) the open transaction fail."""
     fault_test(cluster, network, tmp_path, guarantee, Proxy.cut, "every connection cut")
+
+
+@pytest.mark.timeout(300)
+def test_a_cut_longer_than_the_transaction_timeout(cluster: LocalCluster, network: Network, tmp_path: Path) -> None:
+    """Exactly-once with transaction.timeout.ms (3 s) well inside the cut: the coordinator aborts
+    the open transaction and bumps the producer's epoch, which librdkafka then reports as fenced.
+    No other instance has the transactional.id, so the processor replaces its producer once and
+    goes on (in CI this took the process down with exit 3 before)."""
+    p = fault_test(cluster, network, tmp_path, "exactly_once", Proxy.cut, "every connection cut, 3 s transactions",
+                   processing={"transaction_timeout_ms": 3_000})
+    log = p.log.read_text()
+    print("producer replaced after a fence:", "the epoch moved on" in log)
 
 
 @pytest.mark.timeout(300)

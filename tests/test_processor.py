@@ -18,6 +18,7 @@ from streamer.errors import BrokerError, ProducerFatalError
 
 from streamer.config import Config, with_overrides
 from streamer.config_file import load_config
+from streamer.kafka.checkpoint import FENCE_WINDOW_S
 from streamer.kafka.clients import KafkaClients
 from streamer.observe.stats import Stats
 from streamer.processor import Processor
@@ -308,18 +309,28 @@ def test_a_fatal_error_callback_replaces_the_producer_at_the_next_commit(guarant
     assert sorted(h.predictions()) == [(0, i) for i in range(4)]  # redone through the new one
 
 
-def test_a_fenced_producer_is_not_replaced_the_loop_ends() -> None:
-    h = Harness(config("exactly_once", max_wait_ms=0))
+def test_a_fenced_producer_is_replaced_once_and_a_second_fence_soon_after_ends_the_loop() -> None:
+    """librdkafka reports any stale epoch as fenced, the coordinator's own bump after a timed-out
+    transaction too: the first fence is survived; fenced again within FENCE_WINDOW_S, another
+    instance holds the transactional.id and the loop ends rather than take it back."""
+    h = Harness(config("exactly_once", max_wait_ms=0, commit_interval_ms=20))
     h.consumer.rebalance("assign", [P0])
-    h.consumer.append(P0, [event(0)])
+    h.consumer.append(P0, [event(i) for i in range(4)])
 
-    def fenced(s: Stats) -> bool:
-        h.error_cb(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
-        return False
+    def fence(s: Stats) -> bool:
+        h.error_cb(KafkaError(KafkaError._FENCED, "fenced: old epoch", fatal=True))
+        return True
+
+    def later(s: Stats) -> bool:
+        h.clock.advance(FENCE_WINDOW_S + 1)  # long after: a transaction timed out again, not a rival
+        return True
 
     with pytest.raises(ProducerFatalError, match="fenced"):
-        h.run(fenced)
-    assert len(h.producers) == 1
+        h.run(fence, lambda s: len(h.producers) == 2 and s.predictions == 4,
+              later, fence, lambda s: len(h.producers) == 3,
+              fence, lambda s: False)  # fenced again at once: a rival instance
+    assert h.producers[1].transactions[0] == "init" and h.producers[1].sent_offsets[-1] == {P0: 4}
+    assert len(h.producers) == 3
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])

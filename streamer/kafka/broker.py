@@ -118,6 +118,7 @@ class LocalKafka:
     # the broker listens on proxied_port and advertises proxy_port, where the proxy listens.
     proxied_port: int = 0
     proxy_port: int = 0
+    properties: dict[str, str] = field(default_factory=dict)  # server.properties added or overridden
 
     @property
     def bootstrap(self) -> str:
@@ -139,7 +140,8 @@ class LocalKafka:
         voters = self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}"
         props.write_text(_server_properties(self.port, self.controller_port, self.workdir / "data",
                                             self.node_id, voters, self.replication,
-                                            (self.proxied_port, self.proxy_port)))
+                                            (self.proxied_port, self.proxy_port))
+                         + "".join(f"{k}={v}\n" for k, v in self.properties.items()))
         cluster_id = self.cluster_id or new_cluster_id()
         # "--cluster-id=": a base64 id can start with "-", which argparse would take for a flag.
         fmt = subprocess.run([*self._java(), "kafka.tools.StorageTool", "format",
@@ -223,6 +225,7 @@ class LocalCluster:
     nodes: int = 3
     members: list[LocalKafka] = field(default_factory=list)
     proxied: bool = False  # give each node a second listener advertised at a proxy's port
+    properties: dict[str, str] = field(default_factory=dict)  # every node's, added or overridden
 
     @property
     def bootstrap(self) -> str:
@@ -245,7 +248,8 @@ class LocalCluster:
         self.members = [LocalKafka(self.libs, port=p, controller_port=c, node_id=i + 1, voters=voters,
                                    cluster_id=cluster_id, replication=self.nodes,
                                    proxied_port=_free_port() if self.proxied else 0,
-                                   proxy_port=_free_port() if self.proxied else 0)
+                                   proxy_port=_free_port() if self.proxied else 0,
+                                   properties=self.properties)
                         for i, (p, c) in enumerate(ports)]
         for m in self.members:
             m.format()

@@ -18,9 +18,14 @@ Both survive a producer that librdkafka declares fatal (its error callback, or a
 answering a fatal error: INVALID_TXN_STATE from an abort after a network cut, librdkafka issue
 4849): at the next commit the producer is replaced with a new one (exactly-once: a new
 ``init_transactions``, which aborts what the old one left open) and everything after the last
-commit is read again. A fenced producer is not replaced: another instance owns the
-transactional.id, so this one stops (:class:`ProducerFatalError`, exit 3). Nor is one that keeps
-failing: after :data:`MAX_RENEWALS` replacements without a commit in between, the process exits.
+commit is read again. A fenced producer is replaced once: librdkafka reports every stale epoch
+as fenced, and the coordinator bumps the epoch itself when it aborts a transaction that outlived
+``transaction.timeout.ms`` (a network cut longer than that), with no other instance involved. A
+second fence within :data:`FENCE_WINDOW_S` means another instance does hold the transactional.id
+and fenced us back: this one stops (:class:`ProducerFatalError`, exit 3) and leaves the id to it.
+The replacement cannot write anything the group has moved past: the offsets of a transaction carry
+the consumer's group generation (KIP-447). Nor is a producer that keeps failing replaced for
+ever: after :data:`MAX_RENEWALS` replacements without a commit in between, the process exits.
 
 Neither calls back into the loop: each returns a :class:`Commit` that says what happened.
 """
@@ -47,6 +52,9 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 Failures = list[tuple[Output, KafkaError]]
 MAX_RENEWALS = 5  # producers replaced in a row without a commit in between; then exit
+# A fence within this long of the previous one ends the process: two instances share the
+# transactional.id and would otherwise take it from each other for ever.
+FENCE_WINDOW_S = 300.0
 
 
 @dataclass
@@ -110,23 +118,32 @@ class _Base:
         self._reports: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
         self._broken: ProducerFatalError | None = None  # the producer is fatal: renew at the commit
         self._renewals = 0  # in a row, without a commit in between
+        self._fenced_at: float | None = None  # when a fenced producer was last replaced
 
     def producer_failed(self, err: KafkaError) -> None:
         self._mark_broken(fatal_error(err))
 
     def _mark_broken(self, broken: ProducerFatalError) -> None:
-        """Renew the producer at the next commit (due now); a fenced one ends the loop at once."""
-        if broken.fenced:
+        """Renew the producer at the next commit (due now); fenced again soon, end the loop at once."""
+        if self._fenced_again(broken):
             raise broken
         self._broken = broken
+
+    def _fenced_again(self, broken: ProducerFatalError) -> bool:
+        return broken.fenced and self._fenced_at is not None and self._clock() - self._fenced_at < FENCE_WINDOW_S
 
     def _renew(self, broken: ProducerFatalError) -> Commit:
         """Replace a fatal producer; everything after the last commit is to be read again (the
         outputs sent through the old one are written off)."""
         self._broken = None
         self._renewals += 1
-        if broken.fenced or self._renewals > MAX_RENEWALS:
+        if self._fenced_again(broken) or self._renewals > MAX_RENEWALS:
             raise broken
+        if broken.fenced:
+            self._fenced_at = self._clock()
+            log.warning("%s: the epoch moved on (a transaction that outlived transaction.timeout.ms, or another "
+                        "instance with this transactional.id); replacing the producer once, a second fence "
+                        "within %.0f s ends the process", broken, FENCE_WINDOW_S)
         log.warning("%s: replacing the producer, reading again from the last commit", broken)
         self._deliveries.renew()
         return Commit(rewind=self.tracker.rewind())

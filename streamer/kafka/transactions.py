@@ -8,9 +8,9 @@ Errors come in three kinds, and anything unclassified counts as fatal:
 - retriable: the same call is tried again, a few times;
 - abortable (``txn_requires_abort``): :class:`TransactionAbortedError`; the caller aborts and
   rewinds its consumer to the last committed positions;
-- fatal: :class:`ProducerFatalError`. Fenced (a newer producer holds the transactional.id), the
-  process exits non-zero; any other fatal state (INVALID_TXN_STATE from an abort after a network
-  cut, librdkafka issue 4849) is left behind with the producer: the checkpoint builds a new one.
+- fatal: :class:`ProducerFatalError`, left behind with the producer: the checkpoint builds a new
+  one (INVALID_TXN_STATE from an abort after a network cut, librdkafka issue 4849; a fence, once
+  within checkpoint.FENCE_WINDOW_S, since a timed-out transaction also fences).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ T = TypeVar("T")
 # this it is the librdkafka hang (issues 5456, 5511: a decommissioned coordinator stays cached and
 # the call waits for a broker state change that may never come): exit 70 then, not after its timeout.
 SEND_OFFSETS_DEADLINE_S = 20.0
-# A newer instance with our transactional.id (or a stale epoch after it): we are the zombie.
+# A stale epoch: a newer instance with our transactional.id, or the coordinator's own bump when it
+# aborted a transaction that outlived transaction.timeout.ms (librdkafka reports both as _FENCED).
 FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
