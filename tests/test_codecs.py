@@ -148,8 +148,9 @@ def test_prediction_schema_round_trip() -> None:
         "scored_at": 1764417600042,
     }
     # run_id is optional with a null default: a record without it still encodes.
-    assert codec.decode(codec.encode(prediction)) == {**prediction, "run_id": None}
-    replayed = {**prediction, "run_id": "backfill-7"}
+    assert codec.decode(codec.encode(prediction)) == {**prediction, "run_id": None, "degraded": False,
+                                                      "degraded_reason": None}
+    replayed = {**prediction, "run_id": "backfill-7", "degraded": True, "degraded_reason": "breaker open"}
     assert codec.decode(codec.encode(replayed)) == replayed
 
 

@@ -507,7 +507,7 @@ def test_golden_prediction() -> None:
     got = encoder().encode(["evt-1"], ["acct-42"], scores, "model", "7", "features", [2], [41],
                            [1764417600000], 1764417600123, None)
     want = bytes.fromhex("0a6576742d310e616363742d3432040000003f000080bf00" "0a6d6f64656c0237"
-                         "106665617475726573" "0452" "80e8dff7d966" "f6e9dff7d966" "00")
+                         "106665617475726573" "0452" "80e8dff7d966" "f6e9dff7d966" "00" "0000")
     assert got == [want]
     row = {"event_id": "evt-1", "entity_id": "acct-42", "topic": "features", "partition": 2, "offset": 41,
            "time": 1764417600000}
@@ -531,7 +531,7 @@ def test_other_prediction_layouts_compile_to_none(change: str) -> None:
     if change == "order":
         fields[0], fields[1] = fields[1], fields[0]
     elif change == "run_id":
-        fields[-1]["type"] = ["string", "null"]
+        next(f for f in fields if f["name"] == "run_id")["type"] = ["string", "null"]
     elif change == "scores":
         fields[2]["type"] = {"type": "array", "items": "double"}
     elif change == "extra":
@@ -556,28 +556,37 @@ def predictions(draw: st.DrawFn) -> tuple[list[dict[str, Any]], np.ndarray, dict
     bits = draw(st.lists(st.integers(0, 2**32 - 1) | specials, min_size=k * n_out, max_size=k * n_out))
     scores = np.array(bits, np.uint32).view(np.float32).reshape(k, n_out)  # NaNs of every kind, -0.0, inf
     common = {"model_name": draw(TEXT), "model_version": draw(TEXT), "scored_at_ms": draw(LONG),
-              "run_id": draw(st.none() | TEXT)}
+              "run_id": draw(st.none() | TEXT), "degraded": draw(st.none() | TEXT)}
     return rows, scores, common, draw(st.booleans())
 
 
+BEFORE_DEGRADED = {**PREDICTION, "fields": [f for f in PREDICTION["fields"]
+                                           if f["name"] not in ("degraded", "degraded_reason")]}
+
+
 @PROPERTY
-@given(predictions(), st.booleans())
-def test_fast_encoding_is_byte_identical_to_fastavro(drawn: Any, per_row_topics: bool) -> None:
+@given(predictions(), st.booleans(), st.booleans())
+def test_fast_encoding_is_byte_identical_to_fastavro(drawn: Any, per_row_topics: bool, older: bool) -> None:
+    """The shipped layout, and the one before the degraded fields (a user's copy of the old
+    schema: fastavro leaves the two fields out, and so must the fast path)."""
     rows, scores, common, as_arrays = drawn
     if not per_row_topics:
         rows = [{**r, "topic": "the-topic"} for r in rows]
-    want = [reference_encode(codec(PREDICTION), r, scores[i], common) for i, r in enumerate(rows)]
+    schema = BEFORE_DEGRADED if older else PREDICTION
+    want = [reference_encode(codec(schema), r, scores[i], common) for i, r in enumerate(rows)]
+    fast = PredictionEncoder.compile(schema)
+    assert fast is not None and fast.degraded_fields is not older
 
     def column(key: str) -> Any:
         values = [r[key] for r in rows]
         fits = all(-(2**63) <= v < 2**63 for v in values)
         return np.array(values, np.int64) if as_arrays and fits else values
 
-    got = encoder().encode([r["event_id"] for r in rows], [r["entity_id"] for r in rows], scores,
-                         common["model_name"], common["model_version"],
-                         [r["topic"] for r in rows] if per_row_topics else "the-topic",
-                         column("partition"), column("offset"), column("time"), common["scored_at_ms"],
-                         common["run_id"])
+    got = fast.encode([r["event_id"] for r in rows], [r["entity_id"] for r in rows], scores,
+                      common["model_name"], common["model_version"],
+                      [r["topic"] for r in rows] if per_row_topics else "the-topic",
+                      column("partition"), column("offset"), column("time"), common["scored_at_ms"],
+                      common["run_id"], common["degraded"])
     assert got == want
 
 

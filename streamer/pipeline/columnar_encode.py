@@ -28,7 +28,9 @@ _LONGEST = 4096  # bytes: a longer string (id, entity, topic) or constant part i
 _LAYOUT = (("event_id", "string"), ("entity_id", "string"), ("scores", ("array", "float")),
            ("model_name", "string"), ("model_version", "string"), ("source_topic", "string"),
            ("source_partition", "int"), ("source_offset", "long"), ("event_time", "long"),
-           ("scored_at", "long"), ("run_id", ("null", "string")))
+           ("scored_at", "long"), ("run_id", ("null", "string")),
+           ("degraded", "boolean"), ("degraded_reason", ("null", "string")))
+_BEFORE_DEGRADED = _LAYOUT[:-2]  # the layout before the degraded fields: still encoded, without them
 
 
 def avro_long(n: int) -> bytes:
@@ -152,21 +154,27 @@ def _ints(values: Sequence[int] | np.ndarray, ok: np.ndarray) -> np.ndarray:
 class PredictionEncoder:
     """Encodes the predictions of a batch with the shipped Prediction schema, for all rows at once."""
 
+    def __init__(self, degraded_fields: bool = True) -> None:
+        self.degraded_fields = degraded_fields  # the schema ends with degraded, degraded_reason
+
     @classmethod
     def compile(cls, output_schema: dict[str, Any]) -> PredictionEncoder | None:
-        """An encoder, or None unless ``output_schema`` has exactly the shipped Prediction layout."""
+        """An encoder, or None unless ``output_schema`` has exactly the shipped Prediction layout
+        (or the one before it, without the degraded fields)."""
         try:
             parsed: Any = fastavro.parse_schema(output_schema)
             fields = tuple((f["name"], _type(f["type"])) for f in parsed["fields"])
         except Exception:  # noqa: BLE001 - not a record schema fastavro takes: no fast path
             return None
-        return cls() if parsed.get("type") == "record" and fields == _LAYOUT else None
+        if parsed.get("type") != "record" or fields not in (_LAYOUT, _BEFORE_DEGRADED):
+            return None
+        return cls(degraded_fields=fields == _LAYOUT)
 
     def encode(self, event_ids: Sequence[str], entity_ids: Sequence[str], scores: np.ndarray,
                model_name: str, model_version: str, source_topic: str | Sequence[str],
                source_partitions: Sequence[int] | np.ndarray, source_offsets: Sequence[int] | np.ndarray,
                event_times: Sequence[int] | np.ndarray, scored_at_ms: int,
-               run_id: str | None = None) -> list[bytes | None]:
+               run_id: str | None = None, degraded: str | None = None) -> list[bytes | None]:
         """One prediction value per row; None where the row needs the reference encoder.
 
         That is a row the reference refuses (a string with a lone surrogate, an integer outside
@@ -198,6 +206,10 @@ class PredictionEncoder:
             if not _INT64[0] <= scored_at < _INT64[1]:
                 raise OverflowError(scored_at)
             tail = avro_long(scored_at) + (b"\0" if run_id is None else b"\2" + avro_string(run_id))
+            if self.degraded_fields:
+                tail += b"\0\0" if degraded is None else b"\1\2" + avro_string(degraded)
+            elif degraded is not None:
+                raise TypeError("the schema has no degraded fields")  # the reference refuses it too
             if len(head) + len(topic) + len(tail) > _LONGEST:
                 raise OverflowError("constant parts too long for the matrix")
         except (UnicodeEncodeError, TypeError, OverflowError):

@@ -176,11 +176,16 @@ class Rows:
 
 
 def prediction_fields(source: SourceRecord, scores: np.ndarray, model_name: str, model_version: str,
-                      scored_at_ms: int, run_id: str | None = None) -> dict[str, Any]:
-    """The prediction record (schemas/prediction.avsc) for one scored source record."""
-    return {
+                      scored_at_ms: int, run_id: str | None = None, degraded: str | None = None) -> dict[str, Any]:
+    """The prediction record (schemas/prediction.avsc) for one scored source record; ``degraded``
+    is the reason the fallback scored it, None for the model's own scores. The degraded fields are
+    left to their defaults unless set, so an output schema from before them still takes the record."""
+    fields = {
         "event_id": source.event_id, "entity_id": source.entity_id, "scores": scores.tolist(),
         "model_name": model_name, "model_version": model_version, "source_topic": source.topic,
         "source_partition": source.partition, "source_offset": source.offset,
         "event_time": source.event_time_ms, "scored_at": scored_at_ms, "run_id": run_id,
     }
+    if degraded is not None:
+        fields.update(degraded=True, degraded_reason=degraded)
+    return fields

@@ -117,26 +117,28 @@ class Stages:
         return self._by_schema_id[head]
 
     def encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
-               model_version: str, scored_at_ms: int,
-               run_id: str | None = None) -> tuple[Rows, list[bytes], list[Reject]]:
+               model_version: str, scored_at_ms: int, run_id: str | None = None,
+               degraded: str | None = None) -> tuple[Rows, list[bytes], list[Reject]]:
         """Prediction values for the scored rows: ``(kept, values, rejects)``, where ``values[j]``
-        is the prediction of row j of ``kept``; rows the model failed on alone are rejects."""
-        kept, values, rejects = self._encode(rows, scores, poison, model_name, model_version, scored_at_ms, run_id)
+        is the prediction of row j of ``kept``; rows the model failed on alone are rejects.
+        ``degraded``: the reason the fallback scored the batch (None: the model did)."""
+        kept, values, rejects = self._encode(rows, scores, poison, model_name, model_version, scored_at_ms, run_id,
+                                             degraded)
         return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects
 
     def _encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
-                model_version: str, scored_at_ms: int,
-                run_id: str | None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
+                model_version: str, scored_at_ms: int, run_id: str | None,
+                degraded: str | None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
         if self.fast_encoder is None:
             return encode_batch(rows, scores, poison, self.encoder, model_name, model_version,
-                                scored_at_ms, run_id)
+                                scored_at_ms, run_id, degraded)
         keep = np.ones(len(rows), bool)
         keep[list(poison)] = False
         kept = np.flatnonzero(keep)
         part = rows if len(kept) == len(rows) else rows.take(kept)
         values = self.fast_encoder.encode(part.event_ids, part.entity_ids, scores[kept], model_name,
                                           model_version, part.source.topics, part.source.partitions,
-                                          part.source.offsets, part.event_times, scored_at_ms, run_id)
+                                          part.source.offsets, part.event_times, scored_at_ms, run_id, degraded)
         if not poison and None not in values:
             return kept, values, []  # type: ignore[return-value]
         out_rows: list[int] = []
@@ -148,7 +150,8 @@ class Stages:
             if value is None:  # poisoned, or the reference's to encode (or refuse)
                 one = rows.take(np.array([i]))
                 got, vals, bad = encode_batch(one, scores[i:i + 1], {0: poison[i]} if i in poison else {},
-                                              self.encoder, model_name, model_version, scored_at_ms, run_id)
+                                              self.encoder, model_name, model_version, scored_at_ms, run_id,
+                                              degraded)
                 rejects.extend(bad)
                 if not len(got):
                     continue
@@ -185,7 +188,7 @@ def decode_batch(messages: Sequence[Any], decoder: Codec,
 
 def encode_batch(rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError],
                  encoder: Codec, model_name: str, model_version: str, scored_at_ms: int,
-                 run_id: str | None = None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
+                 run_id: str | None = None, degraded: str | None = None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
     """The reference: prediction values one by one; rows the model failed on alone are rejects."""
     kept: list[int] = []
     values: list[bytes] = []
@@ -199,7 +202,7 @@ def encode_batch(rows: Rows, scores: np.ndarray, poison: dict[int, InferenceErro
             continue
         try:
             value = encoder.encode(prediction_fields(rows.record(i), scores[i], model_name, model_version,
-                                                     scored_at_ms, run_id))
+                                                     scored_at_ms, run_id, degraded))
         except RecordError as exc:
             rejects.append((exc, message))
             continue
