@@ -24,20 +24,28 @@ IR_VERSION = 9
 MODEL_FILE = "fraud_mlp.onnx"
 
 
-def _weights() -> dict[str, np.ndarray]:
+def _weights(seed: int = SEED, n_features: int = N_FEATURES) -> dict[str, np.ndarray]:
     """The initializers, drawn in a fixed order from one seeded generator (Linear-style [out, in])."""
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(seed)
     return {
-        "fc1.weight": (rng.standard_normal((N_HIDDEN, N_FEATURES)) / np.sqrt(N_FEATURES)).astype(np.float32),
+        "fc1.weight": (rng.standard_normal((N_HIDDEN, n_features)) / np.sqrt(n_features)).astype(np.float32),
         "fc1.bias": (rng.standard_normal(N_HIDDEN) * 0.1).astype(np.float32),
         "fc2.weight": (rng.standard_normal((1, N_HIDDEN)) / np.sqrt(N_HIDDEN)).astype(np.float32),
         "fc2.bias": (rng.standard_normal(1) * 0.1).astype(np.float32),
     }
 
 
-def build_fraud_mlp() -> onnx.ModelProto:
-    """Return the graph features[batch, 32] -> Gemm -> Relu -> Gemm -> Sigmoid -> score[batch, 1]."""
-    weights = _weights()
+def build_fraud_mlp(seed: int = SEED, version: str | None = None, n_features: int = N_FEATURES,
+                    nan_scores: bool = False) -> onnx.ModelProto:
+    """Return the graph features[batch, 32] -> Gemm -> Relu -> Gemm -> Sigmoid -> score[batch, 1].
+
+    The arguments make the variants the hot-reload tests swap in: other weights (``seed``), a
+    declared ``version`` (the metadata property streamer reads), another input width, or a model
+    whose every score is NaN. The defaults give the committed demo model, byte for byte.
+    """
+    weights = _weights(seed, n_features)
+    if nan_scores:
+        weights["fc2.bias"] = np.full(1, np.nan, np.float32)
     nodes = [
         helper.make_node("Gemm", ["features", "fc1.weight", "fc1.bias"], ["fc1.out"], name="fc1", transB=1),
         helper.make_node("Relu", ["fc1.out"], ["relu.out"], name="relu"),
@@ -47,7 +55,7 @@ def build_fraud_mlp() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "fraud_mlp",
-        inputs=[helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", N_FEATURES])],
+        inputs=[helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", n_features])],
         outputs=[helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
         initializer=[numpy_helper.from_array(array, name) for name, array in weights.items()],
     )
@@ -57,8 +65,10 @@ def build_fraud_mlp() -> onnx.ModelProto:
         producer_name="streamer-build-models",
         producer_version="1",
         model_version=1,
-        doc_string=f"Demo fraud scorer: untrained MLP with weights from numpy default_rng({SEED}).",
+        doc_string=f"Demo fraud scorer: untrained MLP with weights from numpy default_rng({seed}).",
     )
+    if version is not None:
+        helper.set_model_props(model, {"version": version})
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     return model

@@ -92,6 +92,7 @@ def _supervise(config_path: str, workers: int) -> int:
     load_config(config_path)  # a bad config fails here once, not in every worker
     supervisor = Supervisor(workers, lambda index: spawn_worker(config_path, index))
     _on_signals(supervisor.stop)
+    signal.signal(signal.SIGHUP, lambda *_: supervisor.forward(signal.SIGHUP))  # reload: every worker
     return supervisor.run()
 
 
@@ -100,6 +101,8 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
     stop_requested: list[bool] = []
     stop: list[Callable[[], None]] = [lambda: stop_requested.append(True)]
     _on_signals(lambda: stop[0]())
+    reload: list[Callable[[], None]] = [lambda: None]  # SIGHUP: load the model again (not: hang up)
+    signal.signal(signal.SIGHUP, lambda *_: reload[0]())
 
     from streamer.commands.run import build_processor
     from streamer.config import redacted
@@ -112,7 +115,7 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
         cfg = for_worker(cfg, worker_index)
     logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
     processor = build_processor(cfg)
-    stop[0] = processor.stop
+    stop[0], reload[0] = processor.stop, processor.reload
     if stop_requested:
         return 0
     processor.run()

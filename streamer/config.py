@@ -107,6 +107,15 @@ class ModelConfig:
     intra_op_threads: int = 1  # 1: no spinning thread pool competing with librdkafka; 0: ONNX Runtime decides
     drift_profile: Path | None = None  # the training features' profile (observe/drift.py); None: no drift metrics
     drift_window_rows: int = 100_000  # the live rows compared with it (a sliding window)
+    reload_check_ms: int = 2_000  # how often model.path is looked at for a new model; 0: on SIGHUP only
+    # Degrade, don't fail (pipeline/serving.py): with a fallback, a failing or slow model trips a
+    # circuit breaker and the fallback scores, its predictions flagged degraded. None: hold and retry.
+    fallback_path: Path | None = None  # a simpler ONNX model, same input width
+    fallback_scores: tuple[float, ...] | None = None  # or a constant output row
+    timeout_ms: int = 0  # a batch slower than this opens the breaker; 0: no limit
+    breaker_failures: int = 3  # failed batches in a row that open it
+    breaker_probe_ms: int = 1_000  # open: the first probe of the model after this, then doubling
+    breaker_probe_max_ms: int = 60_000
 
     def __post_init__(self) -> None:
         _check_types(self, "model")
@@ -114,8 +123,25 @@ class ModelConfig:
             raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
         _at_least(0, "model.intra_op_threads", self.intra_op_threads)
         _at_least(1, "model.drift_window_rows", self.drift_window_rows)
-        _file("model.path", "model", self.path)
+        _at_least(0, "model.reload_check_ms", self.reload_check_ms)
+        _at_least(0, "model.timeout_ms", self.timeout_ms)
+        _at_least(1, "model.breaker_failures", self.breaker_failures)
+        _above(0, "model.breaker_probe_ms", self.breaker_probe_ms)
+        if self.breaker_probe_max_ms < self.breaker_probe_ms:
+            raise ConfigError("model.breaker_probe_max_ms", f"{self.breaker_probe_max_ms} is below "
+                                                            f"model.breaker_probe_ms {self.breaker_probe_ms}")
+        if self.fallback_path is not None and self.fallback_scores is not None:
+            raise ConfigError("model.fallback_scores", "set model.fallback_path or model.fallback_scores, not both")
+        if self.fallback_scores == ():
+            raise ConfigError("model.fallback_scores", "needs at least one score")
+        if not (self.path.is_dir() and model_versions(self.path)):  # a file, or a folder of versions
+            _file("model.path", "model", self.path)
+        _file("model.fallback_path", "fallback model", self.fallback_path)
         _file("model.drift_profile", "drift profile", self.drift_profile)
+
+    @property
+    def fallback(self) -> bool:
+        return self.fallback_path is not None or self.fallback_scores is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +288,19 @@ def _above(low: int, key: str, value: float) -> None:
 def _at_least(low: int, key: str, value: float) -> None:
     if value < low:
         raise ConfigError(key, f"must be >= {low}, got {value}")
+
+
+MODEL_FILE = "model.onnx"  # inside each numbered version folder of a model directory
+
+
+def model_versions(folder: Path) -> dict[int, Path]:
+    """A model directory's versions (Triton's and TF Serving's layout): ``<folder>/<n>/model.onnx``
+    for each whole number n; the highest is the one served."""
+    found = {}
+    for child in folder.iterdir() if folder.is_dir() else ():
+        if child.name.isdigit() and (child / MODEL_FILE).is_file():
+            found[int(child.name)] = child / MODEL_FILE
+    return found
 
 
 def _file(key: str, what: str, path: Path | None) -> None:

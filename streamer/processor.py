@@ -5,9 +5,8 @@ acknowledged its prediction (or its dead letter), and only the contiguous done p
 partition is committed (see kafka/offsets.py). A crash at any instant re-reads what was not
 committed. Exactly-once commits the same progress inside a transaction (kafka/checkpoint.py).
 
-The loop routes; it decides nothing about guarantees (the checkpoint does), blocking (the gate
-does) or counting (accounting does). Its Kafka clients come from :class:`KafkaClients`, so unit
-tests run it against fakes.
+The loop routes; it decides nothing about guarantees (the checkpoint does), blocking (the gate),
+counting (accounting) or the model that scores (serving). Unit tests run it against fake clients.
 """
 
 from __future__ import annotations
@@ -37,9 +36,9 @@ from streamer.observe.progress import ProgressWatch
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch, FlushReason, MicroBatcher
 from streamer.pipeline.codecs import Codec
-from streamer.pipeline.isolate import BatchScorer, IsolationPolicy
-from streamer.pipeline.runner import ModelRunner
 from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.runner import ModelRunner
+from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
@@ -51,8 +50,9 @@ class Processor:
 
     def __init__(self, cfg: Config, runner: ModelRunner, decoder: Codec, encoder: Codec,
                  metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic,
-                 clients: KafkaClients | None = None) -> None:
+                 clients: KafkaClients | None = None, serving: Serving | None = None) -> None:
         self.cfg, self.runner, self.decoder, self.encoder = cfg, runner, decoder, encoder
+        self._serving = serving or Serving(cfg, runner, clock)  # reloads, and a fallback, when given
         self.stats = Stats()
         self._observed = metrics is not None  # librdkafka statistics feed the lag metrics
         self._account = Accounting(self.stats, metrics, cfg, runner.n_features)  # drift: runner's width
@@ -64,10 +64,7 @@ class Processor:
         self._assigned: set[tuple[str, int]] = set()
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
-        p = cfg.processing
-        self._scorer = BatchScorer(runner, IsolationPolicy(max_poison_fraction=p.max_poison_fraction),
-                                   p.broken_after_failed_batches)
-        self._gate = Gate(p.retry_backoff_ms / 1000.0, p.retry_backoff_max_ms / 1000.0, clock)
+        self._gate = Gate(cfg.processing.retry_backoff_ms / 1e3, cfg.processing.retry_backoff_max_ms / 1e3, clock)
         self._range: ReadRange | None = None
         self.commit_metadata: Callable[[tuple[str, int]], str] | None = None  # kept with commits
         self.run_id: str | None = None  # replay runs stamp their predictions
@@ -119,6 +116,10 @@ class Processor:
         finally:
             self._close()
 
+    def reload(self) -> None:
+        """Load the model again between two batches (SIGHUP). Signal-safe."""
+        self._serving.ask_reload()
+
     def stop(self) -> None:
         """Ask the loop to finish: it flushes, waits for acks, commits and closes. Signal-safe,
         and kept when it comes during start-up (the loop then never turns)."""
@@ -127,8 +128,8 @@ class Processor:
     # ---- steps ----------------------------------------------------------------------------
 
     def _open(self) -> None:
-        self.runner.warm_up(self.cfg.batching.max_size)
-        self._account.started(self.runner.provider)
+        self._serving.warm_up()
+        self._account.started(self._serving.provider, self._serving.version)
         room = (self._clients.ensure_topic(self._dlq_topic, self.cfg.input.topics[0])
                 if self.cfg.processing.create_dead_letter_topic else None)  # the largest dead letter
         kind = CHECKPOINTS[self.cfg.processing.guarantee]  # the one place the guarantee is read
@@ -183,6 +184,7 @@ class Processor:
 
     def _infer_and_produce(self) -> None:
         """Score queued batches in order; stop at one the model cannot take (then retry later)."""
+        self._account.reloaded(self._serving.poll())  # a new model version goes in between batches
         while self._queue and self._gate.model_may_run():
             outputs = self._score(self._queue[0])
             if outputs is None:
@@ -296,16 +298,15 @@ class Processor:
         """Predictions for a batch (its rejects go to dead letters); None while the model is held."""
         started = time.perf_counter()
         try:
-            scored = self._scorer.score(batch.rows.features)
+            out = self._serving.score(batch.rows.features)
         except ModelBrokenError as exc:
             self._gate.hold_model(str(exc))
             return None
-        self._account.scored(batch, time.perf_counter() - started, scored.calls, scored.bisections,
-                             self.runner.provider)
+        self._account.scored(batch, time.perf_counter() - started, out, self._serving.breaker.code)
         self._gate.model_answered()
-        m = self.cfg.model
-        rows, values, rejects = self._stages.encode(batch.rows, scored.scores, scored.poison, m.name, m.version,
-                                                    int(time.time() * 1000), self.run_id)
+        rows, values, rejects = self._stages.encode(batch.rows, out.scored.scores, out.scored.poison,
+                                                    self.cfg.model.name, out.version, int(time.time() * 1000),
+                                                    self.run_id, out.degraded)
         for error, message in rejects:
             self._dead_letter(error, message)
         return Predictions(self.cfg.output.topic, values, rows)
@@ -338,11 +339,10 @@ class Processor:
 
     def _dead_letter(self, error: RecordError, message: Message) -> None:
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
-                                         model_name=self.cfg.model.name, model_version=self.cfg.model.version)])
+                                         model_name=self.cfg.model.name, model_version=self._serving.version)])
 
     def _on_client_error(self, err: KafkaError) -> None:
-        """librdkafka's error callback: a fatal producer error goes to the checkpoint, which
-        replaces the producer at its next commit (or raises, when fenced: the loop ends)."""
+        """librdkafka's error callback: a fatal producer error goes to the checkpoint (which replaces it)."""
         if not err.fatal():
             log.warning("producer: %s", err)
         elif self.checkpoint is not None:  # (before it exists, init_transactions raises it)

@@ -93,6 +93,18 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
      "Share of each feature's values in the drift window below the smallest or above the largest "
      "value of the training profile.", "percentunit",
      [q("max by (feature) (streamer_feature_out_of_range_ratio{SEL})", "{{feature}}")]),
+    ("Degraded predictions",
+     "Share of predictions scored by the fallback (model.fallback_*) while the model's circuit breaker "
+     "was open or the model failed on the batch, and the breaker's state per processor: 0 closed, "
+     "1 half-open (probing the model), 2 open.", "percentunit",
+     [q("sum(rate(streamer_degraded_predictions_total{SEL}[RATE])) / "
+        "clamp_min(sum(rate(streamer_predictions_produced_total{SEL}[RATE])), 1e-9)", "degraded share"),
+      q("max by (instance) (streamer_model_breaker_state{SEL}) / 2", "breaker {{instance}} (1 = open)")]),
+    ("Model versions and reloads",
+     "The model version each processor serves (hot reload swaps it between two batches) and the "
+     "reloads that were swapped in or refused (a file that failed to load or its checks).", "short",
+     [q("count by (version) (streamer_model_info{SEL})", "serving v{{version}}"),
+      q("sum by (result) (increase(streamer_model_reloads_total{SEL}[RATE]))", "reloads {{result}}")]),
     ("Health",
      "Healthy is 0 while a processor is blocked (model failing, outputs unwritable, registry "
      "away); stalled partitions have work and no progress; paused partitions wait on a block.",

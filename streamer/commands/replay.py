@@ -133,8 +133,8 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
     rcfg = replace(
         cfg, input=replace(cfg.input, group_id=group),
         output=replace(cfg.output, topic=output_topic),
-        model=replace(cfg.model, path=model_path or cfg.model.path,
-                      version=model_version or cfg.model.version),
+        model=replace(cfg.model, path=model_path or cfg.model.path,  # one model for the whole run
+                      version=model_version or cfg.model.version, reload_check_ms=0),
         batching=replace(cfg.batching,
                          max_size=cfg.batching.max_size if batch_size is None else batch_size,
                          max_wait_ms=cfg.batching.max_wait_ms if max_wait_ms is None else max_wait_ms),

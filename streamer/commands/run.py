@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
 from streamer.pipeline.runner import ModelRunner, OnnxRunner
+from streamer.pipeline.serving import Fallback, Serving, served_file
 
 REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -43,9 +45,27 @@ def output_codec(cfg: Config) -> Codec:
     return AvroCodec(load_schema(path, key="output.schema"))
 
 
-def model_runner(cfg: Config) -> ModelRunner:
+def model_runner(cfg: Config, path: Path | None = None) -> ModelRunner:
+    """The model at ``path`` (default: the one ``model.path`` serves) on the configured devices."""
     m = cfg.model
-    return OnnxRunner(m.path, m.providers, intra_op_threads=m.intra_op_threads)
+    return OnnxRunner(path or served_file(m)[0], m.providers, intra_op_threads=m.intra_op_threads)
+
+
+def serving(cfg: Config, runner: ModelRunner) -> Serving:
+    """``runner`` serving, reloaded from ``model.path``, with the configured fallback."""
+    m = cfg.model
+    fallback = None
+    if m.fallback:
+        schema = load_schema(cfg.output.schema or REPO_SCHEMAS / "prediction.avsc", key="output.schema")
+        if "degraded_reason" not in {f["name"] for f in schema["fields"]}:
+            raise ConfigError("output.schema", "has no degraded and degraded_reason fields (schemas/prediction.avsc "
+                                               "has them): model.fallback_* needs them to flag degraded predictions")
+        runner_of_fallback = None if m.fallback_path is None else model_runner(cfg, m.fallback_path)
+        if runner_of_fallback is not None and runner_of_fallback.n_features != runner.n_features:
+            raise ConfigError("model.fallback_path", f"takes {runner_of_fallback.n_features} features; "
+                                                     f"model.path takes {runner.n_features}")
+        fallback = Fallback(runner_of_fallback, m.fallback_scores)
+    return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback)
 
 
 def build_processor(cfg: Config, runner: ModelRunner | None = None,
@@ -55,7 +75,8 @@ def build_processor(cfg: Config, runner: ModelRunner | None = None,
     if cfg.metrics.enabled or registry is not None:
         registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
-    processor = Processor(cfg, runner or model_runner(cfg), input_codec(cfg), output_codec(cfg), metrics)
+    runner = runner or model_runner(cfg)
+    processor = Processor(cfg, runner, input_codec(cfg), output_codec(cfg), metrics, serving=serving(cfg, runner))
     if cfg.metrics.enabled:
         assert registry is not None
         processor.http = serve_http(cfg, registry, processor.status)

@@ -65,6 +65,12 @@ class Supervisor:
         """Ask every worker to finish (signal-safe: only flips a flag)."""
         self._stopping = True
 
+    def forward(self, signum: int) -> None:
+        """Pass a signal on to every running worker (SIGHUP: reload the model)."""
+        for p in self.workers.values():
+            if p is not None and p.poll() is None:
+                p.send_signal(signum)
+
     def run(self) -> int:
         self.workers = {i: self._spawn(i) for i in range(self.n)}
         log.info("started %d workers", self.n)

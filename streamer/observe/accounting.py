@@ -22,6 +22,7 @@ from streamer.observe.drift import DriftMonitor, Profile
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
+from streamer.pipeline.serving import Outcome, Reload
 
 log = logging.getLogger(__name__)
 DRIFT_REFRESH_S = 1.0
@@ -32,15 +33,28 @@ class Accounting:
     def __init__(self, stats: Stats, metrics: Metrics | None, cfg: Config, n_features: int) -> None:
         self.stats = stats
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
-        self._model, self._output_topic = (cfg.model.name, cfg.model.version), cfg.output.topic
+        self._model, self._output_topic = [cfg.model.name, cfg.model.version, ""], cfg.output.topic
         m = cfg.model  # drift is measured only where it is exported
         self.drift = (DriftMonitor(Profile.load(m.drift_profile, n_features), m.drift_window_rows)
                       if m.drift_profile is not None and metrics is not None else None)
         self._drift_shown = 0.0  # when the drift gauges were last set
 
-    def started(self, provider: str) -> None:
-        self.metrics.model_info.labels(*self._model, provider).set(1)
+    def started(self, provider: str, version: str) -> None:
+        self._model[1:] = version, provider
+        self.metrics.model_info.labels(*self._model).set(1)
         self.metrics.healthy.set(1)
+
+    def reloaded(self, reload: Reload | None) -> None:
+        """A model load ended: swapped in (the info series moves to its version) or refused."""
+        if reload is None:
+            return
+        self.metrics.reloads.labels("refused" if reload.runner is None else "swapped").inc()
+        self.metrics.reload_seconds.observe(reload.seconds)
+        if reload.runner is not None:
+            self.stats.reloads += 1
+            self.metrics.model_info.remove(*self._model)
+            self._model[1:] = reload.version, reload.runner.provider
+            self.metrics.model_info.labels(*self._model).set(1)
 
     def consumed(self, topics: list[str]) -> None:
         """Messages consumed (the topic of each)."""
@@ -50,19 +64,24 @@ class Accounting:
         for topic, count in Counter(topics).items():
             self.metrics.events_consumed.labels(topic).inc(count)
 
-    def scored(self, batch: Batch[Any], seconds: float, calls: int, bisections: int, provider: str) -> None:
-        s, m = self.stats, self.metrics
+    def scored(self, batch: Batch[Any], seconds: float, out: Outcome, breaker: int) -> None:
+        """A batch scored, by the model or (degraded) by the fallback; ``breaker``: its state code."""
+        s, m, scored = self.stats, self.metrics, out.scored
         s.batches += 1
         s.rows_batched += len(batch.rows)
         s.flushes[batch.reason] += 1
-        s.model_calls += calls
-        s.bisections += bisections
+        s.model_calls += scored.calls
+        s.bisections += scored.bisections
         m.batch_size.observe(len(batch.rows))
         m.flushes.labels(batch.reason).inc()
         m.batch_wait.observe(batch.wait_s)
-        m.inference.labels(*self._model, provider).observe(seconds)
-        if bisections:
-            m.bisections.inc(bisections)
+        m.inference.labels(self._model[0], out.version, out.provider).observe(seconds)
+        m.breaker_state.set(breaker)
+        if out.degraded is not None:
+            s.degraded += len(batch.rows)
+            m.degraded.inc(len(batch.rows))
+        if scored.bisections:
+            m.bisections.inc(scored.bisections)
         if self.drift is not None:
             self._watch_drift(batch.rows.features)
 

@@ -19,6 +19,7 @@ from streamer.pipeline.batcher import FlushReason
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
 FAST_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+RELOAD_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 E2E_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -81,6 +82,14 @@ class Metrics:
         self.feature_out_of_range = Gauge(f"{p}_feature_out_of_range_ratio", "Share of a feature's values in "
                                           "the drift window outside the reference range", ["feature"],
                                           registry=registry)
+        self.degraded = Counter(f"{p}_degraded_predictions", "Rows scored by the fallback (model.fallback_*), "
+                                "flagged degraded", registry=registry)
+        self.breaker_state = Gauge(f"{p}_model_breaker_state", "The model's circuit breaker: 0 closed, "
+                                   "1 half-open (probing), 2 open (the fallback scores)", registry=registry)
+        self.reloads = Counter(f"{p}_model_reloads", "Model versions loaded while running, by result "
+                               "(swapped, refused)", ["result"], registry=registry)
+        self.reload_seconds = Histogram(f"{p}_model_reload_seconds", "From a model change seen (or SIGHUP) to "
+                                        "its swap or refusal", buckets=RELOAD_SECONDS, registry=registry)
         self.build_info = Gauge(f"{p}_build_info", "streamer and runtime versions (value is 1)",
                                 ["version", "python", "librdkafka"], registry=registry)
         self.build_info.labels(__version__, platform.python_version(), confluent_kafka.libversion()[0]).set(1)
@@ -92,6 +101,8 @@ class Metrics:
             self.flushes.labels(reason)
         for kind in ("assign", "revoke", "lost"):
             self.rebalances.labels(kind)
+        for result in ("swapped", "refused"):
+            self.reloads.labels(result)
 
 
 class NullMetric:
@@ -101,6 +112,9 @@ class NullMetric:
 
     def labels(self, *_values: object, **_labels: object) -> NullMetric:
         return self
+
+    def remove(self, *_values: object) -> None:
+        pass
 
     def inc(self, amount: float = 1) -> None:
         pass

@@ -23,6 +23,8 @@ class Stats:
     flushes: Counter[str] = field(default_factory=Counter)
     bisections: int = 0
     model_calls: int = 0
+    degraded: int = 0  # rows the fallback scored
+    reloads: int = 0  # model versions swapped in while running
     latencies_ms: list[float] = field(default_factory=list)
     commits: int = 0
     first_event_at: float | None = None  # monotonic time of the first consumed event

@@ -85,6 +85,8 @@ class OnnxRunner:
                 f"model {self.path.name} needs one input [batch, n_features]; it has {found}"
             )
         self._input, self._output, self._n_features = inputs[0].name, outputs[0].name, shape[1]
+        # The version the file declares (ONNX metadata property "version"), for hot reloads.
+        self.declared_version: str | None = self._session.get_modelmeta().custom_metadata_map.get("version")
         note = ""
         if "cuda" in providers and self._provider != _PROVIDERS["cuda"]:
             note = " (CUDA requested but not available)"

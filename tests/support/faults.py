@@ -45,7 +45,7 @@ EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
 def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: str, group: str,
                  guarantee: str, instance: str | None = None, kafka: dict[str, Any] | None = None,
                  processing: dict[str, Any] | None = None, batching: dict[str, Any] | None = None,
-                 metrics_port: int | None = None) -> Path:
+                 metrics_port: int | None = None, model: dict[str, Any] | None = None) -> Path:
     """The example config with these topics, group and guarantee, written to ``path``."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["kafka"] = {"bootstrap.servers": bootstrap, "session.timeout.ms": 6000,
@@ -61,6 +61,7 @@ def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: 
         doc["metrics"] = {"enabled": True, "host": "127.0.0.1", "port": metrics_port}
     for section, key in (("input", "schema"), ("model", "path"), ("output", "schema")):
         doc[section][key] = str((EXAMPLE.parent / doc[section][key]).resolve())
+    doc["model"].update(model or {})
     path.write_text(yaml.safe_dump(doc))
     return path
 

@@ -1,0 +1,296 @@
+"""The model that scores: swapped for a new version without a restart, and degraded, not stopped.
+
+One :class:`Serving` per processor; the loop calls :meth:`Serving.score` for each batch and
+:meth:`Serving.poll` between batches, and never touches a runner itself.
+
+- **Hot reload.** ``model.path`` is a file, or a folder of numbered versions (``<n>/model.onnx``,
+  the highest served). Every ``model.reload_check_ms`` its state is looked at; a change that has
+  held still for one look (a copy in progress is not loaded half-written), or a SIGHUP, starts a
+  load in a thread beside the serving model. The candidate must take the same input width, warm
+  up, and answer a batch of zeros and the last live batch with finite scores of the serving
+  width; then :meth:`poll` swaps it in between two batches, and predictions name its version from
+  the first batch it scores. A candidate that fails any of this is refused and logged: the old
+  model keeps scoring. A version is the folder's number, else the ONNX metadata property
+  ``version``, else ``<model.version>+<first 8 hex digits of the file's SHA-256>``.
+- **Degrade, don't fail.** With ``model.fallback_path`` (a simpler ONNX model) or
+  ``model.fallback_scores`` (a constant row), a :class:`Breaker` guards the model: a batch the
+  model fails (the isolate.py verdict: broken, not poison rows) is scored by the fallback and
+  counts as a failure; ``model.breaker_failures`` in a row, or one batch slower than
+  ``model.timeout_ms``, open it. While open, the fallback scores every batch, flagged degraded
+  with the reason; after ``model.breaker_probe_ms`` (doubling per failed probe, up to
+  ``model.breaker_probe_max_ms``) one batch probes the model (half-open), and a success closes it.
+  Without a fallback the model's failure goes up as before (the loop holds the batch and retries).
+
+Worked example (failures 3, probe 1 s): batches 1-3 fail -> each is scored by the fallback,
+degraded; after batch 3 the breaker is open; batches in the next second never reach the model;
+the first batch after it probes: it fails -> open again for 2 s; the next probe succeeds ->
+closed, and the model's own scores go out again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from streamer.config import Config, ModelConfig, model_versions
+from streamer.errors import InferenceError, ModelBrokenError
+from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
+from streamer.pipeline.runner import ModelRunner
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], float]
+
+
+def served_file(m: ModelConfig) -> tuple[Path, str | None]:
+    """The file to load for ``model.path`` and the version its place gives (a folder's number)."""
+    versions = model_versions(m.path)
+    if versions:
+        n = max(versions)
+        return versions[n], str(n)
+    return m.path, None
+
+
+def _state(m: ModelConfig) -> tuple[str, int, int, int]:
+    """What tells that ``model.path`` changed: the served file and its inode, size and mtime."""
+    path, _ = served_file(m)
+    try:
+        st = path.stat()
+    except OSError:
+        return str(path), -1, -1, -1
+    return str(path), st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class Breaker:
+    """A circuit breaker: closed (the model scores), open (the fallback does), half-open (one probe)."""
+
+    CLOSED, HALF_OPEN, OPEN = "closed", "half_open", "open"
+
+    def __init__(self, failures: int, probe_s: float, probe_max_s: float, clock: Clock) -> None:
+        self._limit, self._first, self._max, self._clock = failures, probe_s, probe_max_s, clock
+        self.state, self.reason = self.CLOSED, ""
+        self._failed, self._wait, self._probe_at = 0, probe_s, 0.0
+
+    def allow(self) -> bool:
+        """May the model score the next batch? An open breaker turns half-open when a probe is due."""
+        if self.state == self.OPEN and self._clock() >= self._probe_at:
+            self.state = self.HALF_OPEN
+        return self.state != self.OPEN
+
+    def succeeded(self) -> None:
+        if self.state != self.CLOSED:
+            log.warning("model breaker closed: the model answers again")
+        self.state, self.reason, self._failed, self._wait = self.CLOSED, "", 0, self._first
+
+    def failed(self, reason: str, at_once: bool = False) -> None:
+        self._failed += 1
+        self.reason = reason
+        if self.state == self.HALF_OPEN:  # the probe failed: wait longer before the next
+            self._wait = min(2 * self._wait, self._max)
+            self._open()
+        elif at_once or self._failed >= self._limit:
+            self._open()
+
+    def _open(self) -> None:
+        self.state, self._probe_at = self.OPEN, self._clock() + self._wait
+        log.warning("model breaker open (%s): the fallback scores, next probe in %.1f s", self.reason, self._wait)
+
+    @property
+    def code(self) -> int:
+        """For the gauge: 0 closed, 1 half-open, 2 open."""
+        return (self.CLOSED, self.HALF_OPEN, self.OPEN).index(self.state)
+
+
+class Fallback:
+    """The degraded answer: a simpler model, or the same constant row for every event."""
+
+    def __init__(self, runner: ModelRunner | None, scores: tuple[float, ...] | None) -> None:
+        self.runner = runner
+        self._row = None if scores is None else np.asarray(scores, np.float32).reshape(1, -1)
+
+    def score(self, features: np.ndarray) -> Scored:
+        if self.runner is None:
+            assert self._row is not None
+            return Scored(scores=np.repeat(self._row, len(features), axis=0), calls=0)
+        return Scored(scores=self.runner.run(features), calls=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One batch's scores and who made them; ``degraded`` is the reason the fallback did."""
+
+    scored: Scored
+    version: str
+    provider: str
+    degraded: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reload:
+    """What came of a load: ``runner`` swapped in, or ``refused`` with the reason."""
+
+    file: Path
+    version: str
+    seconds: float  # from the change first seen (or SIGHUP) to the swap, or to the refusal
+    runner: ModelRunner | None = None
+    refused: str | None = None
+
+
+class Serving:
+    """The serving model, its reloads, and its fallback behind a breaker."""
+
+    def __init__(self, cfg: Config, runner: ModelRunner, clock: Clock,
+                 load: Callable[[Path], ModelRunner] | None = None, fallback: Fallback | None = None,
+                 version: str | None = None) -> None:
+        m, p = cfg.model, cfg.processing
+        self.runner, self.version = runner, version or served_file(m)[1] or m.version
+        self._m, self._clock, self._load, self._rows = m, clock, load, cfg.batching.max_size
+        self._policy = IsolationPolicy(max_poison_fraction=p.max_poison_fraction)
+        self._broken_after = p.broken_after_failed_batches
+        self._scorer = BatchScorer(runner, self._policy, self._broken_after)
+        self.fallback = fallback
+        self.breaker = Breaker(m.breaker_failures, m.breaker_probe_ms / 1000, m.breaker_probe_max_ms / 1000, clock)
+        self._timeout_s = m.timeout_ms / 1000
+        self._width = 0  # the serving model's output width, once known
+        self._last: np.ndarray | None = None  # the last live batch: a candidate's probe
+        self._seen, self._changed = _state(m), None  # model.path as served, and a change seen once
+        self._changed_at = 0.0
+        self._next_look = clock() + m.reload_check_ms / 1000
+        self._asked = False  # SIGHUP
+        self._loading: threading.Thread | None = None
+        self._loaded: Reload | None = None
+        self._since = 0.0  # when the change being loaded was seen
+
+    @property
+    def provider(self) -> str:
+        return self.runner.provider
+
+    def warm_up(self) -> None:
+        """Warm the model (and the fallback model) up; a model failing already is scored later."""
+        self.runner.warm_up(self._rows)
+        if self.fallback is not None and self.fallback.runner is not None:
+            self.fallback.runner.warm_up(self._rows)
+
+    # ---- scoring --------------------------------------------------------------------------
+
+    def score(self, features: np.ndarray) -> Outcome:
+        """Score one batch. Raises ModelBrokenError when the model is failing and no fallback
+        (or a failing one) can stand in: the loop holds the batch and retries it later."""
+        self._last = features
+        if self.fallback is None:
+            return self._scored(self._scorer.score(features))
+        if not self.breaker.allow():
+            return self._degraded(features, self.breaker.reason)
+        started = self._clock()
+        try:
+            scored = self._scorer.score(features)
+        except ModelBrokenError as exc:
+            self.breaker.failed(f"model failing: {exc}")
+            return self._degraded(features, self.breaker.reason)
+        took = self._clock() - started
+        if self._timeout_s and took > self._timeout_s:  # its scores are good; the next ones wait
+            self.breaker.failed(f"a batch took {took * 1000:.0f} ms, over model.timeout_ms", at_once=True)
+        else:
+            self.breaker.succeeded()
+        return self._scored(scored)
+
+    def _scored(self, scored: Scored) -> Outcome:
+        if len(scored.poison) < len(scored.scores):  # the serving width: what a candidate must give
+            self._width = scored.scores.shape[1]
+        return Outcome(scored, self.version, self.provider)
+
+    def _degraded(self, features: np.ndarray, reason: str) -> Outcome:
+        assert self.fallback is not None
+        try:
+            scored = self.fallback.score(features)
+        except InferenceError as exc:
+            raise ModelBrokenError(f"{reason}; and the fallback fails too: {exc}") from exc
+        return Outcome(scored, self.version, "fallback", degraded=reason)
+
+    # ---- reloads --------------------------------------------------------------------------
+
+    def ask_reload(self) -> None:
+        """Load ``model.path`` again at the next poll, changed or not (SIGHUP). Signal-safe."""
+        self._asked = True
+
+    def poll(self) -> Reload | None:
+        """Between batches: swap in a checked candidate, or report a refused one; start a load
+        when ``model.path`` changed (and held still for one look) or a reload was asked for."""
+        if self._loading is not None:
+            if self._loading.is_alive():
+                return None
+            self._loading, done, self._loaded = None, self._loaded, None
+            assert done is not None
+            return self._finish(done)
+        now = self._clock()
+        if not self._asked and (not self._m.reload_check_ms or now < self._next_look):
+            return None
+        self._next_look = now + self._m.reload_check_ms / 1000
+        state = _state(self._m)
+        if self._asked or state != self._seen and state == self._changed:
+            since = now if self._asked else self._changed_at
+            self._asked, self._seen, self._changed = False, state, None
+            self._start(since)
+        elif state != self._seen:
+            self._changed, self._changed_at = state, now  # loaded at the next look if it holds still
+        return None
+
+    def _start(self, since: float) -> None:
+        if self._load is None:
+            log.warning("model reload asked for, but this processor cannot load models")
+            return
+        self._since = since
+        file, version = served_file(self._m)
+        probes = [np.zeros((self._rows, self.runner.n_features), np.float32)]
+        if self._last is not None:
+            probes.append(np.array(self._last, np.float32, copy=True))
+        log.info("loading %s beside the serving model (version %s)", file, self.version)
+        self._loading = threading.Thread(target=self._candidate, args=(file, version, probes, since),
+                                         name="model-reload", daemon=True)
+        self._loading.start()
+
+    def _candidate(self, file: Path, version: str | None, probes: list[np.ndarray], since: float) -> None:
+        """In the loading thread: load, warm up and check one candidate; never raises."""
+        assert self._load is not None
+        runner: ModelRunner | None = None
+        try:
+            runner = self._load(file)
+            refused = self._check(runner, probes)
+            version = version or getattr(runner, "declared_version", None) or self._digest(file)
+        except Exception as exc:  # noqa: BLE001 - whatever a broken file does, the old model stays
+            refused = f"{type(exc).__name__}: {exc}"
+        self._loaded = Reload(file, version or "?", self._clock() - since,
+                              runner=None if refused else runner, refused=refused)
+
+    def _check(self, runner: ModelRunner, probes: list[np.ndarray]) -> str | None:
+        if runner.n_features != self.runner.n_features:
+            return f"it takes {runner.n_features} features; the serving model takes {self.runner.n_features}"
+        runner.warm_up(self._rows)
+        for probe in probes:
+            out = runner.run(probe)
+            if out.shape != (len(probe), self._width or out.shape[1]):
+                return f"it answers {len(probe)} rows with shape {out.shape}; expected ({len(probe)}, {self._width})"
+            if not np.isfinite(out).all():
+                return f"it gives non-finite scores on a probe of {len(probe)} rows"
+        return None
+
+    def _digest(self, file: Path) -> str:
+        return f"{self._m.version}+{hashlib.sha256(file.read_bytes()).hexdigest()[:8]}"
+
+    def _finish(self, done: Reload) -> Reload:
+        done = replace(done, seconds=self._clock() - self._since)
+        if done.runner is None:
+            log.warning("refused the model at %s (the serving version %s goes on): %s",
+                        done.file, self.version, done.refused)
+            return done
+        self.runner, self.version = done.runner, done.version
+        self._scorer = BatchScorer(done.runner, self._policy, self._broken_after)
+        self.breaker.succeeded()  # a new model starts with a closed breaker
+        log.warning("model version %s swapped in from %s, %.2f s after the change", done.version, done.file,
+                    done.seconds)
+        return done

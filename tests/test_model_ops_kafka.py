@@ -1,0 +1,186 @@
+"""Model operations on a live stream, on a real broker: hot reload, and degrade-don't-fail.
+
+Hot reload runs `streamer run` as a child process on a model file in the test's folder: a new
+version is renamed over it mid-stream, then garbage is written over it. Every event must have
+exactly one prediction, each partition's predictions switch version once (at one batch boundary:
+no prediction of the old version is scored after one of the new), and the garbage is refused
+while scoring goes on.
+
+The breaker test runs the processor in this process around the real ONNX model wrapped so that
+the test can make it fail mid-stream and recover; the fallback is a constant score.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from streamer.commands.run import build_processor, model_runner
+from streamer.config import with_overrides
+from streamer.errors import InferenceError
+from streamer.pipeline.codecs import AvroCodec, load_schema
+from streamer.pipeline.runner import ModelRunner
+from tests.conftest import Topics, make_config
+from tests.support.faults import (ROOT, ChildProcessor, audit, caught_up, read_all, wait_until, write_config,
+                                 written)
+from tests.test_faults_kafka import Feeder, check, finish_feed
+from tests.test_observability_kafka import Running
+from tests.test_serving import write_model
+
+pytestmark = pytest.mark.kafka
+
+
+def predictions(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    decoder = AvroCodec(load_schema(ROOT / "schemas" / "prediction.avsc"))
+    # (check() leaves a b"marker" record after an exactly-once run: it is no prediction)
+    return [decoder.decode(m.value()) for m in read_all(bootstrap, topic) if m.value() != b"marker"]
+
+
+def by_partition(preds: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    lanes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for p in preds:
+        lanes[p["source_partition"]].append(p)
+    return {k: sorted(v, key=lambda p: p["source_offset"]) for k, v in lanes.items()}
+
+
+def runs(values: list[Any]) -> list[Any]:
+    """The values with repeats folded: [a, a, b, b, a] -> [a, b, a]."""
+    return [v for i, v in enumerate(values) if i == 0 or values[i - 1] != v]
+
+
+@pytest.mark.timeout(300)
+def test_a_new_model_version_is_swapped_in_under_a_steady_stream(bootstrap: str, topics: Topics,
+                                                                 tmp_path: Path) -> None:
+    model = write_model(tmp_path / "served" / "fraud.onnx")  # the demo model, version "1" (config)
+    n = 12_000
+    cfg = write_config(tmp_path / "p.yaml", bootstrap=bootstrap, input_topic=topics.input,
+                       output_topic=topics.output, group=topics.group, guarantee="at_least_once",
+                       model={"path": str(model), "version": "1", "reload_check_ms": 200})
+    feeder = Feeder(bootstrap, topics, rate=1_000, limit=n).start()
+    p = ChildProcessor(cfg, tmp_path / "p.log").start()
+    try:
+        wait_until(lambda: written(bootstrap, topics.output) >= 2_000, 120, "2,000 predictions", p.tail)
+        write_model(model, seed=7, version="2")  # renamed into place, as a deploy should
+        p.wait_for_log("model version 2 swapped in")
+        at_swap = written(bootstrap, topics.output)
+        wait_until(lambda: written(bootstrap, topics.output) >= at_swap + 2_000, 120,
+                   "2,000 predictions after the swap", p.tail)
+        model.write_bytes(b"not an ONNX model")  # a broken deploy: refused, version 2 scores on
+        p.wait_for_log("refused the model")
+    except BaseException:
+        feeder.stop()
+        raise
+    result = finish_feed(feeder, n, bootstrap, topics, p)
+    check(result, "at_least_once", bootstrap, topics)
+    assert (result.lost, result.duplicated) == (0, 0), result  # a clean stop: nothing twice
+
+    preds = predictions(bootstrap, topics.output)
+    assert {p["model_version"] for p in preds} == {"1", "2"}
+    for partition, lane in by_partition(preds).items():
+        assert runs([p["model_version"] for p in lane]) == ["1", "2"], partition
+    last_v1 = max(p["scored_at"] for p in preds if p["model_version"] == "1")
+    first_v2 = min(p["scored_at"] for p in preds if p["model_version"] == "2")
+    assert last_v1 <= first_v2  # one boundary for the whole process, not one per partition
+    swap = re.search(r"model version 2 swapped in from .*, ([0-9.]+) s after the change", p.log.read_text())
+    assert swap is not None
+    print(f"hot reload: swapped {float(swap.group(1)):.2f} s after the change (load, warm-up, checks; "
+          f"the change is loaded once it held still for one 200 ms look); "
+          f"v1 {sum(p['model_version'] == '1' for p in preds)}, v2 {sum(p['model_version'] == '2' for p in preds)}")
+
+
+class Switch:
+    """The real model, made to fail while ``failing`` is set (as a model whose GPU went away)."""
+
+    def __init__(self, inner: ModelRunner) -> None:
+        self.inner, self.failing = inner, False
+
+    @property
+    def n_features(self) -> int:
+        return self.inner.n_features
+
+    @property
+    def provider(self) -> str:
+        return self.inner.provider
+
+    def warm_up(self, rows: int) -> None:
+        self.inner.warm_up(rows)
+
+    def run(self, features: np.ndarray) -> np.ndarray:
+        if self.failing:
+            raise InferenceError("CUDA error: an illegal memory access was encountered")
+        return self.inner.run(features)
+
+
+def gauge(registry: CollectorRegistry, name: str) -> float:
+    value = registry.get_sample_value(name)
+    assert value is not None, name
+    return value
+
+
+@pytest.mark.timeout(300)
+def test_a_failing_model_degrades_to_the_fallback_and_comes_back(bootstrap: str, topics: Topics) -> None:
+    cfg = with_overrides(make_config(bootstrap, topics),
+                         model={"fallback_scores": (0.5,), "breaker_failures": 2, "breaker_probe_ms": 200,
+                                "breaker_probe_max_ms": 800})
+    switch = Switch(model_runner(cfg))
+    registry = CollectorRegistry()
+    processor = build_processor(cfg, runner=switch, registry=registry)
+    n = 10_000
+    feeder = Feeder(bootstrap, topics, rate=1_000, limit=n).start()
+    running = Running(processor)
+    try:
+        wait_until(lambda: written(bootstrap, topics.output) >= 2_000, 120, "2,000 predictions")
+        switch.failing = True
+        wait_until(lambda: processor.stats.degraded >= 1_000, 60, "1,000 degraded predictions")
+        assert gauge(registry, "streamer_model_breaker_state") in (1, 2)  # open, or probing
+        switch.failing = False
+        at_recovery = processor.stats.degraded
+        wait_until(lambda: gauge(registry, "streamer_model_breaker_state") == 0, 30, "the breaker to close")
+        assert processor.stats.degraded - at_recovery < 1_000  # closed within a probe or two
+        assert feeder.stop(wait_for_limit=True) == n
+        wait_until(lambda: caught_up(bootstrap, topics.group, topics.input), 120, "every input committed")
+    finally:
+        feeder.stop()
+        running.stop()
+    result = audit(bootstrap, topics.input, topics.output, topics.dlq)
+    assert (result.events, result.lost, result.duplicated) == (n, 0, 0), result
+
+    preds = predictions(bootstrap, topics.output)
+    degraded = [p for p in preds if p["degraded"]]
+    assert len(degraded) == processor.stats.degraded == gauge(registry, "streamer_degraded_predictions_total")
+    assert all(p["scores"] == [0.5] and "model failing" in p["degraded_reason"] for p in degraded)
+    assert not any(p["degraded_reason"] for p in preds if not p["degraded"])
+    for partition, lane in by_partition(preds).items():  # healthy, degraded, healthy again
+        assert runs([p["degraded"] for p in lane]) == [False, True, False], partition
+
+
+@pytest.mark.timeout(180)
+def test_sighup_reloads_the_model_when_looking_is_off(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+    """`model.reload_check_ms: 0`: only SIGHUP loads the new file (as an operator or a deploy hook)."""
+    model = write_model(tmp_path / "served" / "fraud.onnx")
+    n = 6_000
+    cfg = write_config(tmp_path / "p.yaml", bootstrap=bootstrap, input_topic=topics.input,
+                       output_topic=topics.output, group=topics.group, guarantee="exactly_once",
+                       model={"path": str(model), "version": "1", "reload_check_ms": 0})
+    feeder = Feeder(bootstrap, topics, rate=1_000, limit=n).start()
+    p = ChildProcessor(cfg, tmp_path / "p.log").start()
+    try:
+        wait_until(lambda: written(bootstrap, topics.output) >= 1_000, 120, "1,000 predictions", p.tail)
+        write_model(model, seed=3, version="3")
+        p.signal(signal.SIGHUP)
+        p.wait_for_log("model version 3 swapped in")
+    except BaseException:
+        feeder.stop()
+        raise
+    result = finish_feed(feeder, n, bootstrap, topics, p)
+    check(result, "exactly_once", bootstrap, topics)
+    preds = predictions(bootstrap, topics.output)
+    for partition, lane in by_partition(preds).items():
+        assert runs([p["model_version"] for p in lane]) == ["1", "3"], partition
