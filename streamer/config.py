@@ -12,19 +12,14 @@ in :class:`Secret`, which prints as ``***`` and is unwrapped only by :func:`libr
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 import socket
-import types
-import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
-import yaml
-
+from streamer.config_check import above, at_least, check_types, file_exists
 from streamer.errors import ConfigError
 
 Format = Literal["avro", "avro-confluent", "json"]
@@ -57,7 +52,7 @@ class RegistryConfig:
     subject: str | None = None  # subject for encoding; defaults to '<topic>-value'
 
     def __post_init__(self) -> None:
-        _check_types(self, "input.registry")
+        check_types(self, "input.registry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +73,7 @@ class InputConfig:
     registry: RegistryConfig | None = None
 
     def __post_init__(self) -> None:
-        _check_types(self, "input")
+        check_types(self, "input")
         if not self.topics:
             raise ConfigError("input.topics", "needs at least one topic")
         if not all(self.topics):
@@ -89,13 +84,13 @@ class InputConfig:
             raise ConfigError("input.schema", "is required for format 'avro'")
         if self.format == "avro-confluent" and self.registry is None:
             raise ConfigError("input.registry", "is required for format 'avro-confluent'")
-        _above(0, "input.max_message_bytes", self.max_message_bytes)
-        _above(0, "input.consume_max_messages", self.consume_max_messages)
-        _at_least(0, "input.consume_timeout_ms", self.consume_timeout_ms)
+        above(0, "input.max_message_bytes", self.max_message_bytes)
+        above(0, "input.consume_max_messages", self.consume_max_messages)
+        at_least(0, "input.consume_timeout_ms", self.consume_timeout_ms)
         lo, hi = self.feature_min, self.feature_max
         if lo is not None and hi is not None and lo > hi:
             raise ConfigError("input.feature_min", f"{lo} is above input.feature_max {hi}")
-        _file("input.schema", "schema", self.schema)
+        file_exists("input.schema", "schema", self.schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +113,15 @@ class ModelConfig:
     breaker_probe_max_ms: int = 60_000
 
     def __post_init__(self) -> None:
-        _check_types(self, "model")
+        check_types(self, "model")
         if not self.providers:
             raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
-        _at_least(0, "model.intra_op_threads", self.intra_op_threads)
-        _at_least(1, "model.drift_window_rows", self.drift_window_rows)
-        _at_least(0, "model.reload_check_ms", self.reload_check_ms)
-        _at_least(0, "model.timeout_ms", self.timeout_ms)
-        _at_least(1, "model.breaker_failures", self.breaker_failures)
-        _above(0, "model.breaker_probe_ms", self.breaker_probe_ms)
+        at_least(0, "model.intra_op_threads", self.intra_op_threads)
+        at_least(1, "model.drift_window_rows", self.drift_window_rows)
+        at_least(0, "model.reload_check_ms", self.reload_check_ms)
+        at_least(0, "model.timeout_ms", self.timeout_ms)
+        at_least(1, "model.breaker_failures", self.breaker_failures)
+        above(0, "model.breaker_probe_ms", self.breaker_probe_ms)
         if self.breaker_probe_max_ms < self.breaker_probe_ms:
             raise ConfigError("model.breaker_probe_max_ms", f"{self.breaker_probe_max_ms} is below "
                                                             f"model.breaker_probe_ms {self.breaker_probe_ms}")
@@ -135,9 +130,9 @@ class ModelConfig:
         if self.fallback_scores == ():
             raise ConfigError("model.fallback_scores", "needs at least one score")
         if not (self.path.is_dir() and model_versions(self.path)):  # a file, or a folder of versions
-            _file("model.path", "model", self.path)
-        _file("model.fallback_path", "fallback model", self.fallback_path)
-        _file("model.drift_profile", "drift profile", self.drift_profile)
+            file_exists("model.path", "model", self.path)
+        file_exists("model.fallback_path", "fallback model", self.fallback_path)
+        file_exists("model.drift_profile", "drift profile", self.drift_profile)
 
     @property
     def fallback(self) -> bool:
@@ -150,11 +145,11 @@ class BatchingConfig:
     max_wait_ms: int = 20
 
     def __post_init__(self) -> None:
-        _check_types(self, "batching")
+        check_types(self, "batching")
         if not 1 <= self.max_size <= MAX_BATCH_SIZE:
             raise ConfigError("batching.max_size",
                               f"must be between 1 and {MAX_BATCH_SIZE}, got {self.max_size}")
-        _at_least(0, "batching.max_wait_ms", self.max_wait_ms)
+        at_least(0, "batching.max_wait_ms", self.max_wait_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +159,11 @@ class OutputConfig:
     ack_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
-        _check_types(self, "output")
+        check_types(self, "output")
         if not self.topic:
             raise ConfigError("output.topic", "cannot be empty")
-        _above(0, "output.ack_timeout_ms", self.ack_timeout_ms)
-        _file("output.schema", "schema", self.schema)
+        above(0, "output.ack_timeout_ms", self.ack_timeout_ms)
+        file_exists("output.schema", "schema", self.schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,22 +181,54 @@ class ProcessingConfig:
     max_redrives: int = 3  # `streamer dlq redrive` refuses rows redriven this often already
 
     def __post_init__(self) -> None:
-        _check_types(self, "processing")
-        _above(0, "processing.commit_interval_ms", self.commit_interval_ms)
+        check_types(self, "processing")
+        above(0, "processing.commit_interval_ms", self.commit_interval_ms)
         if not 0 < self.max_poison_fraction <= 1:
             raise ConfigError("processing.max_poison_fraction",
                               f"must be in (0, 1], got {self.max_poison_fraction}")
         if self.transaction_timeout_ms <= self.commit_interval_ms:
             raise ConfigError("processing.transaction_timeout_ms",
                               f"must exceed processing.commit_interval_ms ({self.commit_interval_ms})")
-        _at_least(1, "processing.broken_after_failed_batches", self.broken_after_failed_batches)
-        _at_least(1, "processing.retry_backoff_ms", self.retry_backoff_ms)
-        _at_least(1, "processing.retry_backoff_max_ms", self.retry_backoff_max_ms)
+        at_least(1, "processing.broken_after_failed_batches", self.broken_after_failed_batches)
+        at_least(1, "processing.retry_backoff_ms", self.retry_backoff_ms)
+        at_least(1, "processing.retry_backoff_max_ms", self.retry_backoff_max_ms)
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigError("processing.retry_backoff_max_ms",
                               f"must be >= processing.retry_backoff_ms ({self.retry_backoff_ms}), "
                               f"got {self.retry_backoff_max_ms}")
-        _at_least(0, "processing.max_redrives", self.max_redrives)  # 0: never redrive
+        at_least(0, "processing.max_redrives", self.max_redrives)  # 0: never redrive
+
+
+@dataclass(frozen=True, slots=True)
+class ChallengerConfig:
+    """A model scored in shadow beside the champion (``model``): its predictions go to the shadow topic."""
+
+    path: Path
+    name: str
+    version: str
+
+    def __post_init__(self) -> None:
+        check_types(self, "shadow.challengers")
+        if not self.name:
+            raise ConfigError("shadow.challengers", "a challenger's name cannot be empty")
+        file_exists("shadow.challengers", f"challenger {self.name!r} model", self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowConfig:
+    challengers: tuple[ChallengerConfig, ...] = ()
+    topic: str | None = None  # None: '<output.topic>.shadow'
+    flip_threshold: float = 0.5  # a decision is score[0] >= this; a flip is a decision that differs
+    queue_batches: int = 4  # batches waiting per challenger; more and the batch is skipped for it
+
+    def __post_init__(self) -> None:
+        check_types(self, "shadow")
+        names = [c.name for c in self.challengers]
+        if len(set(names)) != len(names):
+            raise ConfigError("shadow.challengers", f"names must be unique, got {names}")
+        if self.topic == "":
+            raise ConfigError("shadow.topic", "cannot be empty (leave it out for '<output.topic>.shadow')")
+        at_least(1, "shadow.queue_batches", self.queue_batches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,11 +240,11 @@ class MetricsConfig:
     stall_timeout_ms: int = 60_000  # work but no commit for this long: unhealthy
 
     def __post_init__(self) -> None:
-        _check_types(self, "metrics")
+        check_types(self, "metrics")
         if not 0 <= self.port <= 65_535:
             raise ConfigError("metrics.port", f"must be between 0 and 65535, got {self.port}")
-        _above(0, "metrics.stats_interval_ms", self.stats_interval_ms)  # 0 would turn stats off
-        _above(0, "metrics.stall_timeout_ms", self.stall_timeout_ms)
+        above(0, "metrics.stats_interval_ms", self.stats_interval_ms)  # 0 would turn stats off
+        above(0, "metrics.stall_timeout_ms", self.stall_timeout_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,11 +256,17 @@ class Config:
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     processing: ProcessingConfig = field(default_factory=ProcessingConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    shadow: ShadowConfig = field(default_factory=ShadowConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kafka, Mapping) or "bootstrap.servers" not in self.kafka:
             raise ConfigError("kafka", KAFKA_NEEDS)
-        _check_types(self, "")
+        check_types(self, "")
+        if self.model.name in {c.name for c in self.shadow.challengers}:
+            raise ConfigError("shadow.challengers", f"a challenger cannot be named like the champion "
+                                                    f"({self.model.name!r})")
+        if shadow_topic(self) in (self.output.topic, dead_letter_topic(self)):
+            raise ConfigError("shadow.topic", f"{shadow_topic(self)!r} is already the output or dead-letter topic")
 
 
 def librdkafka_config(cfg: Config, **overrides: Any) -> dict[str, Any]:
@@ -241,6 +274,10 @@ def librdkafka_config(cfg: Config, **overrides: Any) -> dict[str, Any]:
     out: dict[str, Any] = {k: v.value if isinstance(v, Secret) else v for k, v in cfg.kafka.items()}
     out.update(overrides)
     return out
+
+
+def shadow_topic(cfg: Config) -> str:
+    return cfg.shadow.topic or f"{cfg.output.topic}.shadow"
 
 
 def dead_letter_topic(cfg: Config) -> str:
@@ -275,21 +312,6 @@ def with_overrides(cfg: Config, **sections: Any) -> Config:
     return replace(cfg, **changes)
 
 
-def kind_of(value: Any) -> str:
-    """How an error names a value's type: 'int', 'str', 'nothing'."""
-    return "nothing" if value is None else type(value).__name__
-
-
-def _above(low: int, key: str, value: float) -> None:
-    if not value > low:
-        raise ConfigError(key, f"must be > {low}, got {value}")
-
-
-def _at_least(low: int, key: str, value: float) -> None:
-    if value < low:
-        raise ConfigError(key, f"must be >= {low}, got {value}")
-
-
 MODEL_FILE = "model.onnx"  # inside each numbered version folder of a model directory
 
 
@@ -301,60 +323,3 @@ def model_versions(folder: Path) -> dict[int, Path]:
         if child.name.isdigit() and (child / MODEL_FILE).is_file():
             found[int(child.name)] = child / MODEL_FILE
     return found
-
-
-def _file(key: str, what: str, path: Path | None) -> None:
-    # Files are checked in the type too, not only when loading: a config that exists is valid, so
-    # `replay --model missing.onnx` fails here, with the key named, not in ONNX Runtime later. No
-    # caller builds a config ahead of its files, and a stat per copy is cheap.
-    if path is not None and not path.is_file():
-        raise ConfigError(key, f"no {what} file at {path}")
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _check_types(obj: Any, section: str) -> None:
-    """Each field holds its declared type: ``replace()`` and direct construction take anything."""
-    for f in fields(obj):
-        _check_type(_hints(type(obj))[f.name], getattr(obj, f.name),
-                    f"{section}.{f.name}" if section else f.name)
-
-
-def _check_type(tp: Any, value: Any, key: str) -> None:
-    origin, args = get_origin(tp), get_args(tp)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return
-        first: ConfigError | None = None
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                _check_type(arg, value, key)
-                return
-            except ConfigError as exc:
-                first = first or exc
-        assert first is not None
-        raise first
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(key, f"must be one of {', '.join(map(repr, args))}, got {value!r}")
-    elif origin is tuple:
-        if not isinstance(value, tuple):
-            raise ConfigError(key, f"expected a tuple, got {kind_of(value)}")
-        for n, item in enumerate(value):
-            _check_type(args[0], item, f"{key}[{n}]")
-    elif origin is not None and issubclass(origin, Mapping):
-        if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {kind_of(value)}")
-        for k, item in value.items():
-            _check_type(args[1], item, f"{key}.{k}")
-    elif (isinstance(value, bool) and tp is not bool
-          or not isinstance(value, (int, float) if tp is float else tp)):  # an int is a fine float
-        got = kind_of(value) if value is None else f"{kind_of(value)} {value!r}"
-        raise ConfigError(key, f"expected {_TYPE_NAMES.get(tp, 'a ' + tp.__name__)}, got {got}")
-
-
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-               Path: "a file path"}

@@ -20,7 +20,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
-from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret, kind_of
+from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret
+from streamer.config_check import kind_of
 from streamer.errors import ConfigError
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

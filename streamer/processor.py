@@ -52,7 +52,7 @@ class Processor:
                  metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic,
                  clients: KafkaClients | None = None, serving: Serving | None = None) -> None:
         self.cfg, self.runner, self.decoder, self.encoder = cfg, runner, decoder, encoder
-        self._serving = serving or Serving(cfg, runner, clock)  # reloads, and a fallback, when given
+        self.serving = serving or Serving(cfg, runner, clock)  # reloads, and a fallback, when given
         self.stats = Stats()
         self._observed = metrics is not None  # librdkafka statistics feed the lag metrics
         self._account = Accounting(self.stats, metrics, cfg, runner.n_features)  # drift: runner's width
@@ -77,9 +77,7 @@ class Processor:
         self.checkpoint: Checkpoint = None  # type: ignore[assignment]  # opened by run()
         self.http: Any = None  # the HealthServer, when metrics are served
 
-    @property
-    def healthy(self) -> bool:
-        return not self._gate.blocked
+    healthy = property(lambda self: not self._gate.blocked)
 
     @property
     def unhealthy_reason(self) -> str | None:
@@ -118,7 +116,7 @@ class Processor:
 
     def reload(self) -> None:
         """Load the model again between two batches (SIGHUP). Signal-safe."""
-        self._serving.ask_reload()
+        self.serving.ask_reload()
 
     def stop(self) -> None:
         """Ask the loop to finish: it flushes, waits for acks, commits and closes. Signal-safe,
@@ -128,8 +126,8 @@ class Processor:
     # ---- steps ----------------------------------------------------------------------------
 
     def _open(self) -> None:
-        self._serving.warm_up()
-        self._account.started(self._serving.provider, self._serving.version)
+        self.serving.warm_up()
+        self._account.started(self.serving.provider, self.serving.version)
         room = (self._clients.ensure_topic(self._dlq_topic, self.cfg.input.topics[0])
                 if self.cfg.processing.create_dead_letter_topic else None)  # the largest dead letter
         kind = CHECKPOINTS[self.cfg.processing.guarantee]  # the one place the guarantee is read
@@ -184,7 +182,7 @@ class Processor:
 
     def _infer_and_produce(self) -> None:
         """Score queued batches in order; stop at one the model cannot take (then retry later)."""
-        self._account.reloaded(self._serving.poll())  # a new model version goes in between batches
+        self._account.reloaded(self.serving.poll())  # a new model version goes in between batches
         while self._queue and self._gate.model_may_run():
             outputs = self._score(self._queue[0])
             if outputs is None:
@@ -298,11 +296,11 @@ class Processor:
         """Predictions for a batch (its rejects go to dead letters); None while the model is held."""
         started = time.perf_counter()
         try:
-            out = self._serving.score(batch.rows.features)
+            out = self.serving.score(batch.rows)
         except ModelBrokenError as exc:
             self._gate.hold_model(str(exc))
             return None
-        self._account.scored(batch, time.perf_counter() - started, out, self._serving.breaker.code)
+        self._account.scored(batch, time.perf_counter() - started, out, self.serving.breaker.code)
         self._gate.model_answered()
         rows, values, rejects = self._stages.encode(batch.rows, out.scored.scores, out.scored.poison,
                                                     self.cfg.model.name, out.version, int(time.time() * 1000),
@@ -336,10 +334,11 @@ class Processor:
         if self.deliveries is not None:
             self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
             self.deliveries = None
+        self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
 
     def _dead_letter(self, error: RecordError, message: Message) -> None:
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
-                                         model_name=self.cfg.model.name, model_version=self._serving.version)])
+                                         model_name=self.cfg.model.name, model_version=self.serving.version)])
 
     def _on_client_error(self, err: KafkaError) -> None:
         """librdkafka's error callback: a fatal producer error goes to the checkpoint (which replaces it)."""

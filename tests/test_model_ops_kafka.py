@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
+from collections import Counter
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,14 +25,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from streamer.commands.run import build_processor, model_runner
-from streamer.config import with_overrides
+from streamer.commands.demo import synthetic_events
+from streamer.config import ChallengerConfig, with_overrides
 from streamer.errors import InferenceError
 from streamer.pipeline.codecs import AvroCodec, load_schema
 from streamer.pipeline.runner import ModelRunner
 from tests.conftest import Topics, make_config
 from tests.support.faults import (ROOT, ChildProcessor, audit, caught_up, read_all, wait_until, write_config,
                                  written)
-from tests.test_faults_kafka import Feeder, check, finish_feed
+from tests.test_faults_kafka import Feeder, check, feed, finish_feed
 from tests.test_observability_kafka import Running
 from tests.test_serving import write_model
 
@@ -184,3 +187,76 @@ def test_sighup_reloads_the_model_when_looking_is_off(bootstrap: str, topics: To
     preds = predictions(bootstrap, topics.output)
     for partition, lane in by_partition(preds).items():
         assert runs([p["model_version"] for p in lane]) == ["1", "3"], partition
+
+
+class Stuck:
+    """A challenger that hangs until released (a model on a device that stopped answering)."""
+
+    def __init__(self, inner: ModelRunner) -> None:
+        self.inner, self.release = inner, threading.Event()
+        self.n_features, self.provider = inner.n_features, inner.provider
+
+    def warm_up(self, rows: int) -> None:
+        pass
+
+    def run(self, features: np.ndarray) -> np.ndarray:
+        self.release.wait()
+        return self.inner.run(features)
+
+
+class Raising(Stuck):
+    def run(self, features: np.ndarray) -> np.ndarray:
+        raise InferenceError("challenger: unsupported operator on this device")
+
+
+@pytest.mark.timeout(300)
+def test_challengers_score_in_shadow_and_a_failing_or_hung_one_never_touches_the_champion(
+        bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+    """Three challengers on the same stream: another model (its flips against the champion are
+    known in advance, computed offline on the same events), one that raises on every batch, and
+    one that hangs until the champion has finished everything."""
+    n = 3_000
+    other = write_model(tmp_path / "other.onnx", seed=7, version="2")
+    base = make_config(bootstrap, topics)
+    specs = tuple(ChallengerConfig(path, name, "2") for name, path in
+                  (("other", other), ("raising", other), ("hung", other)))
+    cfg = with_overrides(base, shadow={"challengers": specs, "queue_batches": 1_000})
+    registry = CollectorRegistry()
+    processor = build_processor(cfg, registry=registry)
+    shadow = processor.serving.shadow
+    assert shadow is not None
+    hung = Stuck(shadow.challengers[2].runner)
+    shadow.challengers[1].runner, shadow.challengers[2].runner = Raising(hung.inner), hung
+
+    features = np.array([e["features"] for e in synthetic_events(n, 32, seed=3)], np.float32)
+    champion, challenger = model_runner(cfg).run(features)[:, 0], model_runner(cfg, other).run(features)[:, 0]
+    expected_flips = int(np.count_nonzero((champion >= 0.5) != (challenger >= 0.5)))
+    feed(bootstrap, topics, n)
+
+    def sample(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    running = Running(processor)
+    try:
+        wait_until(lambda: caught_up(bootstrap, topics.group, topics.input), 120, "every input committed")
+        # The champion is done, and the hung challenger has not compared one row: nothing waited on it.
+        assert sample("streamer_shadow_compared_rows_total", challenger="hung") == 0
+        wait_until(lambda: sample("streamer_shadow_compared_rows_total", challenger="other") == n, 60,
+                   "the other challenger to compare every row")
+        hung.release.set()
+        wait_until(lambda: sample("streamer_shadow_predictions_total", challenger="hung") == n, 60,
+                   "the hung challenger, released, to publish")
+    finally:
+        hung.release.set()
+        running.stop()
+    result = audit(bootstrap, topics.input, topics.output, topics.dlq)
+    assert (result.events, result.lost, result.duplicated) == (n, 0, 0), result  # the champion's output, whole
+    assert sample("streamer_shadow_flips_total", challenger="other") == expected_flips
+    assert sample("streamer_shadow_failures_total", challenger="raising", stage="score") > 0
+    assert sample("streamer_shadow_failures_total", challenger="other", stage="skipped") == 0
+    shadow_preds = predictions(bootstrap, f"{topics.output}.shadow")
+    counts = Counter(p["model_name"] for p in shadow_preds)
+    assert counts == {"other": n, "hung": n}, counts
+    assert {p["model_version"] for p in shadow_preds} == {"2"}
+    print(f"shadow: {expected_flips} of {n} decisions flip at 0.5 (challenger seed 7), as counted live; "
+          f"the raising challenger failed {int(sample('streamer_shadow_failures_total', challenger='raising', stage='score'))} batches")

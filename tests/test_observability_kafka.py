@@ -26,7 +26,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from streamer.commands.run import build_processor, input_codec
-from streamer.config import Config, with_overrides
+from streamer.config import ChallengerConfig, Config, with_overrides
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from tests.support.faults import ChildProcessor, write_config
 from streamer.observe.health import HealthServer, Status
@@ -161,8 +161,10 @@ def drift_profile(path: Path) -> Path:
 
 def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: Topics, tmp_path: Path,
                                                       prometheus: Callable[[dict[str, int]], str]) -> None:
-    cfg = with_overrides(observed_config(bootstrap, topics),
-                         model={"drift_profile": drift_profile(tmp_path / "profile.json")})
+    base = observed_config(bootstrap, topics)
+    same = ChallengerConfig(base.model.path, "challenger", "2")  # the champion's own model, in shadow
+    cfg = with_overrides(base, model={"drift_profile": drift_profile(tmp_path / "profile.json")},
+                         shadow={"challengers": (same,)})
     feed(bootstrap, topics, cfg, 2000)
     fed = 2000
     running = Running(build_processor(cfg))
@@ -208,6 +210,9 @@ def test_every_dashboard_panel_and_alert_returns_data(bootstrap: str, topics: To
         mean_s = value(url, "sum(streamer_end_to_end_latency_seconds_sum)"
                             " / sum(streamer_end_to_end_latency_seconds_count)")
         assert 0 < mean_s < 60, mean_s
+        # The challenger is the champion's own model: it agrees on every row it compared.
+        assert value(url, "sum(streamer_shadow_compared_rows_total)") > 0
+        assert value(url, "sum(streamer_shadow_flips_total)") == 0
     finally:
         stop.set()
         lag_thread.join(30)

@@ -15,7 +15,9 @@ from streamer.config_file import config_from_dict
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.pipeline.runner import OnnxRunner
 from streamer.pipeline.serving import Breaker, Fallback, Reload, Serving, served_file
+from streamer.pipeline.records import Messages, Rows
 from streamer.testing import FakeClock, FunctionRunner
+from tests.support.fakes import FakeMessage
 from tests.test_runner import build_models_script
 
 N = 32
@@ -78,6 +80,14 @@ def flaky_serving(model: Path, **keys: object) -> tuple[Serving, Flaky, FakeCloc
 BATCH = np.ones((4, N), np.float32)
 
 
+def rows(features: np.ndarray) -> Rows:
+    """A batch of these feature rows, as consumed from partition 0 of 'in' at offsets 0, 1, ..."""
+    n = len(features)
+    messages = Messages.of([FakeMessage("in", 0, i, b"", key=f"k{i}".encode()) for i in range(n)])
+    return Rows(messages, [f"e{i}" for i in range(n)], [f"a{i}" for i in range(n)],
+                np.arange(n, dtype=np.int64), features)
+
+
 def test_the_breaker_follows_the_worked_example() -> None:
     clock = FakeClock()
     b = Breaker(failures=3, probe_s=1.0, probe_max_s=60.0, clock=clock)
@@ -102,24 +112,24 @@ def test_the_breaker_follows_the_worked_example() -> None:
 
 def test_a_failing_model_is_stood_in_for_by_the_fallback_and_probed_until_it_answers(model: Path) -> None:
     serving, flaky, clock = flaky_serving(model)
-    good = serving.score(BATCH)
+    good = serving.score(rows(BATCH))
     assert good.degraded is None and good.scored.scores[0, 0] == 2.0
     flaky.failing = True
-    outs = [serving.score(BATCH) for _ in range(3)]  # each fails on the model, scored by the fallback
+    outs = [serving.score(rows(BATCH)) for _ in range(3)]  # each fails on the model, scored by the fallback
     assert all(o.degraded and "model failing" in o.degraded for o in outs)
     assert all((o.scored.scores == 0.5).all() and o.scored.scores.shape == (4, 1) for o in outs)
     assert serving.breaker.state == Breaker.OPEN
     calls = flaky.calls
     for _ in range(5):  # open: the model is not asked at all
-        assert serving.score(BATCH).degraded
+        assert serving.score(rows(BATCH)).degraded
     assert flaky.calls == calls
     clock.advance(1.0)
-    assert serving.score(BATCH).degraded and serving.breaker.state == Breaker.OPEN  # the probe failed
+    assert serving.score(rows(BATCH)).degraded and serving.breaker.state == Breaker.OPEN  # the probe failed
     flaky.failing = False
     clock.advance(1.0)
-    assert serving.score(BATCH).degraded  # 2 s now: still open
+    assert serving.score(rows(BATCH)).degraded  # 2 s now: still open
     clock.advance(1.0)
-    back = serving.score(BATCH)  # the probe succeeds: closed
+    back = serving.score(rows(BATCH))  # the probe succeeds: closed
     assert back.degraded is None and serving.breaker.state == Breaker.CLOSED
     assert back.scored.scores[0, 0] == 2.0
 
@@ -127,10 +137,10 @@ def test_a_failing_model_is_stood_in_for_by_the_fallback_and_probed_until_it_ans
 def test_a_batch_over_the_timeout_opens_the_breaker_at_once_and_keeps_its_scores(model: Path) -> None:
     serving, flaky, clock = flaky_serving(model, timeout_ms=100)
     flaky.slow_s = 0.25
-    slow = serving.score(BATCH)
+    slow = serving.score(rows(BATCH))
     assert slow.degraded is None and slow.scored.scores[0, 0] == 2.0
     assert serving.breaker.state == Breaker.OPEN and "over model.timeout_ms" in serving.breaker.reason
-    assert serving.score(BATCH).degraded
+    assert serving.score(rows(BATCH)).degraded
 
 
 def test_without_a_fallback_a_broken_model_is_held_as_before(model: Path) -> None:
@@ -139,7 +149,7 @@ def test_without_a_fallback_a_broken_model_is_held_as_before(model: Path) -> Non
     serving = Serving(config(model), flaky, clock)
     flaky.failing = True
     with pytest.raises(ModelBrokenError):
-        serving.score(BATCH)
+        serving.score(rows(BATCH))
 
 
 def test_a_failing_fallback_holds_the_batch(model: Path) -> None:
@@ -149,7 +159,7 @@ def test_a_failing_fallback_holds_the_batch(model: Path) -> None:
     serving = Serving(config(model, fallback_path=str(model)), flaky, clock, fallback=Fallback(broken, None))
     flaky.failing = True
     with pytest.raises(ModelBrokenError, match="fallback fails too"):
-        serving.score(BATCH)
+        serving.score(rows(BATCH))
 
 
 # ---- hot reload -----------------------------------------------------------------------------
@@ -179,12 +189,12 @@ def next_reload(serving: Serving, clock: FakeClock, looks: int = 5) -> Reload:
 
 def test_a_changed_file_is_loaded_checked_and_swapped_in_with_its_declared_version(model: Path) -> None:
     serving, clock = reloading(config(model))
-    before = serving.score(BATCH).scored.scores
+    before = serving.score(rows(BATCH)).scored.scores
     assert serving.poll() is None
     write_model(model, seed=7, version="2")
     done = next_reload(serving, clock)
     assert done.runner is not None and done.refused is None and done.version == "2"
-    after = serving.score(BATCH)
+    after = serving.score(rows(BATCH))
     assert after.version == "2" and not np.allclose(after.scored.scores, before)
 
 
@@ -208,7 +218,7 @@ def test_a_change_is_loaded_only_once_it_has_held_still_for_one_look(model: Path
 @pytest.mark.parametrize("broken", ["garbage", "width", "nan"])
 def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model: Path, broken: str) -> None:
     serving, clock = reloading(config(model))
-    before = serving.score(BATCH).scored.scores
+    before = serving.score(rows(BATCH)).scored.scores
     if broken == "garbage":
         model.write_bytes(b"this is not an onnx model")
     else:
@@ -216,7 +226,7 @@ def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model
     done = next_reload(serving, clock)
     assert done.runner is None and done.refused
     assert {"garbage": "cannot load", "width": "takes 16 features", "nan": "non-finite"}[broken] in done.refused
-    assert serving.version == "1" and np.array_equal(serving.score(BATCH).scored.scores, before)
+    assert serving.version == "1" and np.array_equal(serving.score(rows(BATCH)).scored.scores, before)
     for _ in range(3):  # the refused file is not tried again until it changes
         clock.advance(0.1)
         assert serving.poll() is None and serving._loading is None
@@ -263,7 +273,7 @@ def test_a_slow_load_keeps_the_old_model_scoring_meanwhile(model: Path) -> None:
     assert serving._loading is not None
     scored_meanwhile = 0
     while (done := serving.poll()) is None:
-        assert serving.score(BATCH).version == "1"
+        assert serving.score(rows(BATCH)).version == "1"
         scored_meanwhile += 1
         assert time.monotonic() - slow_started < 30
     assert scored_meanwhile > 0 and done.version == serving.version == "2"

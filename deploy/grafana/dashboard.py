@@ -105,6 +105,24 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
      "reloads that were swapped in or refused (a file that failed to load or its checks).", "short",
      [q("count by (version) (streamer_model_info{SEL})", "serving v{{version}}"),
       q("sum by (result) (increase(streamer_model_reloads_total{SEL}[RATE]))", "reloads {{result}}")]),
+    ("Shadow: decisions that flip",
+     "Share of the rows both scored on which a challenger's decision (score[0] >= "
+     "shadow.flip_threshold) differs from the champion's, per challenger (shadow.challengers).",
+     "percentunit",
+     [q("sum by (challenger) (rate(streamer_shadow_flips_total{SEL}[RATE])) / "
+        "clamp_min(sum by (challenger) (rate(streamer_shadow_compared_rows_total{SEL}[RATE])), 1e-9)",
+        "{{challenger}}")]),
+    ("Shadow: score difference",
+     "Absolute difference of each challenger's first score from the champion's on the same rows: "
+     "median and 99th percentile.", "none",
+     quantiles("streamer_shadow_abs_diff", by="le, challenger", qs=(0.5, 0.99), legend=" {{challenger}}")),
+    ("Shadow: published and failed",
+     "Shadow predictions acknowledged per second, and a challenger's rows not published, by stage "
+     "(skipped: it lagged and its queue was full; score, encode, produce). The champion never waits "
+     "for a challenger.", "ops",
+     [q("sum by (challenger) (rate(streamer_shadow_predictions_total{SEL}[RATE]))", "{{challenger}} published"),
+      q("sum by (challenger, stage) (rate(streamer_shadow_failures_total{SEL}[RATE]))",
+        "{{challenger}} {{stage}}")]),
     ("Health",
      "Healthy is 0 while a processor is blocked (model failing, outputs unwritable, registry "
      "away); stalled partitions have work and no progress; paused partitions wait on a block.",

@@ -16,7 +16,10 @@ from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
 from streamer.pipeline.runner import ModelRunner, OnnxRunner
+from streamer.kafka.clients import ensure_topic, make_producer
 from streamer.pipeline.serving import Fallback, Serving, served_file
+from streamer.pipeline.stages import Stages
+from streamer.shadow import Shadow
 
 REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -51,7 +54,7 @@ def model_runner(cfg: Config, path: Path | None = None) -> ModelRunner:
     return OnnxRunner(path or served_file(m)[0], m.providers, intra_op_threads=m.intra_op_threads)
 
 
-def serving(cfg: Config, runner: ModelRunner) -> Serving:
+def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None) -> Serving:
     """``runner`` serving, reloaded from ``model.path``, with the configured fallback."""
     m = cfg.model
     fallback = None
@@ -65,7 +68,24 @@ def serving(cfg: Config, runner: ModelRunner) -> Serving:
             raise ConfigError("model.fallback_path", f"takes {runner_of_fallback.n_features} features; "
                                                      f"model.path takes {runner.n_features}")
         fallback = Fallback(runner_of_fallback, m.fallback_scores)
-    return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback)
+    return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback,
+                   shadow=shadow(cfg, runner, metrics))
+
+
+def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None) -> Shadow | None:
+    """The challengers of ``shadow.challengers``, each checked to take the champion's input."""
+    if not cfg.shadow.challengers:
+        return None
+    challengers = []
+    for n, spec in enumerate(cfg.shadow.challengers):
+        runner = model_runner(cfg, spec.path)
+        if runner.n_features != champion.n_features:
+            raise ConfigError(f"shadow.challengers[{n}].path", f"{spec.name!r} takes {runner.n_features} "
+                                                                f"features; the champion takes {champion.n_features}")
+        challengers.append((spec, runner))
+    stages = Stages(JsonCodec(), output_codec(cfg), cfg.input, champion.n_features)  # encodes only
+    return Shadow(cfg, challengers, stages, lambda: make_producer(cfg), metrics,
+                  ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))
 
 
 def build_processor(cfg: Config, runner: ModelRunner | None = None,
@@ -76,7 +96,8 @@ def build_processor(cfg: Config, runner: ModelRunner | None = None,
         registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
     runner = runner or model_runner(cfg)
-    processor = Processor(cfg, runner, input_codec(cfg), output_codec(cfg), metrics, serving=serving(cfg, runner))
+    processor = Processor(cfg, runner, input_codec(cfg), output_codec(cfg), metrics,
+                          serving=serving(cfg, runner, metrics))
     if cfg.metrics.enabled:
         assert registry is not None
         processor.http = serve_http(cfg, registry, processor.status)

@@ -19,6 +19,7 @@ from streamer.pipeline.batcher import FlushReason
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
 FAST_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+DIFF_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 RELOAD_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 E2E_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -90,6 +91,19 @@ class Metrics:
                                "(swapped, refused)", ["result"], registry=registry)
         self.reload_seconds = Histogram(f"{p}_model_reload_seconds", "From a model change seen (or SIGHUP) to "
                                         "its swap or refusal", buckets=RELOAD_SECONDS, registry=registry)
+        ch = ["challenger"]
+        self.shadow_rows = Counter(f"{p}_shadow_compared_rows", "Rows a challenger scored that the champion "
+                                   "scored itself (compared)", ch, registry=registry)
+        self.shadow_flips = Counter(f"{p}_shadow_flips", "Compared rows whose decision (score[0] >= "
+                                    "shadow.flip_threshold) differs from the champion's", ch, registry=registry)
+        self.shadow_abs_diff = Histogram(f"{p}_shadow_abs_diff", "Absolute difference of a challenger's first "
+                                         "score from the champion's, per compared row", ch,
+                                         buckets=DIFF_BUCKETS, registry=registry)
+        self.shadow_predictions = Counter(f"{p}_shadow_predictions", "Shadow predictions acknowledged by the "
+                                          "broker", ch, registry=registry)
+        self.shadow_failures = Counter(f"{p}_shadow_failures", "A challenger's rows not published, by stage "
+                                       "(skipped: its queue was full; score, encode, produce)",
+                                       ["challenger", "stage"], registry=registry)
         self.build_info = Gauge(f"{p}_build_info", "streamer and runtime versions (value is 1)",
                                 ["version", "python", "librdkafka"], registry=registry)
         self.build_info.labels(__version__, platform.python_version(), confluent_kafka.libversion()[0]).set(1)

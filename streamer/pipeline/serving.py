@@ -35,12 +35,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from streamer.config import Config, ModelConfig, model_versions
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
+from streamer.pipeline.records import Rows
 from streamer.pipeline.runner import ModelRunner
 
 log = logging.getLogger(__name__)
@@ -141,19 +143,32 @@ class Reload:
     refused: str | None = None
 
 
+class Beside(Protocol):
+    """Models scored beside the serving one, in shadow (streamer/shadow.py): it hands them each
+    batch it scored and lets them publish between batches."""
+
+    def start(self, rows: int) -> None: ...
+
+    def submit(self, rows: Rows, out: Outcome) -> None: ...
+
+    def pump(self) -> None: ...
+
+    def close(self, timeout_s: float) -> None: ...
+
+
 class Serving:
-    """The serving model, its reloads, and its fallback behind a breaker."""
+    """The serving model, its reloads, its fallback behind a breaker, and its challengers."""
 
     def __init__(self, cfg: Config, runner: ModelRunner, clock: Clock,
                  load: Callable[[Path], ModelRunner] | None = None, fallback: Fallback | None = None,
-                 version: str | None = None) -> None:
+                 version: str | None = None, shadow: Beside | None = None) -> None:
         m, p = cfg.model, cfg.processing
         self.runner, self.version = runner, version or served_file(m)[1] or m.version
         self._m, self._clock, self._load, self._rows = m, clock, load, cfg.batching.max_size
         self._policy = IsolationPolicy(max_poison_fraction=p.max_poison_fraction)
         self._broken_after = p.broken_after_failed_batches
         self._scorer = BatchScorer(runner, self._policy, self._broken_after)
-        self.fallback = fallback
+        self.fallback, self.shadow = fallback, shadow
         self.breaker = Breaker(m.breaker_failures, m.breaker_probe_ms / 1000, m.breaker_probe_max_ms / 1000, clock)
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
@@ -175,12 +190,26 @@ class Serving:
         self.runner.warm_up(self._rows)
         if self.fallback is not None and self.fallback.runner is not None:
             self.fallback.runner.warm_up(self._rows)
+        if self.shadow is not None:
+            self.shadow.start(self._rows)
+
+    def close(self, timeout_s: float) -> None:
+        """Let the challengers publish what they have (up to ``timeout_s``)."""
+        if self.shadow is not None:
+            self.shadow.close(timeout_s)
 
     # ---- scoring --------------------------------------------------------------------------
 
-    def score(self, features: np.ndarray) -> Outcome:
-        """Score one batch. Raises ModelBrokenError when the model is failing and no fallback
-        (or a failing one) can stand in: the loop holds the batch and retries it later."""
+    def score(self, rows: Rows) -> Outcome:
+        """Score one batch (and hand it to the challengers). Raises ModelBrokenError when the
+        model is failing and no fallback (or a failing one) can stand in: the loop holds the batch
+        and retries it later."""
+        out = self._score(rows.features)
+        if self.shadow is not None:
+            self.shadow.submit(rows, out)
+        return out
+
+    def _score(self, features: np.ndarray) -> Outcome:
         self._last = features
         if self.fallback is None:
             return self._scored(self._scorer.score(features))
@@ -219,8 +248,11 @@ class Serving:
         self._asked = True
 
     def poll(self) -> Reload | None:
-        """Between batches: swap in a checked candidate, or report a refused one; start a load
-        when ``model.path`` changed (and held still for one look) or a reload was asked for."""
+        """Between batches: the challengers publish; a checked candidate is swapped in, or a
+        refused one reported; a load starts when ``model.path`` changed (and held still for one
+        look) or a reload was asked for."""
+        if self.shadow is not None:
+            self.shadow.pump()
         if self._loading is not None:
             if self._loading.is_alive():
                 return None
