@@ -42,9 +42,11 @@ from streamer.testing import FunctionRunner  # noqa: E402
 
 
 def fresh(base: Config, tag: str, **changes: object) -> Config:
+    """The base config with its own group and output topic (created here), so runs share only the input."""
     run = uuid.uuid4().hex[:6]
     cfg = replace(base, input=replace(base.input, group_id=f"ops-{tag}-{run}"),
                   output=replace(base.output, topic=f"ops-{tag}-out-{run}"))
+    create_topics(str(cfg.kafka["bootstrap.servers"]), {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
     return replace(cfg, **changes)  # type: ignore[arg-type]
 
 

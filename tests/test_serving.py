@@ -294,3 +294,10 @@ def test_a_fallback_needs_an_output_schema_that_can_flag_degraded_predictions(mo
     narrow = write_model(tmp_path / "narrow.onnx", n_features=16)
     with pytest.raises(ConfigError, match=r"'model\.fallback_path': takes 16 features"):
         serving(config(model, fallback_path=str(narrow)), OnnxRunner(model, ("cpu",)))
+
+
+def test_sighup_on_an_unchanged_file_keeps_its_version(model: Path) -> None:
+    serving, clock = reloading(config(model, reload_check_ms=0))
+    serving.ask_reload()
+    done = next_reload(serving, clock)
+    assert done.runner is not None and serving.version == "1"

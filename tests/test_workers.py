@@ -22,7 +22,8 @@ class FakeWorker:
 
     def send_signal(self, sig: int) -> None:
         self.signals.append(sig)
-        self.code = 0  # stops cleanly
+        if sig != signal.SIGHUP:  # SIGHUP reloads the model; the rest stop it cleanly
+            self.code = 0
 
     def wait(self, timeout: float | None = None) -> int:
         assert self.code is not None
@@ -63,6 +64,15 @@ def test_stop_forwards_sigterm_to_every_worker_and_exits_0() -> None:
     script.actions[5] = sup.stop
     assert sup.run() == 0
     assert [w.signals for w in script.spawned] == [[signal.SIGTERM]] * 3
+
+
+def test_sighup_is_passed_on_to_every_running_worker() -> None:
+    script = Script({})
+    sup = supervisor(script, 3)
+    script.actions[2] = lambda: sup.forward(signal.SIGHUP)
+    script.actions[3] = sup.stop
+    assert sup.run() == 0
+    assert [w.signals for w in script.spawned] == [[signal.SIGHUP, signal.SIGTERM]] * 3
 
 
 def test_a_dead_worker_is_restarted_after_a_back_off() -> None:

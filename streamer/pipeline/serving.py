@@ -141,6 +141,7 @@ class Reload:
     seconds: float  # from the change first seen (or SIGHUP) to the swap, or to the refusal
     runner: ModelRunner | None = None
     refused: str | None = None
+    state: tuple[str, int, int, int] = ("", 0, 0, 0)  # of the file it came from
 
 
 class Beside(Protocol):
@@ -173,7 +174,8 @@ class Serving:
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
         self._last: np.ndarray | None = None  # the last live batch: a candidate's probe
-        self._seen, self._changed = _state(m), None  # model.path as served, and a change seen once
+        self._seen, self._changed = _state(m), None  # model.path as looked at, and a change seen once
+        self._serving_state = self._seen  # the file the serving model came from
         self._changed_at = 0.0
         self._next_look = clock() + m.reload_check_ms / 1000
         self._asked = False  # SIGHUP
@@ -267,12 +269,12 @@ class Serving:
         if self._asked or state != self._seen and state == self._changed:
             since = now if self._asked else self._changed_at
             self._asked, self._seen, self._changed = False, state, None
-            self._start(since)
+            self._start(since, state)
         elif state != self._seen:
             self._changed, self._changed_at = state, now  # loaded at the next look if it holds still
         return None
 
-    def _start(self, since: float) -> None:
+    def _start(self, since: float, state: tuple[str, int, int, int]) -> None:
         if self._load is None:
             log.warning("model reload asked for, but this processor cannot load models")
             return
@@ -282,22 +284,25 @@ class Serving:
         if self._last is not None:
             probes.append(np.array(self._last, np.float32, copy=True))
         log.info("loading %s beside the serving model (version %s)", file, self.version)
-        self._loading = threading.Thread(target=self._candidate, args=(file, version, probes, since),
+        same = state == self._serving_state  # SIGHUP on an unchanged file: it keeps its version
+        self._loading = threading.Thread(target=self._candidate, args=(file, version, probes, since, same, state),
                                          name="model-reload", daemon=True)
         self._loading.start()
 
-    def _candidate(self, file: Path, version: str | None, probes: list[np.ndarray], since: float) -> None:
+    def _candidate(self, file: Path, version: str | None, probes: list[np.ndarray], since: float, same: bool,
+                   state: tuple[str, int, int, int]) -> None:
         """In the loading thread: load, warm up and check one candidate; never raises."""
         assert self._load is not None
         runner: ModelRunner | None = None
         try:
             runner = self._load(file)
             refused = self._check(runner, probes)
-            version = version or getattr(runner, "declared_version", None) or self._digest(file)
+            version = (version or getattr(runner, "declared_version", None)
+                       or (self.version if same else self._digest(file)))
         except Exception as exc:  # noqa: BLE001 - whatever a broken file does, the old model stays
             refused = f"{type(exc).__name__}: {exc}"
         self._loaded = Reload(file, version or "?", self._clock() - since,
-                              runner=None if refused else runner, refused=refused)
+                              runner=None if refused else runner, refused=refused, state=state)
 
     def _check(self, runner: ModelRunner, probes: list[np.ndarray]) -> str | None:
         if runner.n_features != self.runner.n_features:
@@ -320,7 +325,7 @@ class Serving:
             log.warning("refused the model at %s (the serving version %s goes on): %s",
                         done.file, self.version, done.refused)
             return done
-        self.runner, self.version = done.runner, done.version
+        self.runner, self.version, self._serving_state = done.runner, done.version, done.state
         self._scorer = BatchScorer(done.runner, self._policy, self._broken_after)
         self.breaker.succeeded()  # a new model starts with a closed breaker
         log.warning("model version %s swapped in from %s, %.2f s after the change", done.version, done.file,
