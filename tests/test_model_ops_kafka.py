@@ -58,16 +58,22 @@ def runs(values: list[Any]) -> list[Any]:
     return [v for i, v in enumerate(values) if i == 0 or values[i - 1] != v]
 
 
+def reloading_child(tmp_path: Path, bootstrap: str, topics: Topics, guarantee: str, n: int,
+                    reload_check_ms: int) -> tuple[Path, Feeder, ChildProcessor]:
+    """`streamer run` on a copy of the demo model (version "1"), fed ``n`` events at 1,000/s."""
+    model = write_model(tmp_path / "served" / "fraud.onnx")
+    cfg = write_config(tmp_path / "p.yaml", bootstrap=bootstrap, input_topic=topics.input,
+                       output_topic=topics.output, group=topics.group, guarantee=guarantee,
+                       model={"path": str(model), "version": "1", "reload_check_ms": reload_check_ms})
+    feeder = Feeder(bootstrap, topics, rate=1_000, limit=n).start()
+    return model, feeder, ChildProcessor(cfg, tmp_path / "p.log").start()
+
+
 @pytest.mark.timeout(300)
 def test_a_new_model_version_is_swapped_in_under_a_steady_stream(bootstrap: str, topics: Topics,
                                                                  tmp_path: Path) -> None:
-    model = write_model(tmp_path / "served" / "fraud.onnx")  # the demo model, version "1" (config)
     n = 12_000
-    cfg = write_config(tmp_path / "p.yaml", bootstrap=bootstrap, input_topic=topics.input,
-                       output_topic=topics.output, group=topics.group, guarantee="at_least_once",
-                       model={"path": str(model), "version": "1", "reload_check_ms": 200})
-    feeder = Feeder(bootstrap, topics, rate=1_000, limit=n).start()
-    p = ChildProcessor(cfg, tmp_path / "p.log").start()
+    model, feeder, p = reloading_child(tmp_path, bootstrap, topics, "at_least_once", n, reload_check_ms=200)
     try:
         wait_until(lambda: written(bootstrap, topics.output) >= 2_000, 120, "2,000 predictions", p.tail)
         write_model(model, seed=7, version="2")  # renamed into place, as a deploy should
@@ -167,13 +173,8 @@ def test_a_failing_model_degrades_to_the_fallback_and_comes_back(bootstrap: str,
 @pytest.mark.timeout(180)
 def test_sighup_reloads_the_model_when_looking_is_off(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
     """`model.reload_check_ms: 0`: only SIGHUP loads the new file (as an operator or a deploy hook)."""
-    model = write_model(tmp_path / "served" / "fraud.onnx")
     n = 6_000
-    cfg = write_config(tmp_path / "p.yaml", bootstrap=bootstrap, input_topic=topics.input,
-                       output_topic=topics.output, group=topics.group, guarantee="exactly_once",
-                       model={"path": str(model), "version": "1", "reload_check_ms": 0})
-    feeder = Feeder(bootstrap, topics, rate=1_000, limit=n).start()
-    p = ChildProcessor(cfg, tmp_path / "p.log").start()
+    model, feeder, p = reloading_child(tmp_path, bootstrap, topics, "exactly_once", n, reload_check_ms=0)
     try:
         wait_until(lambda: written(bootstrap, topics.output) >= 1_000, 120, "1,000 predictions", p.tail)
         write_model(model, seed=3, version="3")
