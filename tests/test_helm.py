@@ -148,6 +148,8 @@ def test_the_rendered_config_loads_with_streamers_own_loader(values: list[str], 
     write_profile(np.random.default_rng(0).normal(size=(1_000, 32)), profile)
     local = ["--set", f"model.driftProfile={profile}", "--set", "model.driftWindowRows=5000",
              "--set", "model.fallbackScores={0.25}", "--set", "model.timeoutMs=250",
+             "--set", f"shadow.challengers[0].path={ROOT / 'models' / 'fraud_mlp.onnx'}",
+             "--set", "shadow.challengers[0].name=next", "--set", "shadow.challengers[0].version=2",
              "--set", f"input.schema={ROOT / 'schemas' / 'feature_event.avsc'}",
              "--set", f"output.schema={ROOT / 'schemas' / 'prediction.avsc'}",
              "--set", f"model.path={ROOT / 'models' / 'fraud_mlp.onnx'}"]
@@ -157,4 +159,5 @@ def test_the_rendered_config_loads_with_streamers_own_loader(values: list[str], 
     cfg = load_config(path, env={"POD_NAME": "scorer-0", "SCHEMA_REGISTRY_AUTH": "u:p", "KAFKA_SASL_PASSWORD": "pw"})
     assert cfg.input.group_id == "streamer-fraud"
     assert cfg.model.drift_profile == profile and cfg.model.drift_window_rows == 5000
+    assert [(c.name, c.version) for c in cfg.shadow.challengers] == [("next", "2")]
     assert cfg.model.fallback_scores == (0.25,) and cfg.model.timeout_ms == 250 and cfg.model.reload_check_ms == 2000
