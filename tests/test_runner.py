@@ -122,10 +122,18 @@ def test_unloadable_model_is_an_inference_error(tmp_path: Path) -> None:
 
 
 def test_build_models_is_deterministic(tmp_path: Path) -> None:
+    """Both committed models, the demo MLP and the heavy encoder, rebuild byte for byte."""
     script = build_models_script()
-    first = script.write_models(tmp_path / "a").read_bytes()
-    second = script.write_models(tmp_path / "b").read_bytes()
-    assert first == second == MODEL.read_bytes()
+    first = [p.read_bytes() for p in script.write_models(tmp_path / "a")]
+    second = [p.read_bytes() for p in script.write_models(tmp_path / "b")]
+    assert first == second == [MODEL.read_bytes(), (MODELS / "fraud_encoder.onnx").read_bytes()]
+
+
+def test_the_heavy_encoder_scores_a_batch_in_the_runner() -> None:
+    runner = OnnxRunner(MODELS / "fraud_encoder.onnx", ("cpu",))
+    scores = runner.run(np.random.default_rng(1).normal(size=(64, 32)).astype(np.float32))
+    assert runner.n_features == 32 and scores.shape == (64, 1)
+    assert np.isfinite(scores).all() and 0 < scores.min() and scores.max() < 1 and scores.std() > 0.001
 
 
 # --- fakes --------------------------------------------------------------------------------------
