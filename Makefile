@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit mutants kafka-jars prometheus helm-tools bench chaos images clean
+.PHONY: demo test unit mutants kafka-jars prometheus helm-tools bench chaos images bundle clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,14 @@ bench: kafka-jars
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/scaling.py
+
+# The offline GPU bundle (deploy/bundle/build.sh): wheels for CPython $(BUNDLE_PYTHON) on Linux
+# x86_64, the models and benchmarks/gpu.py, in parts of at most 60 MiB with SHA256SUMS and
+# unpack.sh, for a CUDA host without network: `bash unpack.sh` there checks, installs and runs.
+BUNDLE_DIR    ?= dist/gpu-bundle
+BUNDLE_PYTHON ?= 3.11
+bundle: $(STAMP)
+	PY=$(abspath $(PY)) bash deploy/bundle/build.sh $(BUNDLE_DIR) $(BUNDLE_PYTHON)
 
 chaos: kafka-jars
 	$(PY) benchmarks/chaos.py

@@ -103,6 +103,7 @@ class ModelConfig:
     drift_profile: Path | None = None  # the training features' profile (observe/drift.py); None: no drift metrics
     drift_window_rows: int = 100_000  # the live rows compared with it (a sliding window)
     reload_check_ms: int = 2_000  # how often model.path is looked at for a new model; 0: on SIGHUP only
+    pipelined: bool | None = None  # score on an inference thread (pipeline/inference.py); None: when heavy
     # Degrade, don't fail (pipeline/serving.py): with a fallback, a failing or slow model trips a
     # circuit breaker and the fallback scores, its predictions flagged degraded. None: hold and retry.
     fallback_path: Path | None = None  # a simpler ONNX model, same input width

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from streamer.config import Config, dead_letter_topic
-from streamer.errors import BrokerError, ModelBrokenError, ProduceError, RecordError
+from streamer.errors import BrokerError, ProduceError, RecordError
 from streamer.gate import Gate
 from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint, Commit
 from streamer.kafka.clients import KafkaClients, consume_batch
@@ -34,8 +33,9 @@ from streamer.observe.health import Status, loop_status
 from streamer.observe.metrics import Metrics
 from streamer.observe.progress import ProgressWatch
 from streamer.observe.stats import Stats
-from streamer.pipeline.batcher import Batch, FlushReason, MicroBatcher
+from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.codecs import Codec
+from streamer.pipeline.inference import Inference, Scoring
 from streamer.pipeline.records import Messages, Rows
 from streamer.pipeline.runner import ModelRunner
 from streamer.pipeline.serving import Serving
@@ -60,7 +60,7 @@ class Processor:
         self._stages = Stages(decoder, encoder, cfg.input, runner.n_features)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
                                                          join=Rows.join)
-        self._queue: deque[Batch[Rows]] = deque()  # flushed batches awaiting the model, in order
+        self._inference = Inference(self.serving, cfg.model.pipelined, cfg.batching.max_size)  # batches, in order
         self._assigned: set[tuple[str, int]] = set()
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
@@ -127,6 +127,7 @@ class Processor:
 
     def _open(self) -> None:
         self.serving.warm_up()
+        self._inference.start()  # pipelined: the inference thread
         self._account.started(self.serving.provider, self.serving.version)
         room = (self._clients.ensure_topic(self._dlq_topic, self.cfg.input.topics[0])
                 if self.cfg.processing.create_dead_letter_topic else None)  # the largest dead letter
@@ -150,7 +151,7 @@ class Processor:
         self._running = not self._stop_asked  # a SIGTERM during start-up is not forgotten
 
     def _consume(self) -> list[Message]:
-        wait = self.cfg.input.consume_timeout_ms / 1000.0
+        wait = min(self.cfg.input.consume_timeout_ms / 1000.0, self._inference.poll_s)  # results due soon
         remaining = self._batcher.remaining_s()
         if remaining is not None and not self._gate.blocked:
             wait = min(wait, remaining)
@@ -178,16 +179,16 @@ class Processor:
         return rows
 
     def _batch(self, rows: Rows) -> None:
-        self._queue.extend(self._batcher.add(rows))  # add() also flushes an open batch that is due
+        self._inference.add(self._batcher.add(rows))  # add() also flushes an open batch that is due
 
     def _infer_and_produce(self) -> None:
-        """Score queued batches in order; stop at one the model cannot take (then retry later)."""
+        """Produce scored batches in order (pipelined: those the inference thread finished); stop
+        at one the model cannot take (then retry later)."""
         self._account.reloaded(self.serving.poll())  # a new model version goes in between batches
-        while self._queue and self._gate.model_may_run():
-            outputs = self._score(self._queue[0])
+        for done in self._inference.ready(self._gate.model_may_run):
+            outputs = self._predictions(done)
             if outputs is None:
                 return
-            self._queue.popleft()
             self.deliveries.send(outputs)
 
     def _collect_acks(self, timeout_s: float) -> None:
@@ -224,11 +225,11 @@ class Processor:
 
     def _watch_progress(self) -> None:
         self._progress.check(self._tracker.in_flight)
-        self._account.queues(len(self._queue) + self.deliveries.units_in_flight, len(self.deliveries.producer))
+        self._account.queues(len(self._inference) + self.deliveries.units_in_flight, len(self.deliveries.producer))
 
     def _bounds_done(self) -> bool:
         """A replay is done when every partition's reads reached its end and nothing is in flight."""
-        busy = self._tracker.in_flight() or self._queue or len(self._batcher)
+        busy = self._tracker.in_flight() or len(self._inference) or len(self._batcher)
         return self._range is not None and not busy and self._range.read(self.consumer)
 
     def status(self) -> Status:
@@ -273,7 +274,7 @@ class Processor:
         self._account.commit(commit)
         if commit.rewind is not None:  # an aborted transaction: its outputs are gone, redo them
             self._batcher.drop(lambda rows: rows[:0])
-            self._queue.clear()
+            self._inference.clear()
             self._seek(commit.rewind)
             if commit.write_failure is not None:  # an output could not be written: wait first
                 self._gate.writes_failed(commit.write_failure)
@@ -286,21 +287,19 @@ class Processor:
         """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""
         keep = partial(Rows.without, tps=tps)
         self._batcher.drop(keep)
-        self._queue = deque(b for b in (b.keep(keep) for b in self._queue) if len(b.rows))
+        self._inference.keep(keep)
         self._gate.forget(tps)
         self._tracker.forget(tps)
         self._assigned -= tps
         self._progress.forget(tps)
 
-    def _score(self, batch: Batch[Rows]) -> Predictions | None:
-        """Predictions for a batch (its rejects go to dead letters); None while the model is held."""
-        started = time.perf_counter()
-        try:
-            out = self.serving.score(batch.rows)
-        except ModelBrokenError as exc:
-            self._gate.hold_model(str(exc))
+    def _predictions(self, done: Scoring) -> Predictions | None:
+        """Predictions for a scored batch (its rejects go to dead letters); None while the model is held."""
+        if done.out is None:
+            self._gate.hold_model(str(done.error))
             return None
-        self._account.scored(batch, time.perf_counter() - started, out, self.serving.breaker.code)
+        batch, out = done.batch, done.out
+        self._account.scored(batch, done.seconds, out, self.serving.breaker.code)
         self._gate.model_answered()
         rows, values, rejects = self._stages.encode(batch.rows, out.scored.scores, out.scored.poison,
                                                     self.cfg.model.name, out.version, int(time.time() * 1000),
@@ -313,10 +312,11 @@ class Processor:
         """Flush the open batch, wait for every ack (up to the ack timeout), commit. Blocked, or
         after a failure, only what is acknowledged is committed: the rest is read again."""
         if not (self._failed or self._gate.blocked):
-            batch = self._batcher.flush(reason)
-            if batch is not None:
-                self._queue.append(batch)
+            self._inference.add(self._batcher.flush(reason) or [])
             self._infer_and_produce()
+            while len(self._inference) and not self._gate.blocked:  # pipelined: the thread's batches
+                self._inference.wait()
+                self._infer_and_produce()
         left = self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
         self._collect_acks(timeout_s=0.0)
         if left:
@@ -334,6 +334,7 @@ class Processor:
         if self.deliveries is not None:
             self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
             self.deliveries = None
+        self._inference.close()
         self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
 
     def _dead_letter(self, error: RecordError, message: Message) -> None:

@@ -32,11 +32,12 @@ TOPIC = "features"
 P0, P1 = (TOPIC, 0), (TOPIC, 1)
 
 
-def config(guarantee: str = "at_least_once", max_wait_ms: int = 60_000, **processing: object) -> Config:
+def config(guarantee: str = "at_least_once", max_wait_ms: int = 60_000, pipelined: bool = False,
+           **processing: object) -> Config:
     cfg = load_config(ROOT / "deploy" / "config" / "example.yaml",
                       env={"KAFKA_BOOTSTRAP": "fake:9092", "INPUT_TOPIC": TOPIC, "OUTPUT_TOPIC": "scores",
                            "GROUP_ID": "g"})
-    return with_overrides(cfg, input={"format": "json", "schema": None},
+    return with_overrides(cfg, input={"format": "json", "schema": None}, model={"pipelined": pipelined},
                           batching={"max_size": 100, "max_wait_ms": max_wait_ms},
                           processing={"guarantee": guarantee, "commit_interval_ms": 50,
                                       "retry_backoff_ms": 20, "retry_backoff_max_ms": 40, **processing})
@@ -87,8 +88,9 @@ class Harness:
                 for p in (codec.decode(v) for t, v in self.producer.written if t == "scores")]
 
 
-def test_revoke_drains_the_open_batch_and_commits_it_before_returning() -> None:
-    h = Harness(config())  # max_wait 60 s: nothing flushes by time, only by the revoke
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_revoke_drains_the_open_batch_and_commits_it_before_returning(pipelined: bool) -> None:
+    h = Harness(config(pipelined=pipelined))  # max_wait 60 s: nothing flushes by time, only by the revoke
     h.consumer.rebalance("assign", [P0, P1])
     h.consumer.append(P0, [event(i) for i in range(5)])
     h.consumer.append(P1, [event(i) for i in range(3)])
@@ -333,9 +335,10 @@ def test_a_fenced_producer_is_replaced_once_and_a_second_fence_soon_after_ends_t
     assert len(h.producers) == 3
 
 
+@pytest.mark.parametrize("pipelined", [False, True])
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
-def test_scores_reach_the_output_in_partition_order(guarantee: str) -> None:
-    h = Harness(config(guarantee, max_wait_ms=0, commit_interval_ms=20))
+def test_scores_reach_the_output_in_partition_order(guarantee: str, pipelined: bool) -> None:
+    h = Harness(config(guarantee, max_wait_ms=0, commit_interval_ms=20, pipelined=pipelined))
     h.consumer.rebalance("assign", [P0])
     h.consumer.append(P0, [event(i) for i in range(250)])
     h.run(lambda s: s.predictions == 250)

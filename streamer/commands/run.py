@@ -16,7 +16,7 @@ from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
 from streamer.pipeline.runner import ModelRunner, OnnxRunner
-from streamer.kafka.clients import ensure_topic, make_producer
+from streamer.kafka.clients import KafkaClients, ensure_topic, make_producer
 from streamer.pipeline.serving import Fallback, Serving, served_file
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow
@@ -88,15 +88,16 @@ def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None) -> Shado
                   ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))
 
 
-def build_processor(cfg: Config, runner: ModelRunner | None = None,
-                    registry: CollectorRegistry | None = None) -> Processor:
-    """A ready Processor; with ``metrics.enabled`` it serves /metrics, /healthz and /readyz."""
+def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,
+                    clients: KafkaClients | None = None) -> Processor:
+    """A ready Processor; with ``metrics.enabled`` it serves /metrics, /healthz and /readyz.
+    ``clients``: other Kafka clients than the config's (the in-memory ones of benchmarks/gpu.py)."""
     metrics = None
     if cfg.metrics.enabled or registry is not None:
         registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
     runner = runner or model_runner(cfg)
-    processor = Processor(cfg, runner, input_codec(cfg), output_codec(cfg), metrics,
+    processor = Processor(cfg, runner, input_codec(cfg), output_codec(cfg), metrics, clients=clients,
                           serving=serving(cfg, runner, metrics))
     if cfg.metrics.enabled:
         assert registry is not None

@@ -9,6 +9,7 @@ integration; these prove the loop's decisions, fast and deterministically.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -104,6 +105,8 @@ class FakeConsumer:
 
     def poll(self, timeout: float) -> FakeMessage | None:
         got = self.consume(1, timeout)
+        if not got and timeout > 0:  # a real consumer waits, and other threads (inference) run meanwhile
+            time.sleep(min(timeout, 0.001))
         return got[0] if got else None
 
     def configure(self, on_commit: Callable[..., None] | None = None, **_: Any) -> FakeConsumer:

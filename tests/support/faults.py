@@ -46,7 +46,7 @@ def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: 
                  guarantee: str, instance: str | None = None, kafka: dict[str, Any] | None = None,
                  processing: dict[str, Any] | None = None, batching: dict[str, Any] | None = None,
                  metrics_port: int | None = None, model: dict[str, Any] | None = None) -> Path:
-    """The example config with these topics, group and guarantee, written to ``path``."""
+    """The example config with these topics, group and guarantee (pipelined), written to ``path``."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["kafka"] = {"bootstrap.servers": bootstrap, "session.timeout.ms": 6000,
                     "heartbeat.interval.ms": 1000, **(kafka or {})}
@@ -61,7 +61,10 @@ def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: 
         doc["metrics"] = {"enabled": True, "host": "127.0.0.1", "port": metrics_port}
     for section, key in (("input", "schema"), ("model", "path"), ("output", "schema")):
         doc[section][key] = str((EXAMPLE.parent / doc[section][key]).resolve())
-    doc["model"].update(model or {})
+    # The fault suite runs pipelined (issue 15): the harder path, with batches on the inference
+    # thread when a kill, a rebalance or an abort comes. Tests that build a Config directly run
+    # the default (auto: inline for the light demo model).
+    doc["model"].update({"pipelined": True, **(model or {})})
     path.write_text(yaml.safe_dump(doc))
     return path
 

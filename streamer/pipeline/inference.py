@@ -1,0 +1,184 @@
+"""Flushed batches to the model, strictly in order: on the loop's thread, or on an inference thread.
+
+Pipelined (``model.pipelined``): ONNX Runtime releases the GIL while it runs, so one inference
+thread scores batch N while the loop decodes batch N+1 and produces batch N-1. At most
+:data:`DEPTH` batches are handed to the thread at a time (the rest wait in order, and a full
+pipeline holds the loop's batches back as before: backpressure pauses partitions through the
+same in-flight limits). The loop takes results only in the order it handed the batches out, so
+outputs per partition stay in input order, and every batch is scored whole by one model call
+sequence (bisection and the serving model's swap between batches happen inside the thread's
+call). Whatever disturbs the batches in flight (a batch the model cannot take, a rebalance, an
+aborted transaction) bumps a generation: results of an older generation are dropped when they
+arrive, and the surviving batches are handed out again, in order. Not pipelined, the same calls
+score each batch inline, as before.
+
+``model.pipelined`` unset (auto): pipelined when one warm batch of ``batching.max_size`` rows
+takes the model :data:`AUTO_MS` or more; a model that fast gains nothing from a thread.
+
+Worked example (depth 2): batches 1 2 3 queued; 1 and 2 go to the thread; 1 comes back, its
+outputs are produced while 3 goes out; 2 fails (the model is broken): it and 3 go back to the head
+of the queue, 3's result is dropped when it arrives, and both are handed out again once the
+model may run.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamer.errors import ModelBrokenError
+from streamer.pipeline.batcher import Batch
+from streamer.pipeline.records import Rows
+from streamer.pipeline.serving import Outcome, Serving
+
+log = logging.getLogger(__name__)
+DEPTH = 2  # batches handed to the inference thread at a time: one running, one ready behind it
+AUTO_MS = 1.0
+POLL_S = 0.001  # the loop's consume wait while batches are in flight
+
+
+@dataclass(frozen=True, slots=True)
+class Scoring:
+    """A batch scored: ``out``, or the ``error`` that holds it (the loop retries it later)."""
+
+    batch: Batch[Rows]
+    out: Outcome | None
+    error: ModelBrokenError | None = None
+    seconds: float = 0.0
+
+
+class Inference:
+    """The scoring queue of one processor."""
+
+    def __init__(self, serving: Serving, pipelined: bool | None, rows: int) -> None:
+        self._serving, self._want, self._rows = serving, pipelined, rows
+        self.pipelined = False
+        self._pending: deque[Batch[Rows]] = deque()  # not handed out yet, in order
+        self._inflight: deque[Batch[Rows]] = deque()  # handed to the thread, in order
+        self._generation = 0
+        self._inbox: queue.Queue[tuple[int, Batch[Rows]] | None] = queue.Queue()
+        self._outbox: queue.Queue[tuple[int, Scoring, BaseException | None]] = queue.Queue()
+        self._arrived: deque[tuple[int, Scoring, BaseException | None]] = deque()  # taken by wait()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Decide (auto: time a warm batch) and start the inference thread when pipelined."""
+        self.pipelined = self._want if self._want is not None else self._slow_model()
+        if self.pipelined:
+            self._thread = threading.Thread(target=self._work, name="inference", daemon=True)
+            self._thread.start()
+        log.info("inference %s", "pipelined on its own thread" if self.pipelined else "on the loop's thread")
+
+    def _slow_model(self) -> bool:
+        zeros = np.zeros((self._rows, self._serving.runner.n_features), np.float32)
+        started = time.perf_counter()
+        try:
+            self._serving.runner.run(zeros)
+        except Exception:  # noqa: BLE001 - a model failing already: decided later by its own errors
+            return False
+        return (time.perf_counter() - started) * 1000 >= AUTO_MS
+
+    @property
+    def poll_s(self) -> float:
+        """How long the loop may block in consume: briefly while the thread has batches, whose
+        results are to be produced as soon as they come."""
+        return POLL_S if self._inflight else float("inf")
+
+    def __len__(self) -> int:
+        return len(self._pending) + len(self._inflight)
+
+    def add(self, batches: list[Batch[Rows]] | Batch[Rows]) -> None:
+        self._pending.extend(batches if isinstance(batches, list) else [batches])
+
+    def ready(self, may_run: Callable[[], bool]) -> Iterator[Scoring]:
+        """Scored batches, in order. Stops after a batch the model could not take (its Scoring
+        carries the error; it stays first in line). ``may_run`` is asked before each hand-out."""
+        if not self.pipelined:
+            while self._pending and may_run():
+                done = self._score(self._pending[0])
+                if done.error is None:
+                    self._pending.popleft()
+                yield done
+                if done.error is not None:
+                    return
+            return
+        self._hand_out(may_run)
+        while self._inflight:
+            try:
+                generation, done, crash = self._arrived.popleft() if self._arrived else self._outbox.get_nowait()
+            except queue.Empty:
+                return
+            if crash is not None:
+                raise crash  # a bug in the thread: the loop dies as it would have inline
+            if generation != self._generation:
+                continue  # disturbed since it was handed out: scored again from the queue
+            assert done.batch is self._inflight[0], "results come back in hand-out order"
+            if done.error is not None:
+                self._take_back()
+                yield done
+                return
+            self._inflight.popleft()
+            yield done
+            self._hand_out(may_run)
+
+    def wait(self, timeout_s: float = 1.0) -> None:
+        """Block until the next result is there (or ``timeout_s``): a drain waits for the thread."""
+        if self._inflight and not self._arrived:
+            try:
+                self._arrived.append(self._outbox.get(timeout=timeout_s))  # ready() takes it first
+            except queue.Empty:
+                return
+
+    def keep(self, keep: Callable[[Rows], Rows]) -> None:
+        """Keep only ``keep(rows)`` of every batch (a rebalance); in-flight ones are redone."""
+        self._take_back()
+        self._pending = deque(b for b in (b.keep(keep) for b in self._pending) if len(b.rows))
+
+    def clear(self) -> None:
+        """Drop every batch (an aborted transaction reads them again)."""
+        self._take_back()
+        self._pending.clear()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._generation += 1
+            self._inbox.put(None)
+            self._thread.join(30)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _hand_out(self, may_run: Callable[[], bool]) -> None:
+        while self._pending and len(self._inflight) < DEPTH and may_run():
+            batch = self._pending.popleft()
+            self._inflight.append(batch)
+            self._inbox.put((self._generation, batch))
+
+    def _take_back(self) -> None:
+        """Everything in flight back to the head of the queue, in order; its results are stale."""
+        if self._inflight:
+            self._generation += 1
+            self._pending.extendleft(reversed(self._inflight))
+            self._inflight.clear()
+
+    def _score(self, batch: Batch[Rows]) -> Scoring:
+        started = time.perf_counter()
+        try:
+            out = self._serving.score(batch.rows)
+        except ModelBrokenError as exc:
+            return Scoring(batch, None, exc, time.perf_counter() - started)
+        return Scoring(batch, out, None, time.perf_counter() - started)
+
+    def _work(self) -> None:
+        while (item := self._inbox.get()) is not None:
+            generation, batch = item
+            try:
+                self._outbox.put((generation, self._score(batch), None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop, which raises it
+                self._outbox.put((generation, Scoring(batch, None), exc))
