@@ -145,9 +145,9 @@ def end_offsets(bootstrap: str, topic: str, committed_only: bool = True) -> dict
     """Each partition's end: with ``committed_only`` (read_committed) the last stable offset,
     which an open transaction holds back; else the high watermark."""
     consumer = admin_consumer(bootstrap, "watermarks", read_committed=committed_only)
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in partitions(consumer, topic, 10)}
+    try:  # retried: a broker being restarted (the rolling-restart test) answers with a timeout
+        return retrying(lambda: {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                                 for p in partitions(consumer, topic, 10)}, "reading the partitions' ends")
     finally:
         consumer.close()
 
