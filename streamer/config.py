@@ -104,6 +104,10 @@ class ModelConfig:
     drift_window_rows: int = 100_000  # the live rows compared with it (a sliding window)
     reload_check_ms: int = 2_000  # how often model.path is looked at for a new model; 0: on SIGHUP only
     pipelined: bool | None = None  # score on an inference thread (pipeline/inference.py); None: when heavy
+    io_binding: bool | None = None  # bind input and output to device buffers; None: on CUDA
+    cuda_device_id: int = 0
+    cuda_mem_limit_mb: int = 0  # the CUDA arena's limit; 0: none
+    cuda_arena: Literal["next_power_of_two", "same_as_requested"] = "next_power_of_two"
     # Degrade, don't fail (pipeline/serving.py): with a fallback, a failing or slow model trips a
     # circuit breaker and the fallback scores, its predictions flagged degraded. None: hold and retry.
     fallback_path: Path | None = None  # a simpler ONNX model, same input width
@@ -120,6 +124,8 @@ class ModelConfig:
         at_least(0, "model.intra_op_threads", self.intra_op_threads)
         at_least(1, "model.drift_window_rows", self.drift_window_rows)
         at_least(0, "model.reload_check_ms", self.reload_check_ms)
+        at_least(0, "model.cuda_device_id", self.cuda_device_id)
+        at_least(0, "model.cuda_mem_limit_mb", self.cuda_mem_limit_mb)
         at_least(0, "model.timeout_ms", self.timeout_ms)
         at_least(1, "model.breaker_failures", self.breaker_failures)
         above(0, "model.breaker_probe_ms", self.breaker_probe_ms)

@@ -95,3 +95,15 @@ def test_out_of_memory_on_big_batches_falls_back_to_smaller_ones() -> None:
                              lambda s: None)
     assert scored.poison == {}
     np.testing.assert_allclose(scored.scores, batch(256)[:, :1])
+
+
+def test_out_of_memory_down_to_one_row_holds_the_batch_and_dead_letters_nothing() -> None:
+    """The device, not the rows: a batch whose every split runs out of memory is held (the
+    processor retries it later), never bisected into dead letters."""
+    def no_memory(x: np.ndarray) -> np.ndarray:
+        raise TransientInferenceError("CUDA failure 2: out of memory")
+
+    with pytest.raises(ModelBrokenError):
+        score_isolating(FunctionRunner(no_memory, 4), batch(8), IsolationPolicy(), lambda s: None)
+    with pytest.raises(ModelBrokenError, match="for want of a resource"):  # one row alone
+        score_isolating(FunctionRunner(no_memory, 4), batch(1), IsolationPolicy(), lambda s: None)

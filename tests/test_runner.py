@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from streamer.errors import InferenceError
-from streamer.pipeline.runner import ModelRunner, OnnxRunner
+from streamer.pipeline.runner import ModelRunner, OnnxRunner, cuda_options
 from streamer.testing import FakeClock, FunctionRunner, PoisonRunner
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -156,3 +156,26 @@ def test_function_runner_and_poison_runner() -> None:
     with pytest.raises(InferenceError, match=r"\[1\]"):
         poisoned.run(np.array([[1, 2, 3], [-1, 0, 0]], dtype=np.float32))
     assert (poisoned.calls, inner.calls) == (2, 1)
+
+
+def test_io_binding_gives_the_same_scores_as_a_plain_run_at_every_batch_size() -> None:
+    """The CUDA path's binding code, run here on the CPU provider: device buffers per batch size
+    (more sizes than it keeps), one copy back per batch."""
+    plain = OnnxRunner(MODELS / "fraud_encoder.onnx", ("cpu",), 1)
+    bound = OnnxRunner(MODELS / "fraud_encoder.onnx", ("cpu",), 1, io_binding=True)
+    assert bound.io_bound and not plain.io_bound
+    x = np.random.default_rng(2).normal(size=(512, 32)).astype(np.float32)
+    for n in (512, 1, 7, 256, 3, 100, 511, 2, 9, 64, 512, 7):
+        np.testing.assert_array_equal(bound.run(x[:n]), plain.run(x[:n]))
+
+
+def test_cuda_options_map_the_config_and_fall_back_to_the_cpu_without_a_gpu() -> None:
+    assert cuda_options(1, 0, "next_power_of_two") == {"device_id": "1", "arena_extend_strategy": "kNextPowerOfTwo"}
+    assert cuda_options(0, 2048, "same_as_requested") == {
+        "device_id": "0", "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": str(2048 * 1024 * 1024)}
+    runner = OnnxRunner(MODEL, ("cuda", "cpu"), 1, cuda_options(0, 256, "same_as_requested"))
+    if runner.provider == "CUDAExecutionProvider":  # a GPU host: bound to the device by default
+        assert runner.io_bound
+    else:
+        assert runner.provider == "CPUExecutionProvider" and not runner.io_bound
+    assert runner.run(np.zeros((4, 32), np.float32)).shape == (4, 1)

@@ -15,7 +15,7 @@ from streamer.errors import ConfigError
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
-from streamer.pipeline.runner import ModelRunner, OnnxRunner
+from streamer.pipeline.runner import ModelRunner, OnnxRunner, cuda_options
 from streamer.kafka.clients import KafkaClients, ensure_topic, make_producer
 from streamer.pipeline.serving import Fallback, Serving, served_file
 from streamer.pipeline.stages import Stages
@@ -51,7 +51,9 @@ def output_codec(cfg: Config) -> Codec:
 def model_runner(cfg: Config, path: Path | None = None) -> ModelRunner:
     """The model at ``path`` (default: the one ``model.path`` serves) on the configured devices."""
     m = cfg.model
-    return OnnxRunner(path or served_file(m)[0], m.providers, intra_op_threads=m.intra_op_threads)
+    return OnnxRunner(path or served_file(m)[0], m.providers, intra_op_threads=m.intra_op_threads,
+                      cuda_options=cuda_options(m.cuda_device_id, m.cuda_mem_limit_mb, m.cuda_arena),
+                      io_binding=m.io_binding)
 
 
 def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None) -> Serving:

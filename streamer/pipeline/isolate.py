@@ -3,7 +3,8 @@
 A failing batch is split in halves and each half retried, recursively, until the failing rows
 stand alone; every other row is scored as usual. One poison row in a batch of n costs at most
 2*log2(n) extra model calls. A failure that looks transient (out of memory, a timeout) is retried
-with back-off first, and on smaller halves after that, before any row is called poison.
+with back-off first, and on smaller halves after that; a single row that still runs out of a
+resource holds the batch (:class:`ModelBrokenError`) rather than being called poison.
 
 A broken model is not a poison row: when more than ``max_poison_fraction`` of a batch of two or
 more rows fails, bisection stops and :class:`ModelBrokenError` is raised, so that the processor
@@ -69,6 +70,10 @@ def score_isolating(runner: ModelRunner, features: np.ndarray,
     def settle(lo: int, hi: int, got: np.ndarray | InferenceError) -> None:
         if isinstance(got, np.ndarray):
             outputs[lo] = got
+        elif hi - lo == 1 and isinstance(got, TransientInferenceError):
+            # Out of device memory even for one row: the device, not the row. Hold the batch
+            # (the loop retries it later); never dead-letter a row for it.
+            raise ModelBrokenError(f"one row still fails for want of a resource: {got}") from got
         elif hi - lo == 1:
             result.poison[lo] = got
             if len(result.poison) > limit:

@@ -23,6 +23,7 @@ _PROVIDERS: dict[str, str] = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecut
 # ONNX Runtime's default logger severity (2 = warning); it has no getter, so this is what we restore.
 _ORT_DEFAULT_SEVERITY = 2
 _ORT_FATAL_ONLY = 4
+_BUFFERS = 8  # device input buffers kept, one per batch size
 
 # What ONNX Runtime says when the device, not the data, failed: worth a retry on fewer rows.
 _TRANSIENT = re.compile(r"out of memory|Failed to allocate|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
@@ -52,6 +53,11 @@ class OnnxRunner:
         path: the ``.onnx`` file.
         providers: devices in order of preference; only those ONNX Runtime lists are requested.
         intra_op_threads: threads per operator; 0 lets ONNX Runtime choose.
+        cuda_options: CUDA provider options (device_id, gpu_mem_limit, arena_extend_strategy).
+        io_binding: bind the input and output (None: when the session runs on CUDA). Each batch
+            size gets an input buffer on the device, reused batch after batch (one host-to-device
+            copy into it per batch), and the output is copied back once per batch. ONNX Runtime's
+            Python API has no pinned host buffers to offer; the copy is from the batch's array.
 
     Raises:
         ConfigError: a provider name is unknown.
@@ -59,7 +65,8 @@ class OnnxRunner:
     """
 
     def __init__(
-        self, path: str | Path, providers: Sequence[Device] = ("cuda", "cpu"), intra_op_threads: int = 0
+        self, path: str | Path, providers: Sequence[Device] = ("cuda", "cpu"), intra_op_threads: int = 0,
+        cuda_options: dict[str, str] | None = None, io_binding: bool | None = None,
     ) -> None:
         self.path = Path(path)
         unknown = [p for p in providers if p not in _PROVIDERS]
@@ -68,15 +75,22 @@ class OnnxRunner:
                 "model.providers", f"use one or more of {sorted(_PROVIDERS)}; got {list(providers)}"
             )
         available = ort.get_available_providers()
-        wanted = [_PROVIDERS[p] for p in providers if _PROVIDERS[p] in available]
+        wanted: list[str | tuple[str, dict[str, str]]] = [_PROVIDERS[p] for p in providers if _PROVIDERS[p] in available]
         if not wanted:
             raise InferenceError(
                 f"none of the providers {list(providers)} is available; ONNX Runtime has {available}"
             )
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
+        if cuda_options:
+            wanted = [(p, dict(cuda_options)) if p == _PROVIDERS["cuda"] else p for p in wanted]
         self._session = self._open(options, wanted)
         self._provider: str = self._session.get_providers()[0]
+        on_cuda = self._provider == _PROVIDERS["cuda"]
+        self._device = ("cuda", int((cuda_options or {}).get("device_id", 0))) if on_cuda else ("cpu", 0)
+        self._bound = on_cuda if io_binding is None else io_binding
+        self._buffers: dict[int, ort.OrtValue] = {}  # an input buffer on the device per batch size
+        self._binding = self._session.io_binding() if self._bound else None
         inputs, outputs = self._session.get_inputs(), self._session.get_outputs()
         shape = inputs[0].shape if len(inputs) == 1 else []
         if len(shape) != 2 or not isinstance(shape[1], int):
@@ -92,19 +106,21 @@ class OnnxRunner:
             note = " (CUDA requested but not available)"
         log.info("model %s running on %s%s", self.path.name, self._provider, note)
 
-    def _open(self, options: ort.SessionOptions, wanted: list[str]) -> ort.InferenceSession:
+    def _open(self, options: ort.SessionOptions,
+              wanted: list[str | tuple[str, dict[str, str]]]) -> ort.InferenceSession:
         """Create the session; if CUDA is among ``wanted`` and creation fails, retry on the rest quietly."""
         if not self.path.is_file():
             raise InferenceError(f"cannot load model {self.path}: no such file")
         # ONNX Runtime logs CUDA load failures at ERROR (severity 3 still shows them): only FATAL gets out.
         ort.set_default_logger_severity(_ORT_FATAL_ONLY)
         try:
-            if _PROVIDERS["cuda"] in wanted and len(wanted) > 1:
+            names = [p if isinstance(p, str) else p[0] for p in wanted]
+            if _PROVIDERS["cuda"] in names and len(wanted) > 1:
                 try:
                     return ort.InferenceSession(str(self.path), options, providers=wanted)
                 except Exception as exc:  # noqa: BLE001 - whatever stopped CUDA, the CPU may still work
                     log.debug("model %s: CUDA session failed, retrying without it: %s", self.path.name, exc)
-                    wanted = [p for p in wanted if p != _PROVIDERS["cuda"]]
+                    wanted = [p for p, name in zip(wanted, names, strict=True) if name != _PROVIDERS["cuda"]]
             return ort.InferenceSession(str(self.path), options, providers=wanted)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument/InvalidGraph classes
             raise InferenceError(f"cannot load model {self.path}: {exc}") from exc
@@ -136,7 +152,10 @@ class OnnxRunner:
                 f"model {self.path.name} takes [rows, {self._n_features}] features, got {x.shape}"
             )
         try:
-            out = np.asarray(self._session.run([self._output], {self._input: x})[0], dtype=np.float32)
+            if self._binding is not None:
+                out = self._run_bound(x)
+            else:
+                out = np.asarray(self._session.run([self._output], {self._input: x})[0], dtype=np.float32)
         except Exception as exc:  # onnxruntime's error classes share no useful base beyond Exception
             if _TRANSIENT.search(str(exc)):
                 raise TransientInferenceError(
@@ -152,3 +171,32 @@ class OnnxRunner:
         if len(out) != len(x):
             raise InferenceError(f"model returned {len(out)} output rows for {len(x)} input rows")
         return out
+
+    def _run_bound(self, x: np.ndarray) -> np.ndarray:
+        """One batch through the I/O binding: into this size's device buffer, run, one copy back."""
+        assert self._binding is not None
+        buffer = self._buffers.get(len(x))
+        if buffer is None:
+            if len(self._buffers) >= _BUFFERS:  # bisection's odd sizes: keep the newest few
+                self._buffers.pop(next(iter(self._buffers)))
+            buffer = ort.OrtValue.ortvalue_from_shape_and_type(x.shape, np.float32, *self._device)
+            self._buffers[len(x)] = buffer
+        buffer.update_inplace(x)
+        self._binding.bind_ortvalue_input(self._input, buffer)
+        self._binding.bind_output(self._output, *self._device)
+        self._session.run_with_iobinding(self._binding)
+        return np.asarray(self._binding.copy_outputs_to_cpu()[0], dtype=np.float32)
+
+    @property
+    def io_bound(self) -> bool:
+        return self._binding is not None
+
+
+def cuda_options(device_id: int, mem_limit_mb: int, arena: str) -> dict[str, str]:
+    """The CUDA provider's options from the config's ``model.cuda_*`` keys (0 MB: no limit)."""
+    options = {"device_id": str(device_id),
+               "arena_extend_strategy": {"next_power_of_two": "kNextPowerOfTwo",
+                                         "same_as_requested": "kSameAsRequested"}[arena]}
+    if mem_limit_mb:
+        options["gpu_mem_limit"] = str(mem_limit_mb * 1024 * 1024)
+    return options
