@@ -6,6 +6,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -301,3 +302,29 @@ def test_sighup_on_an_unchanged_file_keeps_its_version(model: Path) -> None:
     serving.ask_reload()
     done = next_reload(serving, clock)
     assert done.runner is not None and serving.version == "1"
+
+
+def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(model: Path) -> None:
+    """Pipelined, the inference thread may be inside the old model while the loop swaps the new
+    one in: its outcome must carry the old version, the next batch the new one."""
+    import threading
+
+    inside, go = threading.Event(), threading.Event()
+
+    def old_model(x: np.ndarray) -> np.ndarray:
+        inside.set()
+        assert go.wait(10)
+        return x[:, :1]
+
+    serving = Serving(config(model), FunctionRunner(old_model, N), FakeClock())
+    got: list[Any] = []
+    worker = threading.Thread(target=lambda: got.append(serving.score(rows(BATCH))))
+    worker.start()
+    assert inside.wait(10)
+    serving._since = 0.0
+    serving._finish(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1] + 1, N)))
+    go.set()
+    worker.join(10)
+    assert got[0].version == "1" and got[0].scored.scores[0, 0] == 1.0
+    after = serving.score(rows(BATCH))
+    assert after.version == "2" and after.scored.scores[0, 0] == 2.0

@@ -133,6 +133,13 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
+class _Model:
+    runner: ModelRunner
+    version: str
+    scorer: BatchScorer
+
+
+@dataclass(frozen=True, slots=True)
 class Reload:
     """What came of a load: ``runner`` swapped in, or ``refused`` with the reason."""
 
@@ -164,11 +171,13 @@ class Serving:
                  load: Callable[[Path], ModelRunner] | None = None, fallback: Fallback | None = None,
                  version: str | None = None, shadow: Beside | None = None) -> None:
         m, p = cfg.model, cfg.processing
-        self.runner, self.version = runner, version or served_file(m)[1] or m.version
+        first = version or served_file(m)[1] or m.version
         self._m, self._clock, self._load, self._rows = m, clock, load, cfg.batching.max_size
         self._policy = IsolationPolicy(max_poison_fraction=p.max_poison_fraction)
         self._broken_after = p.broken_after_failed_batches
-        self._scorer = BatchScorer(runner, self._policy, self._broken_after)
+        # The serving model as one value, swapped in one assignment: a batch scored on the
+        # inference thread (pipelined) while the loop swaps names the model that scored it.
+        self._current = _Model(runner, first, BatchScorer(runner, self._policy, self._broken_after))
         self.fallback, self.shadow = fallback, shadow
         self.breaker = Breaker(m.breaker_failures, m.breaker_probe_ms / 1000, m.breaker_probe_max_ms / 1000, clock)
         self._timeout_s = m.timeout_ms / 1000
@@ -182,6 +191,14 @@ class Serving:
         self._loading: threading.Thread | None = None
         self._loaded: Reload | None = None
         self._since = 0.0  # when the change being loaded was seen
+
+    @property
+    def runner(self) -> ModelRunner:
+        return self._current.runner
+
+    @property
+    def version(self) -> str:
+        return self._current.version
 
     @property
     def provider(self) -> str:
@@ -212,36 +229,36 @@ class Serving:
         return out
 
     def _score(self, features: np.ndarray) -> Outcome:
-        self._last = features
+        self._last, model = features, self._current
         if self.fallback is None:
-            return self._scored(self._scorer.score(features))
+            return self._scored(model, model.scorer.score(features))
         if not self.breaker.allow():
-            return self._degraded(features, self.breaker.reason)
+            return self._degraded(model, features, self.breaker.reason)
         started = self._clock()
         try:
-            scored = self._scorer.score(features)
+            scored = model.scorer.score(features)
         except ModelBrokenError as exc:
             self.breaker.failed(f"model failing: {exc}")
-            return self._degraded(features, self.breaker.reason)
+            return self._degraded(model, features, self.breaker.reason)
         took = self._clock() - started
         if self._timeout_s and took > self._timeout_s:  # its scores are good; the next ones wait
             self.breaker.failed(f"a batch took {took * 1000:.0f} ms, over model.timeout_ms", at_once=True)
         else:
             self.breaker.succeeded()
-        return self._scored(scored)
+        return self._scored(model, scored)
 
-    def _scored(self, scored: Scored) -> Outcome:
+    def _scored(self, model: _Model, scored: Scored) -> Outcome:
         if len(scored.poison) < len(scored.scores):  # the serving width: what a candidate must give
             self._width = scored.scores.shape[1]
-        return Outcome(scored, self.version, self.provider)
+        return Outcome(scored, model.version, model.runner.provider)
 
-    def _degraded(self, features: np.ndarray, reason: str) -> Outcome:
+    def _degraded(self, model: _Model, features: np.ndarray, reason: str) -> Outcome:
         assert self.fallback is not None
         try:
             scored = self.fallback.score(features)
         except InferenceError as exc:
             raise ModelBrokenError(f"{reason}; and the fallback fails too: {exc}") from exc
-        return Outcome(scored, self.version, "fallback", degraded=reason)
+        return Outcome(scored, model.version, "fallback", degraded=reason)
 
     # ---- reloads --------------------------------------------------------------------------
 
@@ -325,8 +342,8 @@ class Serving:
             log.warning("refused the model at %s (the serving version %s goes on): %s",
                         done.file, self.version, done.refused)
             return done
-        self.runner, self.version, self._serving_state = done.runner, done.version, done.state
-        self._scorer = BatchScorer(done.runner, self._policy, self._broken_after)
+        self._current = _Model(done.runner, done.version, BatchScorer(done.runner, self._policy, self._broken_after))
+        self._serving_state = done.state
         self.breaker.succeeded()  # a new model starts with a closed breaker
         log.warning("model version %s swapped in from %s, %.2f s after the change", done.version, done.file,
                     done.seconds)
