@@ -60,7 +60,7 @@ class Processor:
         self._stages = Stages(decoder, encoder, cfg.input, runner.n_features)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
                                                          join=Rows.join)
-        self._inference = Inference(self.serving, cfg.model.pipelined, cfg.batching.max_size)  # batches, in order
+        self._inference = Inference(self.serving, cfg.model.pipelined, cfg.batching.max_size)  # in order
         self._assigned: set[tuple[str, int]] = set()
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
@@ -78,10 +78,7 @@ class Processor:
         self.http: Any = None  # the HealthServer, when metrics are served
 
     healthy = property(lambda self: not self._gate.blocked)
-
-    @property
-    def unhealthy_reason(self) -> str | None:
-        return self._gate.reason
+    unhealthy_reason = property(lambda self: self._gate.reason)  # None while healthy
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -206,7 +203,7 @@ class Processor:
         self._gate.settle(self.deliveries.in_flight)
 
     def _pause_or_resume(self) -> None:
-        paused = self._gate.paused
+        paused = self._gate.paused or self._inference.full  # blocked, or the model behind (pipelined)
         if paused != self._paused and self._assigned:
             tps = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
             (self.consumer.pause if paused else self.consumer.resume)(tps)
@@ -225,7 +222,8 @@ class Processor:
 
     def _watch_progress(self) -> None:
         self._progress.check(self._tracker.in_flight)
-        self._account.queues(len(self._inference) + self.deliveries.units_in_flight, len(self.deliveries.producer))
+        self._account.queues(len(self._inference) + self.deliveries.units_in_flight,
+                             len(self.deliveries.producer))
 
     def _bounds_done(self) -> bool:
         """A replay is done when every partition's reads reached its end and nothing is in flight."""
@@ -305,7 +303,7 @@ class Processor:
                                                     self.cfg.model.name, out.version, int(time.time() * 1000),
                                                     self.run_id, out.degraded)
         for error, message in rejects:
-            self._dead_letter(error, message)
+            self._dead_letter(error, message, out.version)  # the model that scored it
         return Predictions(self.cfg.output.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
@@ -337,9 +335,11 @@ class Processor:
         self._inference.close()
         self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
 
-    def _dead_letter(self, error: RecordError, message: Message) -> None:
+    def _dead_letter(self, error: RecordError, message: Message, version: str | None = None) -> None:
+        """``version``: of the model that scored the row's batch (default: the serving one)."""
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
-                                         model_name=self.cfg.model.name, model_version=self.serving.version)])
+                                         model_name=self.cfg.model.name,
+                                         model_version=version or self.serving.version)])
 
     def _on_client_error(self, err: KafkaError) -> None:
         """librdkafka's error callback: a fatal producer error goes to the checkpoint (which replaces it)."""

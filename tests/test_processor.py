@@ -7,8 +7,10 @@ between passes the way the broker would between two ``consume()`` calls. The rea
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +26,7 @@ from streamer.observe.stats import Stats
 from streamer.processor import Processor
 from streamer.commands.run import output_codec
 from streamer.pipeline.codecs import JsonCodec
+from streamer.pipeline.inference import FULL
 from streamer.testing import FakeClock, FunctionRunner
 from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka
 
@@ -46,13 +49,13 @@ def config(guarantee: str = "at_least_once", max_wait_ms: int = 60_000, pipeline
 class Harness:
     """A processor wired to a fake consumer and producer."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, runner: Any = None) -> None:
         self.consumer, self.producer = FakeConsumer(), FakeProducer()
         self.producers: list[FakeProducer] = []  # every one the processor made, in order
         self.error_cb: Callable[[KafkaError], None] = lambda err: None
         clients = KafkaClients(consumer=lambda **kw: self.consumer.configure(**kw), producer=self._producer,
                                ensure_topic=lambda topic, like: None)
-        runner = FunctionRunner(lambda x: x[:, :1], 32)
+        runner = runner or FunctionRunner(lambda x: x[:, :1], 32)
         self.clock = FakeClock()  # each pass of the loop takes 10 ms of it
         self.processor = Processor(cfg, runner, JsonCodec(cfg.input.max_message_bytes), output_codec(cfg),
                                    clock=self.clock, clients=clients)
@@ -361,3 +364,28 @@ def test_a_stop_during_start_up_is_not_lost() -> None:
     passes: list[int] = []
     h.processor.run(until=lambda s: passes.append(1) or len(passes) > 50)
     assert passes == []  # the loop never turned; the shutdown drain and close still ran
+
+
+def test_pipelined_input_pauses_while_the_model_is_behind_and_resumes_after() -> None:
+    """Backpressure: with FULL batches queued and in flight, the partitions pause (the backlog
+    stays in Kafka, not in memory); they resume as the model catches up."""
+    release = threading.Event()
+
+    def slow(x: np.ndarray) -> np.ndarray:
+        assert release.wait(10)
+        return x[:, :1]
+
+    cfg = with_overrides(config(max_wait_ms=0, pipelined=True), input={"consume_max_messages": 100})
+    h = Harness(cfg, runner=FunctionRunner(slow, 32))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(1_000)])  # 10 batches of 100
+
+    def paused_while_behind(s: Stats) -> bool:
+        if P0 in h.consumer.paused:
+            assert s.predictions == 0 and s.events <= (FULL + 1) * 100  # read: what it holds, one chunk more
+            release.set()
+            return True
+        return False
+
+    h.run(paused_while_behind, lambda s: s.predictions == 1_000 and P0 not in h.consumer.paused, passes=5_000)
+    assert [o for _, o in h.predictions()] == list(range(1_000))

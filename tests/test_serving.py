@@ -328,3 +328,32 @@ def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(mo
     assert got[0].version == "1" and got[0].scored.scores[0, 0] == 1.0
     after = serving.score(rows(BATCH))
     assert after.version == "2" and after.scored.scores[0, 0] == 2.0
+
+
+def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fails_in_flight(model: Path) -> None:
+    """The old model's failure of a batch still in flight when the new one is swapped in opens
+    the old model's breaker, not the new one's."""
+    import threading
+
+    inside, go = threading.Event(), threading.Event()
+
+    def failing_old(x: np.ndarray) -> np.ndarray:
+        inside.set()
+        assert go.wait(10)
+        raise InferenceError("the old model's device went away")
+
+    cfg = config(model, fallback_scores=[0.5], breaker_failures=1)
+    serving = Serving(cfg, FunctionRunner(failing_old, N), FakeClock(), fallback=Fallback(None, (0.5,)))
+    got: list[Any] = []
+    worker = threading.Thread(target=lambda: got.append(serving.score(rows(BATCH))))
+    worker.start()
+    assert inside.wait(10)
+    old_breaker = serving.breaker
+    serving._since = 0.0
+    serving._finish(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1], N)))
+    go.set()
+    worker.join(10)
+    assert got[0].degraded and got[0].version == "1"  # the fallback stood in for the old model
+    assert old_breaker.state == Breaker.OPEN and serving.breaker is not old_breaker
+    assert serving.breaker.state == Breaker.CLOSED
+    assert serving.score(rows(BATCH)).degraded is None  # the new model scores at once

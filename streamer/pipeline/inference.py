@@ -2,15 +2,15 @@
 
 Pipelined (``model.pipelined``): ONNX Runtime releases the GIL while it runs, so one inference
 thread scores batch N while the loop decodes batch N+1 and produces batch N-1. At most
-:data:`DEPTH` batches are handed to the thread at a time (the rest wait in order, and a full
-pipeline holds the loop's batches back as before: backpressure pauses partitions through the
-same in-flight limits). The loop takes results only in the order it handed the batches out, so
-outputs per partition stay in input order, and every batch is scored whole by one model call
-sequence (bisection and the serving model's swap between batches happen inside the thread's
-call). Whatever disturbs the batches in flight (a batch the model cannot take, a rebalance, an
+:data:`DEPTH` batches are handed to the thread at a time (the rest wait in order); with
+:data:`FULL` batches queued and in flight the loop pauses its partitions until they go
+(backpressure: the model, not memory, sets the pace). The loop takes results only in the order
+it handed the batches out, so outputs per partition stay in input order, and every batch is
+scored whole by one model call sequence (bisection happens inside the thread's call, and a hot
+swap names each batch by the model that scored it). Whatever disturbs the batches in flight (a batch the model cannot take, a rebalance, an
 aborted transaction) bumps a generation: results of an older generation are dropped when they
-arrive, and the surviving batches are handed out again, in order. Not pipelined, the same calls
-score each batch inline, as before.
+arrive (the thread skips those it has not begun), and the surviving batches are handed out
+again, in order. Not pipelined, the same calls score each batch inline, as before.
 
 ``model.pipelined`` unset (auto): pipelined when one warm batch of ``batching.max_size`` rows
 takes the model :data:`AUTO_MS` or more; a model that fast gains nothing from a thread.
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 DEPTH = 2  # batches handed to the inference thread at a time: one running, one ready behind it
 AUTO_MS = 1.0
 POLL_S = 0.001  # the loop's consume wait while batches are in flight
+FULL = 2 * DEPTH  # batches queued and in flight at which the input pauses (backpressure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,11 @@ class Inference:
         return (time.perf_counter() - started) * 1000 >= AUTO_MS
 
     @property
+    def full(self) -> bool:
+        """Batches enough waiting for the model: the loop pauses its input until they go."""
+        return len(self) >= FULL
+
+    @property
     def poll_s(self) -> float:
         """How long the loop may block in consume: briefly while the thread has batches, whose
         results are to be produced as soon as they come."""
@@ -112,9 +118,10 @@ class Inference:
         self._hand_out(may_run)
         while self._inflight:
             try:
-                generation, done, crash = self._arrived.popleft() if self._arrived else self._outbox.get_nowait()
+                item = self._arrived.popleft() if self._arrived else self._outbox.get_nowait()
             except queue.Empty:
                 return
+            generation, done, crash = item
             if crash is not None:
                 raise crash  # a bug in the thread: the loop dies as it would have inline
             if generation != self._generation:
@@ -178,6 +185,8 @@ class Inference:
     def _work(self) -> None:
         while (item := self._inbox.get()) is not None:
             generation, batch = item
+            if generation != self._generation:
+                continue  # taken back since (an int read under the GIL): not scored for nothing
             try:
                 self._outbox.put((generation, self._score(batch), None))
             except BaseException as exc:  # noqa: BLE001 - handed to the loop, which raises it

@@ -100,7 +100,8 @@ class Breaker:
 
     def _open(self) -> None:
         self.state, self._probe_at = self.OPEN, self._clock() + self._wait
-        log.warning("model breaker open (%s): the fallback scores, next probe in %.1f s", self.reason, self._wait)
+        log.warning("model breaker open (%s): the fallback scores, next probe in %.1f s",
+                    self.reason, self._wait)
 
     @property
     def code(self) -> int:
@@ -137,6 +138,7 @@ class _Model:
     runner: ModelRunner
     version: str
     scorer: BatchScorer
+    breaker: Breaker
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +179,8 @@ class Serving:
         self._broken_after = p.broken_after_failed_batches
         # The serving model as one value, swapped in one assignment: a batch scored on the
         # inference thread (pipelined) while the loop swaps names the model that scored it.
-        self._current = _Model(runner, first, BatchScorer(runner, self._policy, self._broken_after))
         self.fallback, self.shadow = fallback, shadow
-        self.breaker = Breaker(m.breaker_failures, m.breaker_probe_ms / 1000, m.breaker_probe_max_ms / 1000, clock)
+        self._current = self._model(runner, first)
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
         self._last: np.ndarray | None = None  # the last live batch: a candidate's probe
@@ -192,9 +193,21 @@ class Serving:
         self._loaded: Reload | None = None
         self._since = 0.0  # when the change being loaded was seen
 
+    def _model(self, runner: ModelRunner, version: str) -> _Model:
+        """A model to serve, with a scorer and a closed breaker of its own (a new version does
+        not inherit its predecessor's failures, even those of batches still in flight)."""
+        m = self._m
+        breaker = Breaker(m.breaker_failures, m.breaker_probe_ms / 1000, m.breaker_probe_max_ms / 1000,
+                          self._clock)
+        return _Model(runner, version, BatchScorer(runner, self._policy, self._broken_after), breaker)
+
     @property
     def runner(self) -> ModelRunner:
         return self._current.runner
+
+    @property
+    def breaker(self) -> Breaker:
+        return self._current.breaker
 
     @property
     def version(self) -> str:
@@ -232,19 +245,19 @@ class Serving:
         self._last, model = features, self._current
         if self.fallback is None:
             return self._scored(model, model.scorer.score(features))
-        if not self.breaker.allow():
-            return self._degraded(model, features, self.breaker.reason)
+        if not model.breaker.allow():
+            return self._degraded(model, features, model.breaker.reason)
         started = self._clock()
         try:
             scored = model.scorer.score(features)
         except ModelBrokenError as exc:
-            self.breaker.failed(f"model failing: {exc}")
-            return self._degraded(model, features, self.breaker.reason)
+            model.breaker.failed(f"model failing: {exc}")
+            return self._degraded(model, features, model.breaker.reason)
         took = self._clock() - started
         if self._timeout_s and took > self._timeout_s:  # its scores are good; the next ones wait
-            self.breaker.failed(f"a batch took {took * 1000:.0f} ms, over model.timeout_ms", at_once=True)
+            model.breaker.failed(f"a batch took {took * 1000:.0f} ms, over model.timeout_ms", at_once=True)
         else:
-            self.breaker.succeeded()
+            model.breaker.succeeded()
         return self._scored(model, scored)
 
     def _scored(self, model: _Model, scored: Scored) -> Outcome:
@@ -302,7 +315,8 @@ class Serving:
             probes.append(np.array(self._last, np.float32, copy=True))
         log.info("loading %s beside the serving model (version %s)", file, self.version)
         same = state == self._serving_state  # SIGHUP on an unchanged file: it keeps its version
-        self._loading = threading.Thread(target=self._candidate, args=(file, version, probes, since, same, state),
+        self._loading = threading.Thread(target=self._candidate,
+                                         args=(file, version, probes, since, same, state),
                                          name="model-reload", daemon=True)
         self._loading.start()
 
@@ -328,7 +342,8 @@ class Serving:
         for probe in probes:
             out = runner.run(probe)
             if out.shape != (len(probe), self._width or out.shape[1]):
-                return f"it answers {len(probe)} rows with shape {out.shape}; expected ({len(probe)}, {self._width})"
+                return (f"it answers {len(probe)} rows with shape {out.shape}; "
+                        f"expected ({len(probe)}, {self._width})")
             if not np.isfinite(out).all():
                 return f"it gives non-finite scores on a probe of {len(probe)} rows"
         return None
@@ -342,9 +357,8 @@ class Serving:
             log.warning("refused the model at %s (the serving version %s goes on): %s",
                         done.file, self.version, done.refused)
             return done
-        self._current = _Model(done.runner, done.version, BatchScorer(done.runner, self._policy, self._broken_after))
+        self._current = self._model(done.runner, done.version)  # with a closed breaker of its own
         self._serving_state = done.state
-        self.breaker.succeeded()  # a new model starts with a closed breaker
         log.warning("model version %s swapped in from %s, %.2f s after the change", done.version, done.file,
                     done.seconds)
         return done
