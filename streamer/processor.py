@@ -116,8 +116,7 @@ class Processor:
         self.serving.ask_reload()
 
     def stop(self) -> None:
-        """Ask the loop to finish: it flushes, waits for acks, commits and closes. Signal-safe,
-        and kept when it comes during start-up (the loop then never turns)."""
+        """Ask the loop to finish (flush, acks, commit, close); signal-safe, kept if sent in start-up."""
         self._running, self._stop_asked = False, True
 
     # ---- steps ----------------------------------------------------------------------------
@@ -149,8 +148,9 @@ class Processor:
 
     def _consume(self) -> list[Message]:
         wait = min(self.cfg.input.consume_timeout_ms / 1000.0, self._inference.poll_s)  # results due soon
-        remaining = self._batcher.remaining_s()
-        if remaining is not None and not self._gate.blocked:
+        if not self._gate.blocked and self._inference.behind(wait):  # waited for the model, read nothing
+            return []
+        if (remaining := self._batcher.remaining_s()) is not None and not self._gate.blocked:
             wait = min(wait, remaining)
         return consume_batch(self.consumer, self.cfg.input.consume_max_messages, wait)
 
@@ -203,7 +203,7 @@ class Processor:
         self._gate.settle(self.deliveries.in_flight)
 
     def _pause_or_resume(self) -> None:
-        paused = self._gate.paused or self._inference.full  # blocked, or the model behind (pipelined)
+        paused = self._gate.paused
         if paused != self._paused and self._assigned:
             tps = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
             (self.consumer.pause if paused else self.consumer.resume)(tps)

@@ -3,8 +3,9 @@
 Pipelined (``model.pipelined``): ONNX Runtime releases the GIL while it runs, so one inference
 thread scores batch N while the loop decodes batch N+1 and produces batch N-1. At most
 :data:`DEPTH` batches are handed to the thread at a time (the rest wait in order); with
-:data:`FULL` batches queued and in flight the loop pauses its partitions until they go
-(backpressure: the model, not memory, sets the pace). The loop takes results only in the order
+:data:`FULL` batches queued and in flight the loop reads nothing more until one is produced
+(backpressure: the model, not memory, sets the pace; the consumer is still polled every few
+batches, so the group sees it alive). The loop takes results only in the order
 it handed the batches out, so outputs per partition stay in input order, and every batch is
 scored whole by one model call sequence (bisection happens inside the thread's call, and a hot
 swap names each batch by the model that scored it). Whatever disturbs the batches in flight (a batch the model cannot take, a rebalance, an
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 DEPTH = 2  # batches handed to the inference thread at a time: one running, one ready behind it
 AUTO_MS = 1.0
 POLL_S = 0.001  # the loop's consume wait while batches are in flight
-FULL = 2 * DEPTH  # batches queued and in flight at which the input pauses (backpressure)
+FULL = 2 * DEPTH  # batches queued and in flight at which the loop stops reading (backpressure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +89,17 @@ class Inference:
 
     @property
     def full(self) -> bool:
-        """Batches enough waiting for the model: the loop pauses its input until they go."""
         return len(self) >= FULL
+
+    def behind(self, timeout_s: float) -> bool:
+        """Full (the model is behind): wait up to ``timeout_s`` for a result, and tell the loop
+        to read nothing this pass. Reading on would only grow the queue; pausing the partitions
+        instead makes librdkafka drop what it prefetched and fetch it again on resume (measured:
+        a quarter of the throughput on Kafka)."""
+        if not self.full:
+            return False
+        self.wait(timeout_s)
+        return True
 
     @property
     def poll_s(self) -> float:
