@@ -138,13 +138,18 @@ def test_inline_and_pipelined_give_the_same_results(pipelined: bool) -> None:
     inf.close()
 
 
-def test_auto_pipelines_a_heavy_model_only() -> None:
-    assert not inference(FunctionRunner(lambda x: x[:, :1], N), None).pipelined
+def test_auto_pipelines_a_heavy_model_only_after_timing_its_first_full_batches() -> None:
+    light = inference(FunctionRunner(lambda x: x[:, :1], N), None)
+    light.add([batch(i * 8, n=8) for i in range(5)])
+    assert firsts(collect(light, 5)) == [0, 8, 16, 24, 32] and not light.pipelined
 
     def heavy(x: np.ndarray) -> np.ndarray:
         time.sleep(0.002)  # a model that takes 2 ms a batch
         return x[:, :1]
 
     slow = inference(FunctionRunner(heavy, N), None)
-    assert slow.pipelined
+    assert not slow.pipelined  # no model call of its own at start
+    slow.add([batch(0, n=1)] + [batch(i * 8, n=8) for i in range(1, 7)])  # a trickle batch is not timed
+    done = collect(slow, 7)
+    assert firsts(done) == [0, 8, 16, 24, 32, 40, 48] and slow.pipelined
     slow.close()

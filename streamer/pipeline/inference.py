@@ -13,8 +13,9 @@ aborted transaction) bumps a generation: results of an older generation are drop
 arrive (the thread skips those it has not begun), and the surviving batches are handed out
 again, in order. Not pipelined, the same calls score each batch inline, as before.
 
-``model.pipelined`` unset (auto): pipelined when one warm batch of ``batching.max_size`` rows
-takes the model :data:`AUTO_MS` or more; a model that fast gains nothing from a thread.
+``model.pipelined`` unset (auto): inline at first; pipelined once the median of the first
+:data:`AUTO_BATCHES` batches of at least half ``batching.max_size`` rows took the model
+:data:`AUTO_MS` or more (a model that fast gains nothing from a thread).
 
 Worked example (depth 2): batches 1 2 3 queued; 1 and 2 go to the thread; 1 comes back, its
 outputs are produced while 3 goes out; 2 fails (the model is broken): it and 3 go back to the head
@@ -26,13 +27,12 @@ from __future__ import annotations
 
 import logging
 import queue
+import statistics
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-
-import numpy as np
 
 from streamer.errors import ModelBrokenError
 from streamer.pipeline.batcher import Batch
@@ -42,6 +42,7 @@ from streamer.pipeline.serving import Outcome, Serving
 log = logging.getLogger(__name__)
 DEPTH = 2  # batches handed to the inference thread at a time: one running, one ready behind it
 AUTO_MS = 1.0
+AUTO_BATCHES = 3
 POLL_S = 0.001  # the loop's consume wait while batches are in flight
 FULL = 2 * DEPTH  # batches queued and in flight at which the loop stops reading (backpressure)
 
@@ -69,23 +70,35 @@ class Inference:
         self._outbox: queue.Queue[tuple[int, Scoring, BaseException | None]] = queue.Queue()
         self._arrived: deque[tuple[int, Scoring, BaseException | None]] = deque()  # taken by wait()
         self._thread: threading.Thread | None = None
+        self._timings: list[float] = []  # auto: seconds of the first full-ish batches
 
     def start(self) -> None:
-        """Decide (auto: time a warm batch) and start the inference thread when pipelined."""
-        self.pipelined = self._want if self._want is not None else self._slow_model()
-        if self.pipelined:
-            self._thread = threading.Thread(target=self._work, name="inference", daemon=True)
-            self._thread.start()
-        log.info("inference %s", "pipelined on its own thread" if self.pipelined else "on the loop's thread")
+        """Start the inference thread when pipelined; auto starts inline and decides on the
+        first :data:`AUTO_BATCHES` batches of at least half ``batching.max_size`` rows (no model
+        call of its own: a model that hangs from the start hangs the loop, visibly, as before)."""
+        if self._want:
+            self._start_thread()
+        log.info("inference %s", "pipelined on its own thread" if self._want else
+                 "on the loop's thread" + (" (pipelined if the model proves heavy)" if self._want is None else ""))
 
-    def _slow_model(self) -> bool:
-        zeros = np.zeros((self._rows, self._serving.runner.n_features), np.float32)
-        started = time.perf_counter()
-        try:
-            self._serving.runner.run(zeros)
-        except Exception:  # noqa: BLE001 - a model failing already: decided later by its own errors
-            return False
-        return (time.perf_counter() - started) * 1000 >= AUTO_MS
+    def _start_thread(self) -> None:
+        self.pipelined = True
+        self._thread = threading.Thread(target=self._work, name="inference", daemon=True)
+        self._thread.start()
+
+    def _timed(self, done: Scoring) -> None:
+        """Auto: time full-ish batches scored inline; pipeline once their median is heavy."""
+        if done.error is not None or len(done.batch.rows) * 2 < self._rows:
+            return
+        self._timings.append(done.seconds)
+        if len(self._timings) < AUTO_BATCHES:
+            return
+        heavy = statistics.median(self._timings) * 1000 >= AUTO_MS
+        self._want = heavy
+        log.info("the model takes %.1f ms a batch: inference %s", statistics.median(self._timings) * 1000,
+                 "pipelined from now on" if heavy else "stays on the loop's thread")
+        if heavy:
+            self._start_thread()
 
     @property
     def full(self) -> bool:
@@ -121,7 +134,11 @@ class Inference:
                 done = self._score(self._pending[0])
                 if done.error is None:
                     self._pending.popleft()
+                if self._want is None:
+                    self._timed(done)
                 yield done
+                if self.pipelined:  # decided just now: the rest go to the thread
+                    break
                 if done.error is not None:
                     return
             return
