@@ -82,9 +82,11 @@ class Shadow:
                  make_producer: Callable[[], Any], metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  ensure_topic: Callable[[str], object] = lambda topic: None) -> None:
-        self.challengers = [Challenger(spec, runner, cfg.shadow.queue_batches) for spec, runner in challengers]
+        depth = cfg.shadow.queue_batches
+        self.challengers = [Challenger(spec, runner, depth) for spec, runner in challengers]
         self.topic, self.threshold = shadow_topic(cfg), cfg.shadow.flip_threshold
-        self._stages, self._make_producer, self._clock, self._ensure = stages, make_producer, clock, ensure_topic
+        self._stages, self._make_producer, self._ensure = stages, make_producer, ensure_topic
+        self._clock = clock
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
         self._producer: Any = None
         self.compared = self.flips = self.skipped = self.failed = self.produced = 0  # for tests and notes

@@ -56,25 +56,29 @@ def model_runner(cfg: Config, path: Path | None = None) -> ModelRunner:
                       io_binding=m.io_binding)
 
 
-def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None) -> Serving:
-    """``runner`` serving, reloaded from ``model.path``, with the configured fallback."""
+def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
+            encoder: Codec | None = None) -> Serving:
+    """``runner`` serving, reloaded from ``model.path``, with the configured fallback and
+    challengers (whose predictions ``encoder``, the output codec, writes)."""
     m = cfg.model
     fallback = None
     if m.fallback:
         schema = load_schema(cfg.output.schema or REPO_SCHEMAS / "prediction.avsc", key="output.schema")
         if "degraded_reason" not in {f["name"] for f in schema["fields"]}:
-            raise ConfigError("output.schema", "has no degraded and degraded_reason fields (schemas/prediction.avsc "
-                                               "has them): model.fallback_* needs them to flag degraded predictions")
+            raise ConfigError("output.schema", "has no degraded and degraded_reason fields (schemas/"
+                                               "prediction.avsc has them): model.fallback_* needs them "
+                                               "to flag degraded predictions")
         runner_of_fallback = None if m.fallback_path is None else model_runner(cfg, m.fallback_path)
         if runner_of_fallback is not None and runner_of_fallback.n_features != runner.n_features:
             raise ConfigError("model.fallback_path", f"takes {runner_of_fallback.n_features} features; "
                                                      f"model.path takes {runner.n_features}")
         fallback = Fallback(runner_of_fallback, m.fallback_scores)
     return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback,
-                   shadow=shadow(cfg, runner, metrics))
+                   shadow=shadow(cfg, runner, metrics, encoder))
 
 
-def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None) -> Shadow | None:
+def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None,
+           encoder: Codec | None = None) -> Shadow | None:
     """The challengers of ``shadow.challengers``, each checked to take the champion's input."""
     if not cfg.shadow.challengers:
         return None
@@ -82,10 +86,11 @@ def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None) -> Shado
     for n, spec in enumerate(cfg.shadow.challengers):
         runner = model_runner(cfg, spec.path)
         if runner.n_features != champion.n_features:
-            raise ConfigError(f"shadow.challengers[{n}].path", f"{spec.name!r} takes {runner.n_features} "
-                                                                f"features; the champion takes {champion.n_features}")
+            raise ConfigError(f"shadow.challengers[{n}].path",
+                              f"{spec.name!r} takes {runner.n_features} features; "
+                              f"the champion takes {champion.n_features}")
         challengers.append((spec, runner))
-    stages = Stages(JsonCodec(), output_codec(cfg), cfg.input, champion.n_features)  # encodes only
+    stages = Stages(JsonCodec(), encoder or output_codec(cfg), cfg.input, champion.n_features)  # encodes only
     return Shadow(cfg, challengers, stages, lambda: make_producer(cfg), metrics,
                   ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))
 
@@ -98,9 +103,9 @@ def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: Co
     if cfg.metrics.enabled or registry is not None:
         registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
-    runner = runner or model_runner(cfg)
-    processor = Processor(cfg, runner, input_codec(cfg), output_codec(cfg), metrics, clients=clients,
-                          serving=serving(cfg, runner, metrics))
+    runner, encoder = runner or model_runner(cfg), output_codec(cfg)
+    processor = Processor(cfg, runner, input_codec(cfg), encoder, metrics, clients=clients,
+                          serving=serving(cfg, runner, metrics, encoder))
     if cfg.metrics.enabled:
         assert registry is not None
         processor.http = serve_http(cfg, registry, processor.status)

@@ -5,13 +5,14 @@ thread scores batch N while the loop decodes batch N+1 and produces batch N-1. A
 :data:`DEPTH` batches are handed to the thread at a time (the rest wait in order); with
 :data:`FULL` batches queued and in flight the loop reads nothing more until one is produced
 (backpressure: the model, not memory, sets the pace; the consumer is still polled every few
-batches, so the group sees it alive). The loop takes results only in the order
-it handed the batches out, so outputs per partition stay in input order, and every batch is
-scored whole by one model call sequence (bisection happens inside the thread's call, and a hot
-swap names each batch by the model that scored it). Whatever disturbs the batches in flight (a batch the model cannot take, a rebalance, an
-aborted transaction) bumps a generation: results of an older generation are dropped when they
-arrive (the thread skips those it has not begun), and the surviving batches are handed out
-again, in order. Not pipelined, the same calls score each batch inline, as before.
+batches, so the group sees it alive). The loop takes results only in the order it handed the
+batches out, so outputs per partition stay in input order, and every batch is scored whole by
+one model call sequence (bisection happens inside the thread's call, and a hot swap names each
+batch by the model that scored it). Whatever disturbs the batches in flight (a batch the model
+cannot take, a rebalance, an aborted transaction) bumps a generation: results of an older
+generation are dropped when they arrive (the thread skips those it has not begun), and the
+surviving batches are handed out again, in order. Not pipelined, the same calls score each
+batch inline, as before.
 
 ``model.pipelined`` unset (auto): inline at first; pipelined once the median of the first
 :data:`AUTO_BATCHES` batches of at least half ``batching.max_size`` rows took the model
@@ -78,8 +79,9 @@ class Inference:
         call of its own: a model that hangs from the start hangs the loop, visibly, as before)."""
         if self._want:
             self._start_thread()
-        log.info("inference %s", "pipelined on its own thread" if self._want else
-                 "on the loop's thread" + (" (pipelined if the model proves heavy)" if self._want is None else ""))
+        later = " (pipelined if the model proves heavy)" if self._want is None else ""
+        log.info("inference %s", "pipelined on its own thread" if self._want
+                 else f"on the loop's thread{later}")
 
     def _start_thread(self) -> None:
         self.pipelined = True
@@ -93,9 +95,9 @@ class Inference:
         self._timings.append(done.seconds)
         if len(self._timings) < AUTO_BATCHES:
             return
-        heavy = statistics.median(self._timings) * 1000 >= AUTO_MS
-        self._want = heavy
-        log.info("the model takes %.1f ms a batch: inference %s", statistics.median(self._timings) * 1000,
+        ms = statistics.median(self._timings) * 1000
+        self._want = heavy = ms >= AUTO_MS
+        log.info("the model takes %.1f ms a batch: inference %s", ms,
                  "pipelined from now on" if heavy else "stays on the loop's thread")
         if heavy:
             self._start_thread()

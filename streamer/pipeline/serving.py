@@ -171,16 +171,15 @@ class Serving:
 
     def __init__(self, cfg: Config, runner: ModelRunner, clock: Clock,
                  load: Callable[[Path], ModelRunner] | None = None, fallback: Fallback | None = None,
-                 version: str | None = None, shadow: Beside | None = None) -> None:
+                 shadow: Beside | None = None) -> None:
         m, p = cfg.model, cfg.processing
-        first = version or served_file(m)[1] or m.version
         self._m, self._clock, self._load, self._rows = m, clock, load, cfg.batching.max_size
         self._policy = IsolationPolicy(max_poison_fraction=p.max_poison_fraction)
         self._broken_after = p.broken_after_failed_batches
+        self.fallback, self.shadow = fallback, shadow
         # The serving model as one value, swapped in one assignment: a batch scored on the
         # inference thread (pipelined) while the loop swaps names the model that scored it.
-        self.fallback, self.shadow = fallback, shadow
-        self._current = self._model(runner, first)
+        self._current = self._model(runner, served_file(m)[1] or m.version)
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
         self._last: np.ndarray | None = None  # the last live batch: a candidate's probe
@@ -299,16 +298,16 @@ class Serving:
         if self._asked or state != self._seen and state == self._changed:
             since = now if self._asked else self._changed_at
             self._asked, self._seen, self._changed = False, state, None
-            self._start(since, state)
+            self._since = since
+            self._start(state)
         elif state != self._seen:
             self._changed, self._changed_at = state, now  # loaded at the next look if it holds still
         return None
 
-    def _start(self, since: float, state: tuple[str, int, int, int]) -> None:
+    def _start(self, state: tuple[str, int, int, int]) -> None:
         if self._load is None:
             log.warning("model reload asked for, but this processor cannot load models")
             return
-        self._since = since
         file, version = served_file(self._m)
         probes = [np.zeros((self._rows, self.runner.n_features), np.float32)]
         if self._last is not None:
@@ -316,11 +315,11 @@ class Serving:
         log.info("loading %s beside the serving model (version %s)", file, self.version)
         same = state == self._serving_state  # SIGHUP on an unchanged file: it keeps its version
         self._loading = threading.Thread(target=self._candidate,
-                                         args=(file, version, probes, since, same, state),
+                                         args=(file, version, probes, same, state),
                                          name="model-reload", daemon=True)
         self._loading.start()
 
-    def _candidate(self, file: Path, version: str | None, probes: list[np.ndarray], since: float, same: bool,
+    def _candidate(self, file: Path, version: str | None, probes: list[np.ndarray], same: bool,
                    state: tuple[str, int, int, int]) -> None:
         """In the loading thread: load, warm up and check one candidate; never raises."""
         assert self._load is not None
@@ -332,7 +331,7 @@ class Serving:
                        or (self.version if same else self._digest(file)))
         except Exception as exc:  # noqa: BLE001 - whatever a broken file does, the old model stays
             refused = f"{type(exc).__name__}: {exc}"
-        self._loaded = Reload(file, version or "?", self._clock() - since,
+        self._loaded = Reload(file, version or "?", 0.0,  # the seconds are the swap's: _finish
                               runner=None if refused else runner, refused=refused, state=state)
 
     def _check(self, runner: ModelRunner, probes: list[np.ndarray]) -> str | None:
