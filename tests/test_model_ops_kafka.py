@@ -29,7 +29,7 @@ from streamer.commands.demo import synthetic_events
 from streamer.config import ChallengerConfig, with_overrides
 from streamer.errors import InferenceError
 from streamer.pipeline.codecs import AvroCodec, load_schema
-from streamer.pipeline.runner import ModelRunner
+from streamer.testing import FunctionRunner
 from tests.conftest import Topics, make_config
 from tests.support.faults import (ROOT, ChildProcessor, audit, caught_up, read_all, wait_until, write_config,
                                  written)
@@ -104,29 +104,6 @@ def test_a_new_model_version_is_swapped_in_under_a_steady_stream(bootstrap: str,
           f"v1 {sum(p['model_version'] == '1' for p in preds)}, v2 {sum(p['model_version'] == '2' for p in preds)}")
 
 
-class Switch:
-    """The real model, made to fail while ``failing`` is set (as a model whose GPU went away)."""
-
-    def __init__(self, inner: ModelRunner) -> None:
-        self.inner, self.failing = inner, False
-
-    @property
-    def n_features(self) -> int:
-        return self.inner.n_features
-
-    @property
-    def provider(self) -> str:
-        return self.inner.provider
-
-    def warm_up(self, rows: int) -> None:
-        self.inner.warm_up(rows)
-
-    def run(self, features: np.ndarray) -> np.ndarray:
-        if self.failing:
-            raise InferenceError("CUDA error: an illegal memory access was encountered")
-        return self.inner.run(features)
-
-
 def gauge(registry: CollectorRegistry, name: str) -> float:
     value = registry.get_sample_value(name)
     assert value is not None, name
@@ -138,7 +115,14 @@ def test_a_failing_model_degrades_to_the_fallback_and_comes_back(bootstrap: str,
     cfg = with_overrides(make_config(bootstrap, topics),
                          model={"fallback_scores": (0.5,), "breaker_failures": 2, "breaker_probe_ms": 200,
                                 "breaker_probe_max_ms": 800})
-    switch = Switch(model_runner(cfg))
+    real, failing = model_runner(cfg), threading.Event()
+
+    def model(x: np.ndarray) -> np.ndarray:  # the real model, failing while set (its GPU went away)
+        if failing.is_set():
+            raise InferenceError("CUDA error: an illegal memory access was encountered")
+        return real.run(x)
+
+    switch = FunctionRunner(model, real.n_features, real.provider)
     registry = CollectorRegistry()
     processor = build_processor(cfg, runner=switch, registry=registry)
     n = 10_000
@@ -146,10 +130,10 @@ def test_a_failing_model_degrades_to_the_fallback_and_comes_back(bootstrap: str,
     running = Running(processor)
     try:
         wait_until(lambda: written(bootstrap, topics.output) >= 2_000, 120, "2,000 predictions")
-        switch.failing = True
+        failing.set()
         wait_until(lambda: processor.stats.degraded >= 1_000, 60, "1,000 degraded predictions")
         assert gauge(registry, "streamer_model_breaker_state") in (1, 2)  # open, or probing
-        switch.failing = False
+        failing.clear()
         at_recovery = processor.stats.degraded
         wait_until(lambda: gauge(registry, "streamer_model_breaker_state") == 0, 30, "the breaker to close")
         assert processor.stats.degraded - at_recovery < 1_000  # closed within a probe or two
@@ -190,26 +174,6 @@ def test_sighup_reloads_the_model_when_looking_is_off(bootstrap: str, topics: To
         assert runs([p["model_version"] for p in lane]) == ["1", "3"], partition
 
 
-class Stuck:
-    """A challenger that hangs until released (a model on a device that stopped answering)."""
-
-    def __init__(self, inner: ModelRunner) -> None:
-        self.inner, self.release = inner, threading.Event()
-        self.n_features, self.provider = inner.n_features, inner.provider
-
-    def warm_up(self, rows: int) -> None:
-        pass
-
-    def run(self, features: np.ndarray) -> np.ndarray:
-        self.release.wait()
-        return self.inner.run(features)
-
-
-class Raising(Stuck):
-    def run(self, features: np.ndarray) -> np.ndarray:
-        raise InferenceError("challenger: unsupported operator on this device")
-
-
 @pytest.mark.timeout(300)
 def test_challengers_score_in_shadow_and_a_failing_or_hung_one_never_touches_the_champion(
         bootstrap: str, topics: Topics, tmp_path: Path) -> None:
@@ -226,8 +190,17 @@ def test_challengers_score_in_shadow_and_a_failing_or_hung_one_never_touches_the
     processor = build_processor(cfg, registry=registry)
     shadow = processor.serving.shadow
     assert shadow is not None
-    hung = Stuck(shadow.challengers[2].runner)
-    shadow.challengers[1].runner, shadow.challengers[2].runner = Raising(hung.inner), hung
+    other_model, release = shadow.challengers[2].runner, threading.Event()
+
+    def raising(x: np.ndarray) -> np.ndarray:
+        raise InferenceError("challenger: unsupported operator on this device")
+
+    def hanging(x: np.ndarray) -> np.ndarray:  # a device that stopped answering, until released
+        release.wait()
+        return other_model.run(x)
+
+    shadow.challengers[1].runner = FunctionRunner(raising, other_model.n_features)
+    shadow.challengers[2].runner = FunctionRunner(hanging, other_model.n_features)
 
     features = np.array([e["features"] for e in synthetic_events(n, 32, seed=3)], np.float32)
     champion, challenger = model_runner(cfg).run(features)[:, 0], model_runner(cfg, other).run(features)[:, 0]
@@ -244,11 +217,11 @@ def test_challengers_score_in_shadow_and_a_failing_or_hung_one_never_touches_the
         assert sample("streamer_shadow_compared_rows_total", challenger="hung") == 0
         wait_until(lambda: sample("streamer_shadow_compared_rows_total", challenger="other") == n, 60,
                    "the other challenger to compare every row")
-        hung.release.set()
+        release.set()
         wait_until(lambda: sample("streamer_shadow_predictions_total", challenger="hung") == n, 60,
                    "the hung challenger, released, to publish")
     finally:
-        hung.release.set()
+        release.set()
         running.stop()
     result = audit(bootstrap, topics.input, topics.output, topics.dlq)
     assert (result.events, result.lost, result.duplicated) == (n, 0, 0), result  # the champion's output, whole
