@@ -54,6 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
     rp.add_argument("--allow-live-output", action="store_true",
                     help="allow --output-topic to be the live output topic")
+    model = sub.add_parser("model", help="look at a model before serving it")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    inspect_model = model_sub.add_parser("inspect", help="its inputs and outputs, a starting config, the "
+                                                         "prediction schema that config produces")
+    inspect_model.add_argument("path", help="the .onnx file")
+    schema = sub.add_parser("schema", help="print the prediction schema a config produces (its model checked)")
+    schema.add_argument("--config", required=True)
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
     demo.add_argument("--events", type=int, default=100_000)
     demo.add_argument("--brokers", type=int, choices=(1, 3), default=1,
@@ -73,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _lag_exporter(args)
         if args.command == "replay":
             return _replay(args)
+        if args.command in ("model", "schema"):
+            return _model(args)
         return _demo(args.events, args.brokers)
     except ConfigError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
@@ -171,8 +180,8 @@ def _lag_exporter(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streamer.config_file import load_config
     from streamer.commands.replay import parse_when, run_replay
+    from streamer.config_file import load_config
 
     cfg = load_config(args.config)
     summary = run_replay(
@@ -182,6 +191,20 @@ def _replay(args: argparse.Namespace) -> int:
         model_version=args.model_version, force=args.force, batch_size=args.batch_size,
         max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output)
     print("\n".join(summary.lines()))
+    return 0
+
+
+def _model(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streamer.commands import model
+
+    if args.command == "model":
+        print(model.inspect(Path(args.path)))
+        return 0
+    from streamer.config_file import load_config
+
+    print(model.schema(load_config(args.config)))
     return 0
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from streamer.config_check import above, at_least, check_types, file_exists
+from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
 
 Format = Literal["avro", "avro-confluent", "json"]
@@ -27,7 +28,7 @@ Provider = Literal["cuda", "cpu"]
 Guarantee = Literal["at_least_once", "exactly_once"]
 
 MAX_BATCH_SIZE = 65_536  # one ORT call on a bigger batch gains nothing and risks device memory
-SECRET_KEY = re.compile(r"(password|secret|credentials|user\.info|token|key\.pem)", re.I)
+SECRET_KEY = re.compile(r"(password|secret|credentials|user\.info|token|key\.pem)", re.IGNORECASE)
 KAFKA_NEEDS = "must be a mapping with at least 'bootstrap.servers'"
 
 
@@ -98,6 +99,10 @@ class ModelConfig:
     path: Path
     name: str
     version: str
+    # The model's contract (pipeline/contract.py). None: a single input from input.features_field
+    # and a single output as 'scores' (a model with more of either needs these mappings).
+    inputs: Mapping[str, InputSource] | None = None  # model input name -> where its values come from
+    outputs: Mapping[str, OutputTarget] | None = None  # prediction field -> model output
     providers: tuple[Provider, ...] = ("cuda", "cpu")
     intra_op_threads: int = 1  # 1: no spinning thread pool competing with librdkafka; 0: ONNX Runtime decides
     drift_profile: Path | None = None  # the training features' profile (observe/drift.py); None: no drift metrics
@@ -119,6 +124,15 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_types(self, "model")
+        for name, source in (self.inputs or {}).items():
+            source.check(f"model.inputs.{name}")
+        if self.inputs == {}:
+            raise ConfigError("model.inputs", "maps no input (leave it out for the default)")
+        if self.outputs == {}:
+            raise ConfigError("model.outputs", "maps no output (leave it out for the default)")
+        if self.outputs is not None and self.fallback_scores is not None:
+            raise ConfigError("model.fallback_scores", "a constant row stands in for 'scores' only; with "
+                                                      "model.outputs use model.fallback_path")
         if not self.providers:
             raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
         at_least(0, "model.intra_op_threads", self.intra_op_threads)
@@ -162,13 +176,19 @@ class BatchingConfig:
 @dataclass(frozen=True, slots=True)
 class OutputConfig:
     topic: str
-    schema: Path | None = None  # None: the bundled schemas/prediction.avsc
+    schema: Path | None = None  # None: the bundled schemas/prediction.avsc, or one made from model.outputs
     ack_timeout_ms: int = 30_000
+    include: tuple[str, ...] = ()  # input fields (dotted paths) copied into each prediction
 
     def __post_init__(self) -> None:
         check_types(self, "output")
         if not self.topic:
             raise ConfigError("output.topic", "cannot be empty")
+        for n, path in enumerate(self.include):
+            if not path or "" in path.split("."):
+                raise ConfigError(f"output.include[{n}]", f"{path!r} is not a field name")
+        if len(set(self.include)) != len(self.include):
+            raise ConfigError("output.include", f"names a field twice: {list(self.include)}")
         above(0, "output.ack_timeout_ms", self.ack_timeout_ms)
         file_exists("output.schema", "schema", self.schema)
 

@@ -154,6 +154,10 @@ def _convert(tp: Any, value: Any, key: str, base_dir: Path) -> Any:
     if isinstance(tp, type) and hasattr(tp, "__dataclass_fields__"):
         return _build(tp, value, f"{key}.", base_dir)
     if origin is not None and issubclass(origin, Mapping):
+        if args and hasattr(args[1], "parse"):  # model.inputs, model.outputs: name -> spec
+            if not isinstance(value, Mapping):
+                raise ConfigError(key, f"expected a mapping, got {kind_of(value)}")
+            return {str(k): args[1].parse(v, f"{key}.{k}") for k, v in value.items()}
         return value
     raise TypeError(f"config field {key} has an unsupported type {tp!r}")  # a bug here, not in YAML
 

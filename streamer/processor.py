@@ -37,7 +37,7 @@ from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.codecs import Codec
 from streamer.pipeline.inference import Inference, Scoring
 from streamer.pipeline.records import Messages, Rows
-from streamer.pipeline.runner import ModelRunner
+from streamer.pipeline.runner import ModelRunner, numeric_width
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
 
@@ -55,9 +55,9 @@ class Processor:
         self.serving = serving or Serving(cfg, runner, clock)  # reloads, and a fallback, when given
         self.stats = Stats()
         self._observed = metrics is not None  # librdkafka statistics feed the lag metrics
-        self._account = Accounting(self.stats, metrics, cfg, runner.n_features)  # drift: runner's width
+        self._account = Accounting(self.stats, metrics, cfg, numeric_width(runner))  # drift: numeric inputs
         self._clients, self._clock = clients or KafkaClients.from_config(cfg), clock
-        self._stages = Stages(decoder, encoder, cfg.input, runner.n_features)
+        self._stages = Stages.serving(decoder, encoder, cfg, runner)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
                                                          join=Rows.join)
         self._inference = Inference(self.serving, cfg.model.pipelined, cfg.batching.max_size)  # in order

@@ -6,8 +6,11 @@ Each challenger (``shadow.challengers``) runs in its own thread with a queue of 
 challenger and counted) and, between batches, publishes what the challengers finished
 (:meth:`Shadow.pump`): their predictions to the shadow topic (``shadow.topic``, default
 ``<output.topic>.shadow``), with their own model name and version, and the agreement with the
-champion on the same rows: the absolute difference of the first scores, and the decisions that
-flip at ``shadow.flip_threshold`` (a decision is ``score[0] >= threshold``). Rows the champion
+champion on the same rows: the absolute difference of the decision scores, and the decisions that
+flip at ``shadow.flip_threshold`` (a decision is ``score >= threshold``). The decision score is
+``scores[0]`` for the legacy contract and, with named outputs, the first float field: a single
+value as it is, a two-class probability row's P(second class), a wider row's largest probability
+(contract.decision_scores). Rows the champion
 could not score itself (poison rows, degraded batches) are not compared.
 
 So a failing or slow challenger never blocks, delays or dead-letters the champion's rows: the
@@ -32,9 +35,11 @@ from confluent_kafka import KafkaError
 
 from streamer.config import ChallengerConfig, Config, shadow_topic
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
+from streamer.pipeline.outputs import decision_scores
 from streamer.pipeline.records import Rows
 from streamer.pipeline.runner import ModelRunner
 from streamer.pipeline.serving import Outcome
+from streamer.pipeline.signature import Columns
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
@@ -50,7 +55,7 @@ class _Job:
 @dataclass(frozen=True, slots=True)
 class _Done:
     job: _Job
-    scores: np.ndarray | None
+    scores: Any  # the challenger's result (a score matrix or Columns); None: it failed
     error: Exception | None
     seconds: float
 
@@ -113,7 +118,7 @@ class Shadow:
         """Queue a scored batch for every challenger; never waits (a full queue skips the batch)."""
         if not self.challengers or not len(rows):
             return
-        champion = None if out.degraded is not None else out.scored.scores[:, 0]
+        champion = None if out.degraded is not None else decision_scores(out.scored.scores)
         job = _Job(rows, champion)
         for c in self.challengers:
             try:
@@ -157,9 +162,9 @@ class Shadow:
         if done.error is not None or done.scores is None:
             self._failed(c, "score", f"failed on a batch of {len(done.job.rows)} rows: {done.error}")
             return
-        scores = np.asarray(done.scores, np.float32)
+        scores = done.scores if isinstance(done.scores, Columns) else np.asarray(done.scores, np.float32)
         m.inference.labels(c.name, c.version, c.runner.provider).observe(done.seconds)
-        if scores.ndim != 2 or len(scores) != len(done.job.rows):
+        if len(scores.shape) != 2 or len(scores) != len(done.job.rows):
             self._failed(c, "score", f"answered {scores.shape} for {len(done.job.rows)} rows")
             return
         self._compare(c, done.job.champion, scores)
@@ -170,11 +175,11 @@ class Shadow:
                          count=len(rejects))
         self._produce(c, rows, values)
 
-    def _compare(self, c: Challenger, champion: np.ndarray | None, scores: np.ndarray) -> None:
+    def _compare(self, c: Challenger, champion: np.ndarray | None, scores: Any) -> None:
         if champion is None or not scores.shape[1]:
             return
         own = ~np.isnan(champion)
-        theirs, ours = scores[own, 0], champion[own]
+        theirs, ours = decision_scores(scores)[own], champion[own]
         flips = int(np.count_nonzero((theirs >= self.threshold) != (ours >= self.threshold)))
         self.compared += len(ours)
         self.flips += flips

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import time
 import uuid
@@ -31,6 +32,20 @@ def bootstrap() -> Iterator[str]:
     """
     with kafka_cluster() as address:
         yield address
+
+
+@pytest.fixture(scope="session")
+def converter_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real converters' models (models/build_converter_models.py: scikit-learn + skl2onnx,
+    LightGBM and XGBoost + onnxmltools), trained and converted once per session, with manifest.json."""
+    spec = importlib.util.spec_from_file_location("build_converter_models",
+                                                  ROOT / "models" / "build_converter_models.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path_factory.mktemp("converter-models")
+    script.write_models(out)
+    return out
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,18 @@ from pathlib import Path
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
-from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
 from streamer.config import Config
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, InferenceError
+from streamer.kafka.clients import KafkaClients, ensure_topic, make_producer
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
-from streamer.processor import Processor
-from streamer.pipeline.runner import ModelRunner, OnnxRunner, cuda_options
-from streamer.kafka.clients import KafkaClients, ensure_topic, make_producer
-from streamer.pipeline.serving import Fallback, Serving, served_file
+from streamer.pipeline.codecs import AvroCodec, AvroSchema, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.pipeline.contract import Contract
+from streamer.pipeline.prediction_schema import check_schema, made_schema
+from streamer.pipeline.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
+from streamer.pipeline.serving import Fallback, Serving, check_candidate, served_file
 from streamer.pipeline.stages import Stages
+from streamer.processor import Processor
 from streamer.shadow import Shadow
 
 REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -43,17 +45,69 @@ def input_codec(cfg: Config) -> Codec:
     return ConfluentAvroCodec(SchemaRegistryClient.new_client(conf), subject, schema, i.max_message_bytes)
 
 
-def output_codec(cfg: Config) -> Codec:
-    path = cfg.output.schema or REPO_SCHEMAS / "prediction.avsc"
-    return AvroCodec(load_schema(path, key="output.schema"))
+def prediction_schema(cfg: Config, runner: ModelRunner | None = None) -> AvroSchema:
+    """The prediction schema: ``output.schema`` (checked against what the model's contract and
+    ``output.include`` write), else the bundled one or, with named outputs or pass-through
+    fields, one made from them. ``runner``: the model (default: none checked, the bundled layout)."""
+    bundled = load_schema(REPO_SCHEMAS / "prediction.avsc", key="output.schema")
+    contract = getattr(runner, "contract", None)
+    made = bundled
+    if contract is not None and (not contract.legacy_output or cfg.output.include):
+        made = made_schema(bundled, contract, cfg.output.include, avro_input_schema(cfg))
+    if cfg.output.schema is None:
+        return made
+    user = load_schema(cfg.output.schema, key="output.schema")
+    if contract is not None:
+        check_schema(user, made)
+    return user
+
+
+def avro_input_schema(cfg: Config) -> AvroSchema | None:
+    """``input.schema`` when the input is Avro with one (None for JSON: its fields are not declared)."""
+    if cfg.input.format == "json" or cfg.input.schema is None:
+        return None
+    return load_schema(cfg.input.schema, key="input.schema")
+
+
+def output_codec(cfg: Config, runner: ModelRunner | None = None) -> Codec:
+    return AvroCodec(prediction_schema(cfg, runner))
 
 
 def model_runner(cfg: Config, path: Path | None = None) -> ModelRunner:
-    """The model at ``path`` (default: the one ``model.path`` serves) on the configured devices."""
+    """The model at ``path`` (default: the one ``model.path`` serves) on the configured devices,
+    with the contract of ``model.inputs`` and ``model.outputs`` (ConfigError: it does not fit)."""
     m = cfg.model
     return OnnxRunner(path or served_file(m)[0], m.providers, intra_op_threads=m.intra_op_threads,
                       cuda_options=cuda_options(m.cuda_device_id, m.cuda_mem_limit_mb, m.cuda_arena),
-                      io_binding=m.io_binding)
+                      io_binding=m.io_binding,
+                      contract=lambda sig: Contract.of(sig, m.inputs, m.outputs, cfg.input.features_field))
+
+
+def checked_runner(cfg: Config, path: Path | None = None, key: str = "model.path",
+                   like: ModelRunner | None = None) -> ModelRunner:
+    """:func:`model_runner`, refused at start-up as a hot reload would refuse it: its fields must
+    be in ``input.schema`` with types it takes, it must have ``like``'s signature (when given),
+    warm up, and answer a probe batch with finite outputs. A refusal is a ConfigError on ``key``
+    (exit 2): a restart cannot make the model servable."""
+    try:
+        runner = model_runner(cfg, path)
+    except InferenceError as exc:
+        raise ConfigError(key, str(exc)) from exc
+    contract = getattr(runner, "contract", None)
+    if contract is not None and like is None:
+        contract.check_fields(avro_input_schema(cfg))
+    name = (path or served_file(cfg.model)[0]).name
+    try:
+        refused = check_candidate(runner, like, [blank_batch(runner, 2)], cfg.batching.max_size)
+    except InferenceError as exc:
+        refused = f"it fails on a probe batch: {exc}"
+    if refused:
+        raise ConfigError(key, f"cannot serve {name}: {refused}")
+    return runner
+
+
+def _fallback_width(cfg: Config, path: Path) -> int:
+    return model_runner(cfg, path).n_features
 
 
 def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
@@ -63,15 +117,16 @@ def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
     m = cfg.model
     fallback = None
     if m.fallback:
-        schema = load_schema(cfg.output.schema or REPO_SCHEMAS / "prediction.avsc", key="output.schema")
+        schema = prediction_schema(cfg, runner)
         if "degraded_reason" not in {f["name"] for f in schema["fields"]}:
             raise ConfigError("output.schema", "has no degraded and degraded_reason fields (schemas/"
                                                "prediction.avsc has them): model.fallback_* needs them "
                                                "to flag degraded predictions")
-        runner_of_fallback = None if m.fallback_path is None else model_runner(cfg, m.fallback_path)
-        if runner_of_fallback is not None and runner_of_fallback.n_features != runner.n_features:
-            raise ConfigError("model.fallback_path", f"takes {runner_of_fallback.n_features} features; "
+        if m.fallback_path is not None and runner.n_features != _fallback_width(cfg, m.fallback_path):
+            raise ConfigError("model.fallback_path", f"takes {_fallback_width(cfg, m.fallback_path)} features; "
                                                      f"model.path takes {runner.n_features}")
+        runner_of_fallback = (None if m.fallback_path is None
+                              else checked_runner(cfg, m.fallback_path, "model.fallback_path", like=runner))
         fallback = Fallback(runner_of_fallback, m.fallback_scores)
     return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback,
                    shadow=shadow(cfg, runner, metrics, encoder))
@@ -89,8 +144,11 @@ def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None,
             raise ConfigError(f"shadow.challengers[{n}].path",
                               f"{spec.name!r} takes {runner.n_features} features; "
                               f"the champion takes {champion.n_features}")
+        ours, theirs = getattr(champion, "signature", None), getattr(runner, "signature", None)
+        if ours is not None and theirs is not None and (differs := ours.differs(theirs)):
+            raise ConfigError(f"shadow.challengers[{n}].path", f"{spec.name!r}: {differs}")
         challengers.append((spec, runner))
-    stages = Stages(JsonCodec(), encoder or output_codec(cfg), cfg.input, champion.n_features)  # encodes only
+    stages = Stages.serving(JsonCodec(), encoder or output_codec(cfg, champion), cfg, champion)  # encodes only
     return Shadow(cfg, challengers, stages, lambda: make_producer(cfg), metrics,
                   ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))
 
@@ -103,7 +161,8 @@ def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: Co
     if cfg.metrics.enabled or registry is not None:
         registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
-    runner, encoder = runner or model_runner(cfg), output_codec(cfg)
+    runner = runner or checked_runner(cfg)
+    encoder = output_codec(cfg, runner)
     processor = Processor(cfg, runner, input_codec(cfg), encoder, metrics, clients=clients,
                           serving=serving(cfg, runner, metrics, encoder))
     if cfg.metrics.enabled:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.serving import Outcome, Reload
+from streamer.pipeline.signature import numeric_matrix
 
 log = logging.getLogger(__name__)
 DRIFT_REFRESH_S = 1.0
@@ -83,7 +83,7 @@ class Accounting:
         if scored.bisections:
             m.bisections.inc(scored.bisections)
         if self.drift is not None:
-            self._watch_drift(batch.rows.features)
+            self._watch_drift(numeric_matrix(batch.rows.features))
 
     def _watch_drift(self, features: np.ndarray) -> None:
         """Count the batch into the drift window; refresh the gauges at most once a second."""

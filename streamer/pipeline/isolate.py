@@ -16,18 +16,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
-from streamer.pipeline.runner import ModelRunner
+from streamer.pipeline.runner import Batch, ModelRunner, blank_batch
+from streamer.pipeline.signature import Columns
 
 
 @dataclass(slots=True)
 class Scored:
     """What came of one batch: scores for the good rows, an error for each poison row."""
 
-    scores: np.ndarray  # [rows, n_outputs]; rows listed in ``poison`` hold NaN
+    scores: Any  # float32 [rows, n_outputs], or Columns by prediction field; poison rows hold NaN (or 0, '')
     poison: dict[int, InferenceError] = field(default_factory=dict)
     calls: int = 0  # model calls made, the first one included
     bisections: int = 0  # batches split in two
@@ -40,7 +42,7 @@ class IsolationPolicy:
     transient_backoff_s: float = 0.05
 
 
-def score_isolating(runner: ModelRunner, features: np.ndarray,
+def score_isolating(runner: ModelRunner, features: Batch,
                     policy: IsolationPolicy = IsolationPolicy(),
                     sleep: Callable[[float], None] = time.sleep) -> Scored:
     """Score ``features`` [rows, n_features]; isolate failing rows; raise if the model is broken.
@@ -52,9 +54,9 @@ def score_isolating(runner: ModelRunner, features: np.ndarray,
     n = len(features)
     limit = int(policy.max_poison_fraction * n) if n >= 2 else n
     result = Scored(scores=np.empty((0, 0), np.float32))
-    outputs: dict[int, np.ndarray] = {}
+    outputs: dict[int, Any] = {}
 
-    def attempt(lo: int, hi: int) -> np.ndarray | InferenceError:
+    def attempt(lo: int, hi: int) -> Any:
         for k in range(policy.transient_retries + 1):
             result.calls += 1
             try:
@@ -67,8 +69,8 @@ def score_isolating(runner: ModelRunner, features: np.ndarray,
                 return exc
         raise AssertionError("unreachable")
 
-    def settle(lo: int, hi: int, got: np.ndarray | InferenceError) -> None:
-        if isinstance(got, np.ndarray):
+    def settle(lo: int, hi: int, got: Any) -> None:
+        if not isinstance(got, InferenceError):
             outputs[lo] = got
         elif hi - lo == 1 and isinstance(got, TransientInferenceError):
             # Out of device memory even for one row: the device, not the row. Hold the batch
@@ -86,13 +88,13 @@ def score_isolating(runner: ModelRunner, features: np.ndarray,
         result.bisections += 1
         mid = (lo + hi) // 2
         left = attempt(lo, mid)
-        if isinstance(left, np.ndarray) and not isinstance(failure, TransientInferenceError):
+        if not isinstance(left, InferenceError) and not isinstance(failure, TransientInferenceError):
             # The whole failed and its left half did not: the right half holds the culprit.
             # (Not so after running out of memory: the halves may both be fine.)
-            right: np.ndarray | InferenceError = failure
+            right: Any = failure
         else:
             right = attempt(mid, hi)
-            if (lo, hi) == (0, n) and not isinstance(right, np.ndarray) and not model_answers(runner):
+            if (lo, hi) == (0, n) and isinstance(right, InferenceError) and not model_answers(runner):
                 result.calls += 1
                 raise ModelBrokenError(f"both halves of a batch of {n} fail and so does the warm-up "
                                        f"input: the model is failing, not the rows ({failure})") from failure
@@ -100,10 +102,19 @@ def score_isolating(runner: ModelRunner, features: np.ndarray,
         settle(mid, hi, right)
 
     settle(0, n, attempt(0, n))
-    width = next(iter(outputs.values())).shape[1] if outputs else 1
-    scores = np.full((n, width), np.nan, dtype=np.float32)
-    for lo, block in outputs.items():
-        scores[lo:lo + len(block)] = block
+    if len(outputs) == 1 and 0 in outputs and len(outputs[0]) == n:
+        result.scores = outputs[0]  # the usual case: one call scored the whole batch
+        return result
+    first = next(iter(outputs.values()), None)
+    if isinstance(first, Columns):
+        scores: Any = first.blank(n)
+        for lo, block in outputs.items():
+            scores.put(lo, block)
+    else:
+        width = first.shape[1] if first is not None else 1
+        scores = np.full((n, width), np.nan, dtype=np.float32)
+        for lo, block in outputs.items():
+            scores[lo:lo + len(block)] = block
     result.scores = scores
     return result
 
@@ -111,7 +122,7 @@ def score_isolating(runner: ModelRunner, features: np.ndarray,
 def model_answers(runner: ModelRunner) -> bool:
     """Does the model score one row of zeros (the warm-up input)? Tells poison from a broken model."""
     try:
-        runner.run(np.zeros((1, runner.n_features), dtype=np.float32))
+        runner.run(blank_batch(runner, 1))
     except InferenceError:
         return False
     return True
@@ -129,7 +140,7 @@ class BatchScorer:
         self.runner, self.policy, self.broken_after = runner, policy, broken_after_failed_batches
         self.failed_batches = 0  # whole batches failing in a row
 
-    def score(self, features: np.ndarray) -> Scored:
+    def score(self, features: Batch) -> Scored:
         scored = score_isolating(self.runner, features, self.policy)
         if len(scored.poison) < len(features):
             self.failed_batches = 0

@@ -14,11 +14,13 @@ Worked example: three messages of partitions 0, 1, 0 (offsets 7, 3, 8)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from streamer.pipeline.signature import join_batches
 
 TopicPartition = tuple[str, int]
 
@@ -39,7 +41,8 @@ class SourceRecord:
     entity_id: str
     event_time_ms: int
     timestamp_ms: int
-    features: np.ndarray  # float32, shape (n_features,)
+    features: Any  # float32 (n_features,) (the legacy contract), or each model input's values by name
+    passthrough: tuple[Any, ...] = ()  # the values of output.include, in its order
 
 
 def _index(idx: np.ndarray | slice) -> np.ndarray | slice:
@@ -123,21 +126,30 @@ class Rows:
     event_ids: list[str]
     entity_ids: list[str]
     event_times: np.ndarray  # int64 milliseconds: the event's own time
-    features: np.ndarray  # float32 [rows, n_features]
+    features: Any  # float32 [rows, n_features] (the legacy contract), or Columns of the model's inputs
+    passthrough: list[tuple[Any, ...]] | None = None  # output.include's values per row; None: none kept
 
     @classmethod
-    def empty(cls, n_features: int) -> Rows:
+    def empty(cls, n_features: int, features: Any = None) -> Rows:
+        """No rows; ``features``: an empty batch of the contract's inputs (default: a float matrix)."""
         return cls(Messages([], [], np.empty(0, np.int64), np.empty(0, np.int64)), [], [],
-                   np.empty(0, np.int64), np.empty((0, n_features), np.float32))
+                   np.empty(0, np.int64), np.empty((0, n_features), np.float32) if features is None else features)
 
     @classmethod
-    def from_records(cls, records: Sequence[SourceRecord], source: Messages, n_features: int) -> Rows:
-        """Rows from the reference path's records (one per message of ``source``)."""
+    def from_records(cls, records: Sequence[SourceRecord], source: Messages, n_features: int,
+                     stack: Callable[[list[Any]], Any] | None = None) -> Rows:
+        """Rows from the reference path's records (one per message of ``source``); ``stack``
+        turns their inputs into the batch's (default: float32 rows into a matrix)."""
         if not records:
-            return cls(source, [], [], np.empty(0, np.int64), np.empty((0, n_features), np.float32))
+            return cls.empty(n_features, None if stack is None else stack([]))._replace_source(source)
+        features = (np.stack([r.features for r in records]).astype(np.float32, copy=False) if stack is None
+                    else stack([r.features for r in records]))
+        kept = [r.passthrough for r in records] if records[0].passthrough else None
         return cls(source, [r.event_id for r in records], [r.entity_id for r in records],
-                   np.array([r.event_time_ms for r in records], np.int64),
-                   np.stack([r.features for r in records]).astype(np.float32, copy=False))
+                   np.array([r.event_time_ms for r in records], np.int64), features, kept)
+
+    def _replace_source(self, source: Messages) -> Rows:
+        return Rows(source, self.event_ids, self.entity_ids, self.event_times, self.features, self.passthrough)
 
     @staticmethod
     def join(parts: Sequence[Rows]) -> Rows:
@@ -145,10 +157,12 @@ class Rows:
         if len(parts) == 1:
             return parts[0]
         src = [p.source for p in parts]
+        kept = None if parts[0].passthrough is None else [v for p in parts for v in p.passthrough or ()]
         return Rows(Messages([m for s in src for m in s.items], [t for s in src for t in s.topics],
                              np.concatenate([s.partitions for s in src]), np.concatenate([s.offsets for s in src])),
                     [e for p in parts for e in p.event_ids], [e for p in parts for e in p.entity_ids],
-                    np.concatenate([p.event_times for p in parts]), np.concatenate([p.features for p in parts]))
+                    np.concatenate([p.event_times for p in parts]), join_batches([p.features for p in parts]),
+                    kept)
 
     def __len__(self) -> int:
         return len(self.event_ids)
@@ -160,7 +174,8 @@ class Rows:
         """The rows at ``idx`` (indices, a boolean mask or a slice), in that order."""
         idx = _index(idx)
         return Rows(self.source.take(idx), _pick(self.event_ids, idx), _pick(self.entity_ids, idx),
-                    self.event_times[idx], self.features[idx])
+                    self.event_times[idx], self.features[idx],
+                    None if self.passthrough is None else _pick(self.passthrough, idx))
 
     def without(self, tps: Collection[TopicPartition]) -> Rows:
         """These rows less those of partitions ``tps`` (revoked or lost)."""
@@ -172,20 +187,31 @@ class Rows:
         m = self.source.items[i]
         return SourceRecord(self.source.topics[i], int(self.source.partitions[i]), int(self.source.offsets[i]),
                             m.key(), self.event_ids[i], self.entity_ids[i], int(self.event_times[i]),
-                            m.timestamp()[1], self.features[i])
+                            m.timestamp()[1], self.features[i],
+                            () if self.passthrough is None else self.passthrough[i])
 
 
-def prediction_fields(source: SourceRecord, scores: np.ndarray, model_name: str, model_version: str,
-                      scored_at_ms: int, run_id: str | None = None, degraded: str | None = None) -> dict[str, Any]:
-    """The prediction record (schemas/prediction.avsc) for one scored source record; ``degraded``
-    is the reason the fallback scored it, None for the model's own scores. The degraded fields are
-    left to their defaults unless set, so an output schema from before them still takes the record."""
+def prediction_fields(source: SourceRecord, scores: np.ndarray | Mapping[str, Any], model_name: str,
+                      model_version: str, scored_at_ms: int, run_id: str | None = None,
+                      degraded: str | None = None, include: Sequence[str] = ()) -> dict[str, Any]:
+    """The prediction record for one scored source record: ``scores`` is the legacy score row
+    (schemas/prediction.avsc) or the named output fields' values; ``include`` names the
+    pass-through fields (output.include) whose values the record carries. ``degraded`` is the
+    reason the fallback scored it, None for the model's own scores. The degraded fields are left
+    to their defaults unless set, so an output schema from before them still takes the record."""
+    outputs = dict(scores) if isinstance(scores, Mapping) else {"scores": scores.tolist()}
     fields = {
-        "event_id": source.event_id, "entity_id": source.entity_id, "scores": scores.tolist(),
+        "event_id": source.event_id, "entity_id": source.entity_id, **outputs,
         "model_name": model_name, "model_version": model_version, "source_topic": source.topic,
         "source_partition": source.partition, "source_offset": source.offset,
         "event_time": source.event_time_ms, "scored_at": scored_at_ms, "run_id": run_id,
     }
     if degraded is not None:
         fields.update(degraded=True, degraded_reason=degraded)
+    fields.update(zip((include_name(p) for p in include), source.passthrough, strict=True))
     return fields
+
+
+def include_name(path: str) -> str:
+    """The prediction field a pass-through path becomes: ``card.country`` -> ``card_country``."""
+    return path.replace(".", "_")

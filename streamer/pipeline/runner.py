@@ -1,4 +1,4 @@
-"""ModelRunner protocol and the ONNX Runtime runner: one session call per batch, output rows checked.
+"""ModelRunner protocol and the ONNX Runtime runner: one session call per batch, fed and read by its contract.
 
 The runner asks for CUDA first and falls back to the CPU quietly: onnxruntime-gpu lists the CUDA
 provider even on machines without a GPU or CUDA libraries, and then logs loud load errors that say
@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import onnxruntime as ort
 
 from streamer.errors import ConfigError, InferenceError, TransientInferenceError
+from streamer.pipeline.contract import Contract
+from streamer.pipeline.signature import Signature
 
 Device = Literal["cuda", "cpu"]
 _PROVIDERS: dict[str, str] = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
@@ -27,13 +29,17 @@ _BUFFERS = 8  # device input buffers kept, one per batch size
 
 # What ONNX Runtime says when the device, not the data, failed: worth a retry on fewer rows.
 _TRANSIENT = re.compile(r"out of memory|Failed to allocate|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
-                        r"|BFCArena|timed? ?out", re.I)
+                        r"|BFCArena|timed? ?out", re.IGNORECASE)
 
 log = logging.getLogger(__name__)
 
 
+Batch = Any  # a float32 [rows, n_features] matrix (the legacy contract), or Columns of named inputs
+
+
 class ModelRunner(Protocol):
-    """Scores a batch: float32 [rows, n_features] in, float32 [rows, n_outputs] out, one row per row."""
+    """Scores a batch, one result row per input row: a float32 [rows, n_outputs] matrix of scores
+    (the legacy contract), or Columns named by prediction field (contract.py)."""
 
     @property
     def n_features(self) -> int: ...
@@ -43,11 +49,23 @@ class ModelRunner(Protocol):
 
     def warm_up(self, rows: int) -> None: ...
 
-    def run(self, features: np.ndarray) -> np.ndarray: ...
+    def run(self, features: Batch) -> Any: ...
+
+
+def blank_batch(runner: ModelRunner, rows: int) -> Batch:
+    """A batch of zeros the runner takes (its contract's probe; a matrix for runners without one)."""
+    contract = getattr(runner, "contract", None)
+    return contract.blank(rows) if contract is not None else np.zeros((rows, runner.n_features), np.float32)
+
+
+def numeric_width(runner: ModelRunner) -> int:
+    """Numeric input values per row: what a drift profile for this model describes."""
+    contract = getattr(runner, "contract", None)
+    return runner.n_features if contract is None else contract.numeric_width
 
 
 class OnnxRunner:
-    """Runs an ONNX model with one input ``[batch, n_features]`` and scores as its first output.
+    """Runs an ONNX model as its contract says: named, typed inputs in, named outputs out.
 
     Args:
         path: the ``.onnx`` file.
@@ -58,15 +76,19 @@ class OnnxRunner:
             size gets an input buffer on the device, reused batch after batch (one host-to-device
             copy into it per batch), and the output is copied back once per batch. ONNX Runtime's
             Python API has no pinned host buffers to offer; the copy is from the batch's array.
+            Only for the legacy contract (one float32 input, one output).
+        contract: makes the contract from the model's signature (default: one input fed a float
+            matrix, one output read as scores); it raises ConfigError for a model it cannot serve.
 
     Raises:
-        ConfigError: a provider name is unknown.
-        InferenceError: the model cannot be loaded, or has no usable input.
+        ConfigError: a provider name is unknown, or the contract does not fit the model.
+        InferenceError: the model cannot be loaded.
     """
 
     def __init__(
         self, path: str | Path, providers: Sequence[Device] = ("cuda", "cpu"), intra_op_threads: int = 0,
         cuda_options: dict[str, str] | None = None, io_binding: bool | None = None,
+        contract: Callable[[Signature], Contract] | None = None,
     ) -> None:
         self.path = Path(path)
         unknown = [p for p in providers if p not in _PROVIDERS]
@@ -82,23 +104,28 @@ class OnnxRunner:
             )
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
+        # Errors only from each run: a converter's declared shape that the model does not keep
+        # (LightGBM's label [1] for [N]) is a warning on every batch otherwise; the contract
+        # checks the shapes that matter itself.
+        options.log_severity_level = 3
         if cuda_options:
             wanted = [(p, dict(cuda_options)) if p == _PROVIDERS["cuda"] else p for p in wanted]
         self._session = self._open(options, wanted)
         self._provider: str = self._session.get_providers()[0]
         on_cuda = self._provider == _PROVIDERS["cuda"]
         self._device = ("cuda", int((cuda_options or {}).get("device_id", 0))) if on_cuda else ("cpu", 0)
-        self._bound = on_cuda if io_binding is None else io_binding
+        self.signature = Signature.of(self._session)
+        try:
+            self.contract = (contract or Contract.of)(self.signature)
+        except ConfigError as exc:
+            raise ConfigError(exc.key, f"model {self.path.name}: {exc.reason}") from exc
+        simple = (self.contract.legacy_input and self.contract.legacy_output
+                  and len(self.signature.outputs) == 1)
+        self._bound = simple and (on_cuda if io_binding is None else io_binding)
         self._buffers: dict[int, ort.OrtValue] = {}  # an input buffer on the device per batch size
         self._binding = self._session.io_binding() if self._bound else None
-        inputs, outputs = self._session.get_inputs(), self._session.get_outputs()
-        shape = inputs[0].shape if len(inputs) == 1 else []
-        if len(shape) != 2 or not isinstance(shape[1], int):
-            found = [(i.name, i.shape) for i in inputs]
-            raise InferenceError(
-                f"model {self.path.name} needs one input [batch, n_features]; it has {found}"
-            )
-        self._input, self._output, self._n_features = inputs[0].name, outputs[0].name, shape[1]
+        self._outputs = self.contract.output_names
+        self._input = self.contract.inputs[0].spec.name
         # The version the file declares (ONNX metadata property "version"), for hot reloads.
         self.declared_version: str | None = self._session.get_modelmeta().custom_metadata_map.get("version")
         note = ""
@@ -129,7 +156,7 @@ class OnnxRunner:
 
     @property
     def n_features(self) -> int:
-        return self._n_features
+        return self.contract.n_features
 
     @property
     def provider(self) -> str:
@@ -138,39 +165,28 @@ class OnnxRunner:
 
     def warm_up(self, rows: int = 1) -> None:
         """Run one batch of zeros so the first real batch does not pay for lazy initialisation."""
-        self.run(np.zeros((rows, self._n_features), dtype=np.float32))
+        self.run(self.contract.blank(rows))
 
-    def run(self, features: np.ndarray) -> np.ndarray:
-        """Score float32 [rows, n_features] in one session call; returns float32 [rows, n_outputs].
+    def run(self, features: Batch) -> Any:
+        """Score a batch in one session call; the result as :meth:`Contract.collect` gives it.
 
         Raises:
             InferenceError: the runtime failed, or returned a different number of rows than it was given.
         """
-        x = np.ascontiguousarray(features, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self._n_features:
-            raise InferenceError(
-                f"model {self.path.name} takes [rows, {self._n_features}] features, got {x.shape}"
-            )
+        feed = self.contract.feed(features)
+        rows = len(features)
         try:
             if self._binding is not None:
-                out = self._run_bound(x)
+                raw = [self._run_bound(feed[self._input])]
             else:
-                out = np.asarray(self._session.run([self._output], {self._input: x})[0], dtype=np.float32)
+                raw = self._session.run(self._outputs, feed)
         except Exception as exc:  # onnxruntime's error classes share no useful base beyond Exception
             if _TRANSIENT.search(str(exc)):
                 raise TransientInferenceError(
-                    f"model {self.path.name} ran out of a resource on {len(x)} rows: {exc}"
+                    f"model {self.path.name} ran out of a resource on {rows} rows: {exc}"
                 ) from exc
-            raise InferenceError(f"model {self.path.name} failed on a batch of {len(x)} rows: {exc}") from exc
-        if out.ndim < 2:
-            out = out.reshape(-1, 1)
-        if out.ndim != 2:
-            raise InferenceError(
-                f"model {self.path.name} returned a {out.ndim}-D output; expected [rows, n_outputs]"
-            )
-        if len(out) != len(x):
-            raise InferenceError(f"model returned {len(out)} output rows for {len(x)} input rows")
-        return out
+            raise InferenceError(f"model {self.path.name} failed on a batch of {rows} rows: {exc}") from exc
+        return self.contract.collect(raw, rows)
 
     def _run_bound(self, x: np.ndarray) -> np.ndarray:
         """One batch through the I/O binding: into this size's device buffer, run, one copy back."""
@@ -183,9 +199,9 @@ class OnnxRunner:
             self._buffers[len(x)] = buffer
         buffer.update_inplace(x)
         self._binding.bind_ortvalue_input(self._input, buffer)
-        self._binding.bind_output(self._output, *self._device)
+        self._binding.bind_output(self._outputs[0], *self._device)
         self._session.run_with_iobinding(self._binding)
-        return np.asarray(self._binding.copy_outputs_to_cpu()[0], dtype=np.float32)
+        return self._binding.copy_outputs_to_cpu()[0]
 
     @property
     def io_bound(self) -> bool:

@@ -43,7 +43,8 @@ from streamer.config import Config, ModelConfig, model_versions
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
 from streamer.pipeline.records import Rows
-from streamer.pipeline.runner import ModelRunner
+from streamer.pipeline.runner import Batch, ModelRunner, blank_batch
+from streamer.pipeline.signature import Columns
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -66,6 +67,34 @@ def _state(m: ModelConfig) -> tuple[str, int, int, int]:
     except OSError:
         return str(path), -1, -1, -1
     return str(path), st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def check_candidate(runner: ModelRunner, serving: ModelRunner | None, probes: list[Batch], rows: int,
+                    width: int = 0) -> str | None:
+    """Why ``runner`` cannot serve (None: it can), the checks of a hot reload and of start-up: the
+    serving model's signature (or, without one, its input width), a warm-up, and on each probe
+    batch one result row per row, ``width`` score columns (0: any) and finite float outputs."""
+    if serving is not None:
+        if runner.n_features != serving.n_features:
+            return f"it takes {runner.n_features} features; the serving model takes {serving.n_features}"
+        ours, theirs = getattr(serving, "signature", None), getattr(runner, "signature", None)
+        differs = ours.differs(theirs) if ours is not None and theirs is not None else None
+        if differs:
+            return f"its signature differs: {differs}"
+    runner.warm_up(rows)
+    for probe in probes:
+        out = runner.run(probe)
+        if isinstance(out, Columns):
+            bad = [k for k, v in out.arrays.items() if len(v) != len(probe)
+                   or v.dtype.kind == "f" and not np.isfinite(v).all()]
+            if bad:
+                return f"it gives non-finite or missing values in {bad} on a probe of {len(probe)} rows"
+            continue
+        if out.shape != (len(probe), width or out.shape[1]):
+            return f"it answers {len(probe)} rows with shape {out.shape}; expected ({len(probe)}, {width})"
+        if not np.isfinite(out).all():
+            return f"it gives non-finite scores on a probe of {len(probe)} rows"
+    return None
 
 
 class Breaker:
@@ -116,7 +145,7 @@ class Fallback:
         self.runner = runner
         self._row = None if scores is None else np.asarray(scores, np.float32).reshape(1, -1)
 
-    def score(self, features: np.ndarray) -> Scored:
+    def score(self, features: Batch) -> Scored:
         if self.runner is None:
             assert self._row is not None
             return Scored(scores=np.repeat(self._row, len(features), axis=0), calls=0)
@@ -182,7 +211,7 @@ class Serving:
         self._current = self._model(runner, served_file(m)[1] or m.version)
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
-        self._last: np.ndarray | None = None  # the last live batch: a candidate's probe
+        self._last: Batch | None = None  # the last live batch: a candidate's probe
         self._seen, self._changed = _state(m), None  # model.path as looked at, and a change seen once
         self._serving_state = self._seen  # the file the serving model came from
         self._changed_at = 0.0
@@ -240,7 +269,7 @@ class Serving:
             self.shadow.submit(rows, out)
         return out
 
-    def _score(self, features: np.ndarray) -> Outcome:
+    def _score(self, features: Batch) -> Outcome:
         self._last, model = features, self._current
         if self.fallback is None:
             return self._scored(model, model.scorer.score(features))
@@ -260,11 +289,11 @@ class Serving:
         return self._scored(model, scored)
 
     def _scored(self, model: _Model, scored: Scored) -> Outcome:
-        if len(scored.poison) < len(scored.scores):  # the serving width: what a candidate must give
-            self._width = scored.scores.shape[1]
+        if len(scored.poison) < len(scored.scores) and not isinstance(scored.scores, Columns):
+            self._width = scored.scores.shape[1]  # the serving width: what a candidate must give
         return Outcome(scored, model.version, model.runner.provider)
 
-    def _degraded(self, model: _Model, features: np.ndarray, reason: str) -> Outcome:
+    def _degraded(self, model: _Model, features: Batch, reason: str) -> Outcome:
         assert self.fallback is not None
         try:
             scored = self.fallback.score(features)
@@ -309,9 +338,9 @@ class Serving:
             log.warning("model reload asked for, but this processor cannot load models")
             return
         file, version = served_file(self._m)
-        probes = [np.zeros((self._rows, self.runner.n_features), np.float32)]
-        if self._last is not None:
-            probes.append(np.array(self._last, np.float32, copy=True))
+        probes = [blank_batch(self.runner, self._rows)]
+        if self._last is not None:  # a matrix is copied: the loop reuses nothing, but a fake might
+            probes.append(self._last if isinstance(self._last, Columns) else np.array(self._last, copy=True))
         log.info("loading %s beside the serving model (version %s)", file, self.version)
         same = state == self._serving_state  # SIGHUP on an unchanged file: it keeps its version
         self._loading = threading.Thread(target=self._candidate,
@@ -319,7 +348,7 @@ class Serving:
                                          name="model-reload", daemon=True)
         self._loading.start()
 
-    def _candidate(self, file: Path, version: str | None, probes: list[np.ndarray], same: bool,
+    def _candidate(self, file: Path, version: str | None, probes: list[Batch], same: bool,
                    state: tuple[str, int, int, int]) -> None:
         """In the loading thread: load, warm up and check one candidate; never raises."""
         assert self._load is not None
@@ -334,18 +363,8 @@ class Serving:
         self._loaded = Reload(file, version or "?", 0.0,  # the seconds are the swap's: _finish
                               runner=None if refused else runner, refused=refused, state=state)
 
-    def _check(self, runner: ModelRunner, probes: list[np.ndarray]) -> str | None:
-        if runner.n_features != self.runner.n_features:
-            return f"it takes {runner.n_features} features; the serving model takes {self.runner.n_features}"
-        runner.warm_up(self._rows)
-        for probe in probes:
-            out = runner.run(probe)
-            if out.shape != (len(probe), self._width or out.shape[1]):
-                return (f"it answers {len(probe)} rows with shape {out.shape}; "
-                        f"expected ({len(probe)}, {self._width})")
-            if not np.isfinite(out).all():
-                return f"it gives non-finite scores on a probe of {len(probe)} rows"
-        return None
+    def _check(self, runner: ModelRunner, probes: list[Batch]) -> str | None:
+        return check_candidate(runner, self.runner, probes, self._rows, self._width)
 
     def _digest(self, file: Path) -> str:
         return f"{self._m.version}+{hashlib.sha256(file.read_bytes()).hexdigest()[:8]}"

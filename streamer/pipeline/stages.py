@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from streamer.config import InputConfig
+from streamer.config import Config, InputConfig
 from streamer.errors import DeserializeError, InferenceError, PoisonRowError, RecordError
 from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec
 from streamer.pipeline.columnar_decode import ColumnarDecoder, DecodedColumns
-from streamer.pipeline.columnar_json import JsonColumns
 from streamer.pipeline.columnar_encode import PredictionEncoder
+from streamer.pipeline.columnar_json import JsonColumns
+from streamer.pipeline.contract import Contract
 from streamer.pipeline.records import Messages, Rows, SourceRecord, prediction_fields
+from streamer.pipeline.runner import ModelRunner
+from streamer.pipeline.signature import Columns
 from streamer.pipeline.validate import EventValidator
 
 Reject = tuple[RecordError, Any]  # why a row failed, and the consumed message it came from
@@ -36,26 +40,43 @@ class Stages:
     """Decode and encode for one processor: the fast path where it applies, else the reference."""
 
     def __init__(self, decoder: Codec, encoder: Codec, input_cfg: InputConfig, n_features: int,
-                 fast: bool = True) -> None:
+                 fast: bool = True, contract: Contract | None = None, include: Sequence[str] = ()) -> None:
+        if contract is not None and contract.legacy_input:  # the array field the model's row comes from
+            input_cfg = replace(input_cfg, features_field=contract.features_field)
         self.decoder, self.encoder, self.n_features, self._cfg = decoder, encoder, n_features, input_cfg
-        self.validator = EventValidator(input_cfg, n_features)
-        self._fast = fast
+        self.validator = EventValidator(input_cfg, n_features, contract, include)
+        self.include = tuple(include)
+        named_in = contract is not None and not contract.legacy_input
+        named_out = contract is not None and not contract.legacy_output
+        # The columnar paths read the legacy layout: one float array in, 'scores' out, nothing passed through.
+        self._stack = contract.stack if named_in and contract is not None else None
+        fast_in, fast_out = fast and not named_in and not include, fast and not named_out and not include
+        self._fast = fast_in
         self.fast_decoder: ColumnarDecoder | JsonColumns | None = None
-        if fast and isinstance(decoder, AvroCodec):
+        if fast_in and isinstance(decoder, AvroCodec):
             self.fast_decoder = ColumnarDecoder.compile(json.loads(decoder.schema_json), input_cfg, n_features)
-        elif fast and isinstance(decoder, JsonCodec):
+        elif fast_in and isinstance(decoder, JsonCodec):
             self.fast_decoder = JsonColumns(input_cfg, n_features)
         self._by_schema_id: dict[bytes, ColumnarDecoder | None] = {}  # avro-confluent: per framing head
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json))
-                             if fast and isinstance(encoder, AvroCodec) else None)
-        self.empty = Rows.empty(n_features)  # what a chunk that decoded to nothing gives
+                             if fast_out and isinstance(encoder, AvroCodec) else None)
+        # what a chunk that decoded to nothing gives
+        self.empty = Rows.empty(n_features, None if self._stack is None else self._stack([]))
+
+    @classmethod
+    def serving(cls, decoder: Codec, encoder: Codec, cfg: Config, runner: ModelRunner) -> Stages:
+        """The stages for ``runner``'s contract (fakes without one: the legacy layout) and
+        ``output.include``."""
+        return cls(decoder, encoder, cfg.input, runner.n_features, contract=getattr(runner, "contract", None),
+                   include=cfg.output.include)
 
     def decode(self, chunk: Messages) -> tuple[Rows, list[Reject]]:
         """Decode and validate consumed messages; the rows keep the chunk's order."""
         parts = self._fast_parts(chunk.items)
         if not parts:
             good, records, rejects = decode_batch(chunk.items, self.decoder, self.validator)
-            return Rows.from_records(records, chunk.take(np.array(good, np.intp)), self.n_features), rejects
+            return Rows.from_records(records, chunk.take(np.array(good, np.intp)), self.n_features,
+                                     self._stack), rejects
         fast: list[Rows] = []
         at: list[np.ndarray] = []
         for idx, cols in parts:
@@ -116,7 +137,7 @@ class Stages:
                 json.loads(writer.schema_json), self._cfg, self.n_features)
         return self._by_schema_id[head]
 
-    def encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
+    def encode(self, rows: Rows, scores: Any, poison: dict[int, InferenceError], model_name: str,
                model_version: str, scored_at_ms: int, run_id: str | None = None,
                degraded: str | None = None) -> tuple[Rows, list[bytes], list[Reject]]:
         """Prediction values for the scored rows: ``(kept, values, rejects)``, where ``values[j]``
@@ -126,12 +147,12 @@ class Stages:
                                              degraded)
         return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects
 
-    def _encode(self, rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError], model_name: str,
+    def _encode(self, rows: Rows, scores: Any, poison: dict[int, InferenceError], model_name: str,
                 model_version: str, scored_at_ms: int, run_id: str | None,
                 degraded: str | None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
-        if self.fast_encoder is None:
+        if self.fast_encoder is None or isinstance(scores, Columns):
             return encode_batch(rows, scores, poison, self.encoder, model_name, model_version,
-                                scored_at_ms, run_id, degraded)
+                                scored_at_ms, run_id, degraded, self.include)
         keep = np.ones(len(rows), bool)
         keep[list(poison)] = False
         kept = np.flatnonzero(keep)
@@ -186,10 +207,15 @@ def decode_batch(messages: Sequence[Any], decoder: Codec,
     return good, records, rejects
 
 
-def encode_batch(rows: Rows, scores: np.ndarray, poison: dict[int, InferenceError],
+def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError],
                  encoder: Codec, model_name: str, model_version: str, scored_at_ms: int,
-                 run_id: str | None = None, degraded: str | None = None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
-    """The reference: prediction values one by one; rows the model failed on alone are rejects."""
+                 run_id: str | None = None, degraded: str | None = None,
+                 include: Sequence[str] = ()) -> tuple[np.ndarray, list[bytes], list[Reject]]:
+    """The reference: prediction values one by one; rows the model failed on alone are rejects.
+    ``scores``: the legacy score matrix, or Columns of named output fields."""
+    if isinstance(scores, Columns):  # each field's values as Python values, once per batch
+        names, lists = list(scores.arrays), [v.tolist() for v in scores.arrays.values()]
+        scores = [dict(zip(names, row, strict=True)) for row in zip(*lists, strict=True)] if lists else []
     kept: list[int] = []
     values: list[bytes] = []
     rejects: list[Reject] = []
@@ -202,7 +228,7 @@ def encode_batch(rows: Rows, scores: np.ndarray, poison: dict[int, InferenceErro
             continue
         try:
             value = encoder.encode(prediction_fields(rows.record(i), scores[i], model_name, model_version,
-                                                     scored_at_ms, run_id, degraded))
+                                                     scored_at_ms, run_id, degraded, include))
         except RecordError as exc:
             rejects.append((exc, message))
             continue

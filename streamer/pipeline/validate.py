@@ -1,27 +1,53 @@
-"""Turning a decoded payload into a validated feature row (the ``validate`` stage)."""
+"""Turning a decoded payload into a validated row of model inputs (the ``validate`` stage)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from streamer.config import InputConfig
 from streamer.errors import ValidationError
+from streamer.pipeline.contract import Contract, field_value
 from streamer.pipeline.records import SourceRecord
 
 
 class EventValidator:
-    """Checks a decoded event against the model's input width and builds its SourceRecord."""
+    """Checks a decoded event against the model's inputs and builds its SourceRecord.
 
-    def __init__(self, cfg: InputConfig, n_features: int) -> None:
+    With the legacy contract (or none) the model's row is the float array ``features_field``;
+    otherwise the contract converts each model input's fields (contract.py). ``include``: the
+    pass-through fields the record keeps for its prediction (output.include).
+    """
+
+    def __init__(self, cfg: InputConfig, n_features: int, contract: Contract | None = None,
+                 include: Sequence[str] = ()) -> None:
+        if contract is not None and contract.legacy_input and contract.features_field != cfg.features_field:
+            cfg = replace(cfg, features_field=contract.features_field)
         self._cfg = cfg
         self.n_features = n_features
+        self._contract = None if contract is None or contract.legacy_input else contract
+        self._include = tuple(include)
 
     def to_record(self, payload: Mapping[str, Any], topic: str, partition: int, offset: int,
                   key: bytes | None, timestamp_ms: int) -> SourceRecord:
         """Raises :class:`ValidationError` (without coordinates) when the event cannot be scored."""
+        cfg = self._cfg
+        features = self._features(payload) if self._contract is None else self._contract.row(payload)
+        event_time = payload.get(cfg.time_field, timestamp_ms)
+        if isinstance(event_time, bool) or not isinstance(event_time, int):
+            raise ValidationError(f"field '{cfg.time_field}' is not an integer of milliseconds")
+        return SourceRecord(
+            topic=topic, partition=partition, offset=offset, key=key,
+            event_id=str(payload.get(cfg.id_field, f"{topic}-{partition}-{offset}")),
+            entity_id=str(payload.get(cfg.entity_field, "")),
+            event_time_ms=event_time, timestamp_ms=timestamp_ms, features=features,
+            passthrough=tuple(field_value(payload, p) for p in self._include),
+        )
+
+    def _features(self, payload: Mapping[str, Any]) -> np.ndarray:
         cfg = self._cfg
         raw_features = payload.get(cfg.features_field)
         if raw_features is None:
@@ -41,12 +67,4 @@ class EventValidator:
         if cfg.feature_max is not None and features.max() > cfg.feature_max:
             raise ValidationError(f"field '{cfg.features_field}' holds {features.max():g}, "
                                   f"above input.feature_max {cfg.feature_max:g}")
-        event_time = payload.get(cfg.time_field, timestamp_ms)
-        if isinstance(event_time, bool) or not isinstance(event_time, int):
-            raise ValidationError(f"field '{cfg.time_field}' is not an integer of milliseconds")
-        return SourceRecord(
-            topic=topic, partition=partition, offset=offset, key=key,
-            event_id=str(payload.get(cfg.id_field, f"{topic}-{partition}-{offset}")),
-            entity_id=str(payload.get(cfg.entity_field, "")),
-            event_time_ms=event_time, timestamp_ms=timestamp_ms, features=features,
-        )
+        return features
