@@ -207,8 +207,11 @@ class Contract:
         inputs_ = _inputs(inputs, sig, features_field)
         outputs_ = plan_outputs(outputs, sig)
         one = inputs_[0] if len(inputs_) == 1 else None
+        # The legacy layout: one float32 [N, k] input from an array field (the default; a mapped
+        # single field is an array only where k > 1: for k = 1 it may be a plain number).
         legacy_in = (one is not None and one.spec.element == "float32" and len(one.spec.shape) == 2
-                     and len(one.source.fields) == 1 and not one.source.stacked and one.fill is None)
+                     and len(one.source.fields) == 1 and not one.source.stacked and one.fill is None
+                     and (inputs is None or one.width > 1))
         return cls(sig, tuple(inputs_), tuple(outputs_), legacy_in, outputs is None,
                    one.source.fields[0] if legacy_in and one is not None else features_field)
 

@@ -26,9 +26,10 @@ from streamer.errors import DeserializeError, InferenceError, PoisonRowError, Re
 from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec
 from streamer.pipeline.columnar_decode import ColumnarDecoder, DecodedColumns
 from streamer.pipeline.columnar_encode import PredictionEncoder
+from streamer.pipeline.columnar_fields import FieldDecoder
 from streamer.pipeline.columnar_json import JsonColumns
 from streamer.pipeline.contract import Contract
-from streamer.pipeline.records import Messages, Rows, SourceRecord, prediction_fields
+from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.runner import ModelRunner
 from streamer.pipeline.signature import Columns
 from streamer.pipeline.validate import EventValidator
@@ -48,16 +49,18 @@ class Stages:
         self.include = tuple(include)
         named_in = contract is not None and not contract.legacy_input
         named_out = contract is not None and not contract.legacy_output
-        # The columnar paths read the legacy layout: one float array in, 'scores' out, nothing passed through.
+        self._contract = contract if named_in else None
         self._stack = contract.stack if named_in and contract is not None else None
-        fast_in, fast_out = fast and not named_in and not include, fast and not named_out and not include
+        # The columnar paths: Avro in (the feature array, or named fields: columnar_fields.py),
+        # JSON's feature array in, the legacy 'scores' out; nothing passed through (output.include).
+        fast_in, fast_out = fast and not include, fast and not named_out and not include
         self._fast = fast_in
-        self.fast_decoder: ColumnarDecoder | JsonColumns | None = None
+        self.fast_decoder: ColumnarDecoder | FieldDecoder | JsonColumns | None = None
         if fast_in and isinstance(decoder, AvroCodec):
-            self.fast_decoder = ColumnarDecoder.compile(json.loads(decoder.schema_json), input_cfg, n_features)
-        elif fast_in and isinstance(decoder, JsonCodec):
+            self.fast_decoder = self._compile(json.loads(decoder.schema_json))
+        elif fast_in and isinstance(decoder, JsonCodec) and not named_in:
             self.fast_decoder = JsonColumns(input_cfg, n_features)
-        self._by_schema_id: dict[bytes, ColumnarDecoder | None] = {}  # avro-confluent: per framing head
+        self._by_schema_id: dict[bytes, ColumnarDecoder | FieldDecoder | None] = {}  # avro-confluent
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json))
                              if fast_out and isinstance(encoder, AvroCodec) else None)
         # what a chunk that decoded to nothing gives
@@ -92,7 +95,7 @@ class Stages:
         slow = np.flatnonzero(left)
         good, records, rejects = decode_batch([chunk.items[i] for i in slow.tolist()], self.decoder, self.validator)
         at.append(slow[np.array(good, np.intp)])
-        fast.append(Rows.from_records(records, chunk.take(at[-1]), self.n_features))
+        fast.append(Rows.from_records(records, chunk.take(at[-1]), self.n_features, self._stack))
         order = np.argsort(np.concatenate(at), kind="stable")
         return Rows.join(fast).take(order), rejects
 
@@ -119,7 +122,13 @@ class Stages:
                 parts.append((idx, decoder.decode([values[i] for i in idx.tolist()], offset_of_payload=5)))
         return parts
 
-    def _schema_decoder(self, head: bytes) -> ColumnarDecoder | None:
+    def _compile(self, writer_schema: dict[str, Any]) -> ColumnarDecoder | FieldDecoder | None:
+        """The fast decoder of one writer schema for this contract (None: the reference's)."""
+        if self._contract is not None:
+            return FieldDecoder.compile(writer_schema, self._cfg, self._contract)
+        return ColumnarDecoder.compile(writer_schema, self._cfg, self.n_features)
+
+    def _schema_decoder(self, head: bytes) -> ColumnarDecoder | FieldDecoder | None:
         """avro-confluent: the fast decoder for a framing head (magic byte and schema id), compiled
         from the writer schema the first time the id is seen; None where the reference must go
         (the id is unknown, or its schema resolves to a different reader schema)."""
@@ -133,33 +142,29 @@ class Stages:
                 return None  # not cached: a registry that comes back serves the id later
             # A writer schema that resolves to a different reader schema goes to the reference,
             # which applies Avro's resolution rules; the fast path reads writer == reader only.
-            self._by_schema_id[head] = None if writer.resolves else ColumnarDecoder.compile(
-                json.loads(writer.schema_json), self._cfg, self.n_features)
+            self._by_schema_id[head] = None if writer.resolves else self._compile(json.loads(writer.schema_json))
         return self._by_schema_id[head]
 
-    def encode(self, rows: Rows, scores: Any, poison: dict[int, InferenceError], model_name: str,
-               model_version: str, scored_at_ms: int, run_id: str | None = None,
-               degraded: str | None = None) -> tuple[Rows, list[bytes], list[Reject]]:
+    def encode(self, rows: Rows, scores: Any, poison: dict[int, InferenceError],
+               stamp: Stamp) -> tuple[Rows, list[bytes], list[Reject]]:
         """Prediction values for the scored rows: ``(kept, values, rejects)``, where ``values[j]``
         is the prediction of row j of ``kept``; rows the model failed on alone are rejects.
-        ``degraded``: the reason the fallback scored the batch (None: the model did)."""
-        kept, values, rejects = self._encode(rows, scores, poison, model_name, model_version, scored_at_ms, run_id,
-                                             degraded)
+        ``scores``: the legacy score matrix, or Columns of named output fields."""
+        kept, values, rejects = self._encode(rows, scores, poison, stamp)
         return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects
 
-    def _encode(self, rows: Rows, scores: Any, poison: dict[int, InferenceError], model_name: str,
-                model_version: str, scored_at_ms: int, run_id: str | None,
-                degraded: str | None) -> tuple[np.ndarray, list[bytes], list[Reject]]:
+    def _encode(self, rows: Rows, scores: Any, poison: dict[int, InferenceError],
+                stamp: Stamp) -> tuple[np.ndarray, list[bytes], list[Reject]]:
         if self.fast_encoder is None or isinstance(scores, Columns):
-            return encode_batch(rows, scores, poison, self.encoder, model_name, model_version,
-                                scored_at_ms, run_id, degraded, self.include)
+            return encode_batch(rows, scores, poison, self.encoder, stamp, self.include)
         keep = np.ones(len(rows), bool)
         keep[list(poison)] = False
         kept = np.flatnonzero(keep)
         part = rows if len(kept) == len(rows) else rows.take(kept)
-        values = self.fast_encoder.encode(part.event_ids, part.entity_ids, scores[kept], model_name,
-                                          model_version, part.source.topics, part.source.partitions,
-                                          part.source.offsets, part.event_times, scored_at_ms, run_id, degraded)
+        values = self.fast_encoder.encode(part.event_ids, part.entity_ids, scores[kept], stamp.model_name,
+                                          stamp.model_version, part.source.topics, part.source.partitions,
+                                          part.source.offsets, part.event_times, stamp.scored_at_ms,
+                                          stamp.run_id, stamp.degraded)
         if not poison and None not in values:
             return kept, values, []  # type: ignore[return-value]
         out_rows: list[int] = []
@@ -171,8 +176,7 @@ class Stages:
             if value is None:  # poisoned, or the reference's to encode (or refuse)
                 one = rows.take(np.array([i]))
                 got, vals, bad = encode_batch(one, scores[i:i + 1], {0: poison[i]} if i in poison else {},
-                                              self.encoder, model_name, model_version, scored_at_ms, run_id,
-                                              degraded)
+                                              self.encoder, stamp)
                 rejects.extend(bad)
                 if not len(got):
                     continue
@@ -207,9 +211,7 @@ def decode_batch(messages: Sequence[Any], decoder: Codec,
     return good, records, rejects
 
 
-def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError],
-                 encoder: Codec, model_name: str, model_version: str, scored_at_ms: int,
-                 run_id: str | None = None, degraded: str | None = None,
+def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError], encoder: Codec, stamp: Stamp,
                  include: Sequence[str] = ()) -> tuple[np.ndarray, list[bytes], list[Reject]]:
     """The reference: prediction values one by one; rows the model failed on alone are rejects.
     ``scores``: the legacy score matrix, or Columns of named output fields."""
@@ -227,8 +229,7 @@ def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError],
             rejects.append((error, message))
             continue
         try:
-            value = encoder.encode(prediction_fields(rows.record(i), scores[i], model_name, model_version,
-                                                     scored_at_ms, run_id, degraded, include))
+            value = encoder.encode(prediction_fields(rows.record(i), scores[i], stamp, include))
         except RecordError as exc:
             rejects.append((exc, message))
             continue
