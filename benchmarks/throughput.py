@@ -16,6 +16,12 @@ the default 1; and a latency run: a paced producer at half of (c)'s rate, then a
 5 s each, with the p50/p99 from event time (stamped when produced) to acknowledged prediction,
 against the bound max_wait_ms + 2 batch times + 5 ms (a batch time = batch / (c)).
 (h) The same job as an idiomatic faust-streaming agent (benchmarks/faust_peer.py); c/h.
+(i) The processor on the same 32 features sent as 32 named float fields (model.inputs stacks
+    them into the same model's input); i/c is the cost of named fields (columnar_fields.py).
+(j) A mixed-type 12-field event (strings, a nullable float, a long, an enum, a boolean) into a
+    scikit-learn ColumnTransformer model (models/build_converter_models.py, 5 inputs) with a label
+    and a probability mapped out: reported, no baseline.
+`--figures a,c,i` runs only those.
 Each figure runs ``--repeat`` times (3): the median and the min are printed, ratios are of medians,
 with the process CPU time per event for (a) and (c). Kafka rates run from the first consumed
 message to the last ack, so group joins are not counted. A benchmark, not a test: the
@@ -26,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
+import tempfile
 import subprocess
 import sys
 import threading
@@ -45,16 +53,17 @@ from streamer.commands.run import build_processor, input_codec, model_runner, ou
 from streamer.kafka.broker import kafka_cluster  # noqa: E402
 from streamer.kafka.delivery import produce  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
-from streamer.config import Config  # noqa: E402
+from streamer.config import Config, InputSource, OutputTarget  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.pipeline.codecs import AvroCodec, load_schema  # noqa: E402
 from streamer.pipeline.columnar_encode import avro_long, avro_string  # noqa: E402
 from streamer.pipeline.validate import EventValidator  # noqa: E402
-from streamer.pipeline.records import prediction_fields  # noqa: E402
+from streamer.pipeline.records import Stamp, prediction_fields  # noqa: E402
 from streamer.commands.replay import When, run_replay  # noqa: E402
 from streamer.testing import PoisonRunner  # noqa: E402
 
 POISON = 9999.0
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def fresh(base: Config, tag: str) -> Config:
@@ -194,8 +203,7 @@ def naive(cfg: Config, n: int) -> float:
         rec = validator.to_record(decoder.decode(m.value()), m.topic(), m.partition(), m.offset(),
                                   m.key(), m.timestamp()[1])
         score = runner.run(rec.features[None, :])[0]
-        fields = prediction_fields(rec, score, cfg.model.name, cfg.model.version,
-                                   int(time.time() * 1000))
+        fields = prediction_fields(rec, score, Stamp(cfg.model.name, cfg.model.version, int(time.time() * 1000)))
         producer.produce(cfg.output.topic, encoder.encode(fields), m.key())
         if producer.flush(30):
             raise RuntimeError("naive loop: a prediction was not acknowledged")
@@ -205,6 +213,65 @@ def naive(cfg: Config, n: int) -> float:
     elapsed = time.perf_counter() - (started or 0)
     consumer.close()
     return n / elapsed
+
+
+NAMED = {"type": "record", "name": "NamedFeatures", "namespace": "bench", "fields": [
+    {"name": "event_id", "type": "string"}, {"name": "entity_id", "type": "string"},
+    {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    *({"name": f"f{k}", "type": "float"} for k in range(32))]}
+MIXED = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
+    {"name": "event_id", "type": "string"}, {"name": "entity_id", "type": "string"},
+    {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "country", "type": "string"}, {"name": "channel", "type": "string"},
+    {"name": "amount", "type": "double"}, {"name": "age_days", "type": ["null", "float"], "default": None},
+    {"name": "n_items", "type": "long"}, {"name": "merchant", "type": "string"},
+    {"name": "device", "type": {"type": "enum", "name": "Device", "symbols": ["ios", "android", "web"]}},
+    {"name": "is_new", "type": "boolean"}, {"name": "hint", "type": "double"}]}
+
+
+def named_inputs(base: Config, bootstrap: str, events: list[dict[str, object]], folder: Path) -> Config:
+    """(i): the events' 32 features as fields f0..f31 in their own topic, stacked into the model's input."""
+    schema = folder / "named.avsc"
+    schema.write_text(json.dumps(NAMED))
+    topic = f"{base.input.topics[0]}-named"
+    create_topics(bootstrap, {topic: 3})
+    cfg = replace(base, input=replace(base.input, topics=(topic,), schema=schema),
+                  model=replace(base.model, inputs={"features": InputSource(tuple(f"f{k}" for k in range(32)),
+                                                                           stacked=True)}))
+    named = ({**{k: e[k] for k in ("event_id", "entity_id", "event_time")},
+              **{f"f{k}": float(v) for k, v in enumerate(e["features"])}} for e in events)  # type: ignore[arg-type]
+    produce_events(bootstrap, topic, encoded_events(input_codec(cfg), list(named)))
+    return cfg
+
+
+def mixed_inputs(base: Config, bootstrap: str, n: int, folder: Path) -> Config:
+    """(j): mixed 12-field events into the ColumnTransformer model of build_converter_models.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bcm", ROOT / "models" / "build_converter_models.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.write_models(folder / "models")
+    schema = folder / "mixed.avsc"
+    schema.write_text(json.dumps(MIXED))
+    topic = f"{base.input.topics[0]}-mixed"
+    create_topics(bootstrap, {topic: 3})
+    cfg = replace(base, input=replace(base.input, topics=(topic,), schema=schema),
+                  output=replace(base.output, schema=None),
+                  model=replace(base.model, path=folder / "models" / "column_transformer.onnx",
+                                inputs={k: InputSource((k,), fill=0.0 if k == "age_days" else None)
+                                        for k in ("country", "channel", "amount", "age_days", "n_items")},
+                                outputs={"label": OutputTarget("label"),
+                                         "fraud": OutputTarget("probabilities", column=1)}))
+    rng = np.random.default_rng(11)
+    rows = ({"event_id": f"m{i}", "entity_id": f"c{i % 97}", "event_time": 1_700_000_000_000 + i,
+             "country": ["US", "DE", "FR", "BR"][i % 4], "channel": ["web", "app", "pos"][i % 3],
+             "amount": float(rng.lognormal(3, 1)), "age_days": None if i % 10 == 0 else float(i % 2000),
+             "n_items": i % 9 + 1, "merchant": f"shop-{i % 50}", "device": ["ios", "android", "web"][i % 3],
+             "is_new": i % 7 == 0, "hint": 0.5} for i in range(n))
+    produce_events(bootstrap, topic, encoded_events(input_codec(cfg), list(rows)))
+    return cfg
 
 
 def timed(fn: Callable[[], float], n: int) -> tuple[float, float]:
@@ -222,12 +289,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each figure: median and min are printed")
     ap.add_argument("--no-faust", action="store_true", help="leave out (h), the faust-streaming agent")
+    ap.add_argument("--figures", help="comma-separated figures to run (default: all, a to j)")
     ap.add_argument("--pace", nargs=4, help=argparse.SUPPRESS)  # the latency run's producer process
     args = ap.parse_args()
     if args.pace:
         pace(args.pace[0], args.pace[1], float(args.pace[2]), float(args.pace[3]))
         return
-    with kafka_cluster() as bootstrap:
+    with kafka_cluster() as bootstrap, tempfile.TemporaryDirectory() as scratch:
         base = demo_config(bootstrap, uuid.uuid4().hex[:6], args.batch)
         create_topics(bootstrap, {base.input.topics[0]: 3})
         codec = input_codec(base)
@@ -246,10 +314,20 @@ def main() -> None:
                                       output_topic=f"{c.output.topic}.backfill",
                                       progress=io.StringIO()).stats.events_per_s(),
         }
-        if not args.no_faust:
+        wanted = set(args.figures.split(",")) if args.figures else set("abcdefghij")
+        if not args.no_faust and "h" in wanted:
             from faust_peer import run_faust  # benchmarks/: needs the bench extra (faust-streaming)
 
             runs["h"] = lambda c: run_faust(bootstrap, c.input.topics[0], c.output.topic, args.events)
+        if "i" in wanted:
+            named = named_inputs(base, bootstrap, events, Path(scratch))
+            runs["i"] = lambda c: processor_run(replace(named, input=replace(named.input, group_id=c.input.group_id),
+                                                        output=c.output), args.events)
+        if "j" in wanted:
+            mixed = mixed_inputs(base, bootstrap, args.events, Path(scratch))
+            runs["j"] = lambda c: processor_run(replace(mixed, input=replace(mixed.input, group_id=c.input.group_id),
+                                                        output=replace(c.output, schema=None)), args.events)
+        runs = {k: fn for k, fn in runs.items() if k in wanted}
         poisoned_topic = f"{base.input.topics[0]}-poisoned"
         create_topics(bootstrap, {poisoned_topic: 3})
         produce_events(bootstrap, poisoned_topic, encoded_events(codec, poisoned_copy(events, 100)))
@@ -266,14 +344,14 @@ def main() -> None:
                 rate, us = timed(lambda: fn(cfg), args.naive_events if tag == "d" else args.events)
                 figures.setdefault(tag, []).append(rate)
                 cpu.setdefault(tag, []).append(us)
-        for threads in (0, 2):
+        for threads in (0, 2) if args.figures is None else ():
             cfg = fresh(base, f"t{threads}")
             cfg = replace(cfg, model=replace(cfg.model, intra_op_threads=threads))
             create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
             figures[f"c{threads}"] = [processor_run(cfg, args.events)]
-        peak = float(np.median(figures["c"]))
+        peak = float(np.median(figures["c"])) if "c" in figures else 0.0
         latency = {}
-        for share in (0.5, 0.1):
+        for share in (0.5, 0.1) if args.figures is None else ():
             cfg = fresh(base, f"lat{share}")
             topic = f"{cfg.input.topics[0]}-lat-{cfg.input.group_id}"
             cfg = replace(cfg, input=replace(cfg.input, topics=(topic,)))
@@ -281,20 +359,22 @@ def main() -> None:
             latency[share] = latency_run(cfg, share * peak)
     names = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
              "e": "processor, 1% poison", "f": "processor, exactly-once", "g": "replay",
-             "h": "faust-streaming agent"}
+             "h": "faust-streaming agent", "i": "32 named float fields", "j": "mixed 12-field event"}
     med = {k: float(np.median(v)) for k, v in figures.items()}
     print(f"events {args.events} (naive {args.naive_events}), batch {args.batch}, "
           f"provider {model_runner(base).provider}, median and min of {args.repeat} runs "
           f"(the naive loop: one run)")
     for k in sorted(runs):
-        cpu_note = f"   {np.median(cpu[k]):6.1f} us CPU/event" if k in "ac" else ""
+        cpu_note = f"   {np.median(cpu[k]):6.1f} us CPU/event" if k in "acij" else ""
         print(f"({k}) {names[k]:<22} median {med[k]:>12,.0f}   min {min(figures[k]):>12,.0f} events/s{cpu_note}")
-    print(f"c/a {med['c'] / med['a']:.3f}   c/b {med['c'] / med['b']:.3f}   "
-          f"c/d {med['c'] / med['d']:.1f}   e/c {med['e'] / med['c']:.3f}   "
-          f"f/c {med['f'] / med['c']:.3f}   g/a {med['g'] / med['a']:.3f}   "
-          f"g/b {med['g'] / med['b']:.4f}" + (f"   c/h {med['c'] / med['h']:.1f}" if "h" in med else ""))
-    print(f"intra_op_threads 0: {med['c0']:,.0f} events/s ({med['c0'] / peak:.2f} of 1), "
-          f"2: {med['c2']:,.0f} events/s ({med['c2'] / peak:.2f} of 1)")
+    ratios = [("c/a", "c", "a", 3), ("c/b", "c", "b", 3), ("c/d", "c", "d", 1), ("e/c", "e", "c", 3),
+              ("f/c", "f", "c", 3), ("g/a", "g", "a", 3), ("g/b", "g", "b", 4), ("c/h", "c", "h", 1),
+              ("i/c", "i", "c", 3), ("j/c", "j", "c", 3)]
+    print("   ".join(f"{name} {med[x] / med[y]:.{digits}f}" for name, x, y, digits in ratios
+                     if x in med and y in med))
+    if "c0" in med:
+        print(f"intra_op_threads 0: {med['c0']:,.0f} events/s ({med['c0'] / peak:.2f} of 1), "
+              f"2: {med['c2']:,.0f} events/s ({med['c2'] / peak:.2f} of 1)")
     batch_ms = 1000 * args.batch / peak
     for share, (p50, p99) in latency.items():
         bound = base.batching.max_wait_ms + (2 if share == 0.5 else 1) * batch_ms + 5

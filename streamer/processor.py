@@ -36,7 +36,7 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.codecs import Codec
 from streamer.pipeline.inference import Inference, Scoring
-from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.records import Messages, Rows, Stamp
 from streamer.pipeline.runner import ModelRunner, numeric_width
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
@@ -299,9 +299,8 @@ class Processor:
         batch, out = done.batch, done.out
         self._account.scored(batch, done.seconds, out, self.serving.breaker.code)
         self._gate.model_answered()
-        rows, values, rejects = self._stages.encode(batch.rows, out.scored.scores, out.scored.poison,
-                                                    self.cfg.model.name, out.version, int(time.time() * 1000),
-                                                    self.run_id, out.degraded)
+        stamp = Stamp(self.cfg.model.name, out.version, int(time.time() * 1000), self.run_id, out.degraded)
+        rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
         for error, message in rejects:
             self._dead_letter(error, message, out.version)  # the model that scored it
         return Predictions(self.cfg.output.topic, values, rows)

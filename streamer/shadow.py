@@ -35,10 +35,10 @@ from confluent_kafka import KafkaError
 
 from streamer.config import ChallengerConfig, Config, shadow_topic
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
+from streamer.pipeline.isolate import Scored
 from streamer.pipeline.outputs import decision_scores
-from streamer.pipeline.records import Rows
+from streamer.pipeline.records import Rows, Stamp
 from streamer.pipeline.runner import ModelRunner
-from streamer.pipeline.serving import Outcome
 from streamer.pipeline.signature import Columns
 from streamer.pipeline.stages import Stages
 
@@ -114,11 +114,11 @@ class Shadow:
             log.info("shadow: %s scored beside the champion, predictions to %s",
                      ", ".join(f"{c.name} v{c.version}" for c in self.challengers), self.topic)
 
-    def submit(self, rows: Rows, out: Outcome) -> None:
+    def submit(self, rows: Rows, out: Scored) -> None:
         """Queue a scored batch for every challenger; never waits (a full queue skips the batch)."""
         if not self.challengers or not len(rows):
             return
-        champion = None if out.degraded is not None else decision_scores(out.scored.scores)
+        champion = None if out.degraded is not None else decision_scores(out.scores)
         job = _Job(rows, champion)
         for c in self.challengers:
             try:
@@ -168,8 +168,8 @@ class Shadow:
             self._failed(c, "score", f"answered {scores.shape} for {len(done.job.rows)} rows")
             return
         self._compare(c, done.job.champion, scores)
-        rows, values, rejects = self._stages.encode(done.job.rows, scores, {}, c.name, c.version,
-                                                    int(time.time() * 1000))
+        rows, values, rejects = self._stages.encode(done.job.rows, scores, {},
+                                                    Stamp(c.name, c.version, int(time.time() * 1000)))
         if rejects:
             self._failed(c, "encode", f"{len(rejects)} predictions could not be encoded: {rejects[0][0]}",
                          count=len(rejects))

@@ -25,7 +25,7 @@ from streamer.errors import DeserializeError, RecordError, SerializeError
 from streamer.pipeline.codecs import AvroCodec, ConfluentAvroCodec, load_schema
 from streamer.pipeline.columnar_decode import ColumnarDecoder, DecodedColumns
 from streamer.pipeline.columnar_encode import PredictionEncoder
-from streamer.pipeline.records import SourceRecord, prediction_fields
+from streamer.pipeline.records import SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -491,7 +491,7 @@ def reference_encode(codec: AvroCodec, row: dict[str, Any], scores: np.ndarray,
                           event_id=row["event_id"], entity_id=row["entity_id"], event_time_ms=row["time"],
                           timestamp_ms=0, features=np.zeros(1, np.float32))
     try:
-        return codec.encode(prediction_fields(record, scores, **common))
+        return codec.encode(prediction_fields(record, scores, Stamp(**common)))
     except SerializeError:
         return None
 

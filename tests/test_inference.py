@@ -83,7 +83,7 @@ def test_pipelined_results_come_back_in_order_while_the_loop_goes_on() -> None:
     done = collect(inf, 3)
     assert firsts(done) == [0, 4, 8] and len(inf) == 0
     assert all(d.error is None and d.out is not None for d in done)
-    assert np.array_equal(done[1].out.scored.scores[:, 0], np.arange(40, 80, 10))  # type: ignore[union-attr]
+    assert np.array_equal(done[1].out.scores[:, 0], np.arange(40, 80, 10))  # type: ignore[union-attr]
     inf.close()
 
 
@@ -134,7 +134,7 @@ def test_inline_and_pipelined_give_the_same_results(pipelined: bool) -> None:
     inf.add([batch(i * 4, partition=i % 3) for i in range(10)])
     done = collect(inf, 10)
     assert firsts(done) == list(range(0, 40, 4))
-    assert [float(d.out.scored.scores[0, 0]) for d in done] == [i * 4 + 1.0 for i in range(10)]  # type: ignore[union-attr]
+    assert [float(d.out.scores[0, 0]) for d in done] == [i * 4 + 1.0 for i in range(10)]  # type: ignore[union-attr]
     inf.close()
 
 

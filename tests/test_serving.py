@@ -114,11 +114,11 @@ def test_the_breaker_follows_the_worked_example() -> None:
 def test_a_failing_model_is_stood_in_for_by_the_fallback_and_probed_until_it_answers(model: Path) -> None:
     serving, flaky, clock = flaky_serving(model)
     good = serving.score(rows(BATCH))
-    assert good.degraded is None and good.scored.scores[0, 0] == 2.0
+    assert good.degraded is None and good.scores[0, 0] == 2.0
     flaky.failing = True
     outs = [serving.score(rows(BATCH)) for _ in range(3)]  # each fails on the model, scored by the fallback
     assert all(o.degraded and "model failing" in o.degraded for o in outs)
-    assert all((o.scored.scores == 0.5).all() and o.scored.scores.shape == (4, 1) for o in outs)
+    assert all((o.scores == 0.5).all() and o.scores.shape == (4, 1) for o in outs)
     assert serving.breaker.state == Breaker.OPEN
     calls = flaky.calls
     for _ in range(5):  # open: the model is not asked at all
@@ -132,14 +132,14 @@ def test_a_failing_model_is_stood_in_for_by_the_fallback_and_probed_until_it_ans
     clock.advance(1.0)
     back = serving.score(rows(BATCH))  # the probe succeeds: closed
     assert back.degraded is None and serving.breaker.state == Breaker.CLOSED
-    assert back.scored.scores[0, 0] == 2.0
+    assert back.scores[0, 0] == 2.0
 
 
 def test_a_batch_over_the_timeout_opens_the_breaker_at_once_and_keeps_its_scores(model: Path) -> None:
     serving, flaky, clock = flaky_serving(model, timeout_ms=100)
     flaky.slow_s = 0.25
     slow = serving.score(rows(BATCH))
-    assert slow.degraded is None and slow.scored.scores[0, 0] == 2.0
+    assert slow.degraded is None and slow.scores[0, 0] == 2.0
     assert serving.breaker.state == Breaker.OPEN and "over model.timeout_ms" in serving.breaker.reason
     assert serving.score(rows(BATCH)).degraded
 
@@ -190,13 +190,13 @@ def next_reload(serving: Serving, clock: FakeClock, looks: int = 5) -> Reload:
 
 def test_a_changed_file_is_loaded_checked_and_swapped_in_with_its_declared_version(model: Path) -> None:
     serving, clock = reloading(config(model))
-    before = serving.score(rows(BATCH)).scored.scores
+    before = serving.score(rows(BATCH)).scores
     assert serving.poll() is None
     write_model(model, seed=7, version="2")
     done = next_reload(serving, clock)
     assert done.runner is not None and done.refused is None and done.version == "2"
     after = serving.score(rows(BATCH))
-    assert after.version == "2" and not np.allclose(after.scored.scores, before)
+    assert after.version == "2" and not np.allclose(after.scores, before)
 
 
 def test_a_file_without_a_declared_version_is_named_by_its_digest(model: Path) -> None:
@@ -219,7 +219,7 @@ def test_a_change_is_loaded_only_once_it_has_held_still_for_one_look(model: Path
 @pytest.mark.parametrize("broken", ["garbage", "width", "nan"])
 def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model: Path, broken: str) -> None:
     serving, clock = reloading(config(model))
-    before = serving.score(rows(BATCH)).scored.scores
+    before = serving.score(rows(BATCH)).scores
     if broken == "garbage":
         model.write_bytes(b"this is not an onnx model")
     else:
@@ -227,7 +227,7 @@ def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model
     done = next_reload(serving, clock)
     assert done.runner is None and done.refused
     assert {"garbage": "cannot load", "width": "takes 16 features", "nan": "non-finite"}[broken] in done.refused
-    assert serving.version == "1" and np.array_equal(serving.score(rows(BATCH)).scored.scores, before)
+    assert serving.version == "1" and np.array_equal(serving.score(rows(BATCH)).scores, before)
     for _ in range(3):  # the refused file is not tried again until it changes
         clock.advance(0.1)
         assert serving.poll() is None and serving._loading is None
@@ -325,9 +325,9 @@ def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(mo
     serving._finish(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1] + 1, N)))
     go.set()
     worker.join(10)
-    assert got[0].version == "1" and got[0].scored.scores[0, 0] == 1.0
+    assert got[0].version == "1" and got[0].scores[0, 0] == 1.0
     after = serving.score(rows(BATCH))
-    assert after.version == "2" and after.scored.scores[0, 0] == 2.0
+    assert after.version == "2" and after.scores[0, 0] == 2.0
 
 
 def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fails_in_flight(model: Path) -> None:

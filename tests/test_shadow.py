@@ -16,7 +16,6 @@ from streamer.errors import InferenceError
 from streamer.observe.metrics import Metrics
 from streamer.pipeline.codecs import AvroCodec, JsonCodec, load_schema
 from streamer.pipeline.isolate import Scored
-from streamer.pipeline.serving import Outcome
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow
 from streamer.testing import FakeClock, FunctionRunner
@@ -54,8 +53,8 @@ def make(tmp_path: Path, runners: dict[str, Any], **shadow: object) -> tuple[Sha
     return s, sink, registry
 
 
-def champion(features: np.ndarray, degraded: str | None = None) -> Outcome:
-    return Outcome(Scored(scores=features[:, :1].copy()), "1", "cpu", degraded)
+def champion(features: np.ndarray, degraded: str | None = None) -> Scored:
+    return Scored(scores=features[:, :1].copy(), version="1", provider="cpu", degraded=degraded)
 
 
 def drain(s: Shadow) -> None:
@@ -69,7 +68,7 @@ def test_flips_and_differences_are_counted_on_the_rows_the_champion_scored_itsel
     f = np.zeros((10, N), np.float32)
     f[:, 0] = [0.0, 0.1, 0.2, 0.3, 0.35, 0.45, 0.5, 0.6, 0.9, 1.0]
     out = champion(f)
-    out.scored.scores[9, 0] = np.nan  # a poison row: the champion did not score it
+    out.scores[9, 0] = np.nan  # a poison row: the champion did not score it
     s.submit(rows(f), out)
     s.submit(rows(f), champion(f, degraded="breaker open"))  # the fallback's: not compared
     drain(s)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from streamer.config import InputConfig, RegistryConfig
 from streamer.errors import InferenceError
 from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
-from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.records import Messages, Rows, Stamp
 from streamer.pipeline.stages import Stages
 from tests.support.fakes import FakeMessage
 
@@ -118,8 +118,8 @@ def test_encode_keeps_order_and_turns_poison_into_dead_letters(kinds: list[str],
     rows, _ = fast.decode(chunk)
     poison = {i: InferenceError("bad row") for i in poisoned if i < len(rows)}
     scores = np.arange(len(rows) * 2, dtype=np.float32).reshape(-1, 2)
-    got = fast.encode(rows, scores, poison, "m", "1", 1234, "run")
-    want = slow.encode(rows, scores, poison, "m", "1", 1234, "run")
+    got = fast.encode(rows, scores, poison, Stamp("m", "1", 1234, "run"))
+    want = slow.encode(rows, scores, poison, Stamp("m", "1", 1234, "run"))
     assert got[0].source.offsets.tolist() == want[0].source.offsets.tolist() == \
         [o for i, o in enumerate(rows.source.offsets.tolist()) if i not in poison]
     assert got[1] == want[1]  # byte for byte

@@ -21,7 +21,8 @@ from streamer.observe.drift import DriftMonitor, Profile
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
-from streamer.pipeline.serving import Outcome, Reload
+from streamer.pipeline.isolate import Scored
+from streamer.pipeline.serving import Reload
 from streamer.pipeline.signature import numeric_matrix
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,9 @@ class Accounting:
         for topic, count in Counter(topics).items():
             self.metrics.events_consumed.labels(topic).inc(count)
 
-    def scored(self, batch: Batch[Any], seconds: float, out: Outcome, breaker: int) -> None:
+    def scored(self, batch: Batch[Any], seconds: float, out: Scored, breaker: int) -> None:
         """A batch scored, by the model or (degraded) by the fallback; ``breaker``: its state code."""
-        s, m, scored = self.stats, self.metrics, out.scored
+        s, m, scored = self.stats, self.metrics, out
         s.batches += 1
         s.rows_batched += len(batch.rows)
         s.flushes[batch.reason] += 1

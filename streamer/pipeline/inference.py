@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 from streamer.errors import ModelBrokenError
 from streamer.pipeline.batcher import Batch
+from streamer.pipeline.isolate import Scored
 from streamer.pipeline.records import Rows
-from streamer.pipeline.serving import Outcome, Serving
+from streamer.pipeline.serving import Serving
 
 log = logging.getLogger(__name__)
 DEPTH = 2  # batches handed to the inference thread at a time: one running, one ready behind it
@@ -53,7 +54,7 @@ class Scoring:
     """A batch scored: ``out``, or the ``error`` that holds it (the loop retries it later)."""
 
     batch: Batch[Rows]
-    out: Outcome | None
+    out: Scored | None
     error: ModelBrokenError | None = None
     seconds: float = 0.0
 

@@ -27,12 +27,16 @@ from streamer.pipeline.signature import Columns
 
 @dataclass(slots=True)
 class Scored:
-    """What came of one batch: scores for the good rows, an error for each poison row."""
+    """One scored batch: the results of the good rows, an error for each poison row, and (set by
+    serving.py) the model that scored it; ``degraded`` is the reason the fallback did instead."""
 
     scores: Any  # float32 [rows, n_outputs], or Columns by prediction field; poison rows hold NaN (or 0, '')
     poison: dict[int, InferenceError] = field(default_factory=dict)
     calls: int = 0  # model calls made, the first one included
     bisections: int = 0  # batches split in two
+    version: str = ""  # of the model that scored it
+    provider: str = ""  # its execution provider, or 'fallback'
+    degraded: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

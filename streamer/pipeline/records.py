@@ -191,23 +191,35 @@ class Rows:
                             () if self.passthrough is None else self.passthrough[i])
 
 
-def prediction_fields(source: SourceRecord, scores: np.ndarray | Mapping[str, Any], model_name: str,
-                      model_version: str, scored_at_ms: int, run_id: str | None = None,
-                      degraded: str | None = None, include: Sequence[str] = ()) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What every prediction of a batch says about its scoring: the model that scored it (the
+    fallback's predictions name the serving model, flagged ``degraded`` with the reason), when,
+    and the replay run (None: live scoring)."""
+
+    model_name: str
+    model_version: str
+    scored_at_ms: int
+    run_id: str | None = None
+    degraded: str | None = None
+
+
+def prediction_fields(source: SourceRecord, scores: np.ndarray | Mapping[str, Any], stamp: Stamp,
+                      include: Sequence[str] = ()) -> dict[str, Any]:
     """The prediction record for one scored source record: ``scores`` is the legacy score row
     (schemas/prediction.avsc) or the named output fields' values; ``include`` names the
-    pass-through fields (output.include) whose values the record carries. ``degraded`` is the
-    reason the fallback scored it, None for the model's own scores. The degraded fields are left
-    to their defaults unless set, so an output schema from before them still takes the record."""
+    pass-through fields (output.include) whose values the record carries. The degraded fields
+    are left to their defaults unless the stamp says degraded, so an output schema from before
+    them still takes the record."""
     outputs = dict(scores) if isinstance(scores, Mapping) else {"scores": scores.tolist()}
     fields = {
         "event_id": source.event_id, "entity_id": source.entity_id, **outputs,
-        "model_name": model_name, "model_version": model_version, "source_topic": source.topic,
+        "model_name": stamp.model_name, "model_version": stamp.model_version, "source_topic": source.topic,
         "source_partition": source.partition, "source_offset": source.offset,
-        "event_time": source.event_time_ms, "scored_at": scored_at_ms, "run_id": run_id,
+        "event_time": source.event_time_ms, "scored_at": stamp.scored_at_ms, "run_id": stamp.run_id,
     }
-    if degraded is not None:
-        fields.update(degraded=True, degraded_reason=degraded)
+    if stamp.degraded is not None:
+        fields.update(degraded=True, degraded_reason=stamp.degraded)
     fields.update(zip((include_name(p) for p in include), source.passthrough, strict=True))
     return fields
 

@@ -153,16 +153,6 @@ class Fallback:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """One batch's scores and who made them; ``degraded`` is the reason the fallback did."""
-
-    scored: Scored
-    version: str
-    provider: str
-    degraded: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class _Model:
     runner: ModelRunner
     version: str
@@ -188,7 +178,7 @@ class Beside(Protocol):
 
     def start(self, rows: int) -> None: ...
 
-    def submit(self, rows: Rows, out: Outcome) -> None: ...
+    def submit(self, rows: Rows, out: Scored) -> None: ...
 
     def pump(self) -> None: ...
 
@@ -260,7 +250,7 @@ class Serving:
 
     # ---- scoring --------------------------------------------------------------------------
 
-    def score(self, rows: Rows) -> Outcome:
+    def score(self, rows: Rows) -> Scored:
         """Score one batch (and hand it to the challengers). Raises ModelBrokenError when the
         model is failing and no fallback (or a failing one) can stand in: the loop holds the batch
         and retries it later."""
@@ -269,7 +259,7 @@ class Serving:
             self.shadow.submit(rows, out)
         return out
 
-    def _score(self, features: Batch) -> Outcome:
+    def _score(self, features: Batch) -> Scored:
         self._last, model = features, self._current
         if self.fallback is None:
             return self._scored(model, model.scorer.score(features))
@@ -288,18 +278,20 @@ class Serving:
             model.breaker.succeeded()
         return self._scored(model, scored)
 
-    def _scored(self, model: _Model, scored: Scored) -> Outcome:
+    def _scored(self, model: _Model, scored: Scored) -> Scored:
         if len(scored.poison) < len(scored.scores) and not isinstance(scored.scores, Columns):
             self._width = scored.scores.shape[1]  # the serving width: what a candidate must give
-        return Outcome(scored, model.version, model.runner.provider)
+        scored.version, scored.provider = model.version, model.runner.provider
+        return scored
 
-    def _degraded(self, model: _Model, features: Batch, reason: str) -> Outcome:
+    def _degraded(self, model: _Model, features: Batch, reason: str) -> Scored:
         assert self.fallback is not None
         try:
             scored = self.fallback.score(features)
         except InferenceError as exc:
             raise ModelBrokenError(f"{reason}; and the fallback fails too: {exc}") from exc
-        return Outcome(scored, model.version, "fallback", degraded=reason)
+        scored.version, scored.provider, scored.degraded = model.version, "fallback", reason
+        return scored
 
     # ---- reloads --------------------------------------------------------------------------
 
