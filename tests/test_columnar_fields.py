@@ -174,3 +174,31 @@ def test_a_chunk_of_plain_events_takes_the_fast_path_whole() -> None:
     cols, _ = agree(schema, contract, values)
     assert cols.fallback.size == 0
     assert cols.features.arrays["features"].tobytes() == x.tobytes()
+
+
+@PROPERTY
+@given(st.sampled_from(["float", "double"]), st.sampled_from(["float32", "float64"]), st.integers(2, 6),
+       st.integers(0, 4), st.data())
+def test_a_run_of_adjacent_float_fields_is_read_as_one_block_as_the_reference_reads_it(
+        item: str, element: str, width: int, split: int, data: st.DataObject) -> None:
+    """Adjacent plain float (or double) fields are read as one block per row; stacked whole into
+    one input, or partly stacked and partly single inputs, they decode as the reference does."""
+    names = [f"f{k}" for k in range(width)]
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "event_id", "type": "string"}, {"name": "event_time", "type": "long"},
+        *({"name": n, "type": item} for n in names)]}
+    split = min(split, width)
+    stacked, single = names[:split] if split >= 2 else [], names[split:] if split >= 2 else names
+    specs = ([TensorSpec("s", element, (None, len(stacked)), "")] if stacked else []) + [
+        TensorSpec(n, element, (None, 1), "") for n in single]
+    inputs = ({"s": InputSource(tuple(stacked), stacked=True)} if stacked else {}) | {
+        n: InputSource((n,)) for n in single}
+    contract = Contract.of(Signature(tuple(specs), OUT), inputs)
+    special = st.sampled_from([0.0, -0.0, 1.5, float("nan"), float("inf"), -float("inf"), 3.4e38, 1e300])
+    values = []
+    for i in range(data.draw(st.integers(1, 8))):
+        row = {n: data.draw(special if item == "double" else special.filter(lambda v: abs(v) < 1e39 or v != v))
+               for n in names}
+        value = codec(schema).encode({"event_id": f"e{i}", "event_time": i, **row})
+        values.append(value[:data.draw(st.integers(0, len(value)))] if data.draw(st.booleans()) else value)
+    agree(schema, contract, values)
