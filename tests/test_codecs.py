@@ -16,6 +16,7 @@ import fastavro
 import numpy as np
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
 from streamer.errors import BrokerError, ConfigError, DeserializeError, SerializeError
@@ -208,18 +209,82 @@ def test_wrong_magic_byte_and_short_frames(feature_schema: dict[str, Any]) -> No
             codec.decode(short)
 
 
-def test_unknown_schema_id_is_rejected_and_not_asked_twice(feature_schema: dict[str, Any]) -> None:
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_unknown_schema_id_is_held_then_rejected_and_not_asked_again(feature_schema: dict[str, Any]) -> None:
     reg = registry()
     ConfluentAvroCodec(reg, "features-value", feature_schema).encode(GOLDEN_EVENT)  # id 1 exists
     asked = counting(reg)
-    codec = ConfluentAvroCodec(reg, "features-value")
+    clock = Clock()
+    codec = ConfluentAvroCodec(reg, "features-value", not_found_retry_s=10, clock=clock)
     unknown = b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO  # schema id 99
+    for t in (0, 4, 9.9):  # a registry still loading answers 404: held, asked again each time
+        clock.t = 1000 + t
+        with pytest.raises(BrokerError, match="schema id 99 not found; asked again for up to 10s"):
+            codec.decode(unknown)
+    clock.t = 1010
     for _ in range(3):
-        with pytest.raises(DeserializeError, match="schema id 99"):
+        with pytest.raises(DeserializeError, match="schema id 99 is not in the schema registry"):
             codec.decode(unknown)
     for _ in range(3):
         assert codec.decode(GOLDEN_CONFLUENT) == GOLDEN_EVENT
-    assert asked == [99, 1]  # one lookup per id: the miss and the hit are both cached
+    assert asked == [99, 99, 99, 99, 1]  # then one lookup per id: the miss and the hit are both cached
+
+
+def test_an_id_the_restarting_registry_answers_404_for_is_decoded_once_it_has_loaded(
+        feature_schema: dict[str, Any]) -> None:
+    """The data-losing case: a registry that restarts answers 404 for ids it holds while it loads."""
+    reg = registry()
+    ConfluentAvroCodec(reg, "features-value", feature_schema).encode(GOLDEN_EVENT)
+    real, loading = reg.get_schema, [True]
+
+    def get_schema(schema_id: int, *args: Any, **kwargs: Any) -> Any:
+        if loading[0]:
+            raise SchemaRegistryError(404, 40403, "Schema not found")
+        return real(schema_id, *args, **kwargs)
+
+    reg.get_schema = get_schema  # type: ignore[method-assign]
+    clock = Clock()
+    codec = ConfluentAvroCodec(reg, "features-value", clock=clock)
+    for t in (0, 0.5, 1.5):
+        clock.t = 1000 + t
+        with pytest.raises(BrokerError):
+            codec.decode(GOLDEN_CONFLUENT)
+    loading[0] = False
+    clock.t = 1002
+    assert codec.decode(GOLDEN_CONFLUENT) == GOLDEN_EVENT
+
+
+def test_made_up_ids_cost_one_hold_not_one_each(feature_schema: dict[str, Any]) -> None:
+    clock = Clock()
+    codec = ConfluentAvroCodec(registry(), "features-value", not_found_retry_s=10, clock=clock)
+    with pytest.raises(BrokerError):
+        codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)
+    clock.t += 10
+    with pytest.raises(DeserializeError):
+        codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)
+    for made_up in range(100, 105):  # inside the spell: refused at once
+        clock.t += 5
+        with pytest.raises(DeserializeError, match=f"schema id {made_up} is not in"):
+            codec.decode(b"\x00" + made_up.to_bytes(4, "big") + GOLDEN_AVRO)
+    clock.t += 61  # a quiet minute ends the spell: the next 404 is held again
+    with pytest.raises(BrokerError):
+        codec.decode(b"\x00\x00\x00\x00\x70" + GOLDEN_AVRO)
+    clock.t += 300  # and a refused id is asked again after refused_ttl_s
+    with pytest.raises(BrokerError):
+        codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)
+
+
+def test_not_found_retry_zero_believes_the_first_404(feature_schema: dict[str, Any]) -> None:
+    codec = ConfluentAvroCodec(registry(), "features-value", not_found_retry_s=0)
+    with pytest.raises(DeserializeError, match="schema id 99"):
+        codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)
 
 
 def test_registry_outage_is_a_broker_error_and_not_cached() -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import operator
 import struct
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
@@ -172,6 +174,11 @@ def _compile(node: Any, named: dict[str, _Compiled]) -> _Compiled:
     return named[node["name"]]
 
 
+def confluent_header(schema_id: int) -> bytes:
+    """The 5 bytes that lead a Confluent-framed value: magic byte 0, the schema id (big-endian)."""
+    return _CONFLUENT_HEADER.pack(0, schema_id)
+
+
 def _check_size(data: bytes, max_bytes: int) -> None:
     if len(data) > max_bytes:
         raise DeserializeError(f"message is {len(data)} bytes, over the {max_bytes}-byte limit")
@@ -185,13 +192,17 @@ class AvroCodec:
     the writer lacks take the reader's defaults, fields the reader lacks are dropped, numbers are
     promoted; a message that cannot resolve is a :class:`DeserializeError`. ``resolves`` says
     whether that happens (False when the two schemas have the same canonical form).
+
+    ``prefix``: bytes written before each value and expected before each decoded one; the
+    avro-confluent output's framing (:func:`confluent_header` of the registered schema's id).
     """
 
     def __init__(self, schema: AvroSchema, max_bytes: int = DEFAULT_MAX_BYTES,
-                 reader: AvroSchema | None = None) -> None:
+                 reader: AvroSchema | None = None, prefix: bytes = b"") -> None:
         if not isinstance(schema, Mapping) or schema.get("type") != "record":
             raise ConfigError("schema", "the Avro schema must be a record")
         self.name = str(schema["name"])
+        self.prefix = prefix
         self._max_bytes = max_bytes
         self._write_schema = fastavro.parse_schema(dict(schema))
         self._plain = fastavro.parse_schema(_clean(self._write_schema, logical=False))
@@ -210,6 +221,10 @@ class AvroCodec:
 
     def decode(self, data: bytes) -> Mapping[str, Any]:
         _check_size(data, self._max_bytes)
+        if self.prefix:
+            if data[:len(self.prefix)] != self.prefix:
+                raise DeserializeError(f"the value does not start with {self.prefix.hex()} (its framing)")
+            data = data[len(self.prefix):]
         try:
             end = self._walk(data, 0)  # refuses what fastavro would misread, before it allocates
             if end == len(data):
@@ -227,7 +242,7 @@ class AvroCodec:
             fastavro.schemaless_writer(buf, self._write_schema, dict(record), strict_allow_default=True)
         except Exception as exc:  # the writer raises ValueError, TypeError, struct.error, ... on a bad record
             raise SerializeError(f"record does not fit Avro schema {self.name}: {exc!r}") from exc
-        return buf.getvalue()
+        return self.prefix + buf.getvalue() if self.prefix else buf.getvalue()
 
 
 class ConfluentAvroCodec:
@@ -237,6 +252,18 @@ class ConfluentAvroCodec:
     ``schema`` when one is given (the reader schema: schema evolution resolves to it; see
     :class:`AvroCodec`); encoding needs ``schema``, registered under ``subject`` once. Registry
     outages raise ``BrokerError``: the record is not at fault.
+
+    A 404 is not believed at once: a registry that restarts answers 404 for ids it holds while
+    it loads (1-2 s for Confluent's, reading its ``_schemas`` topic). A 404 opens a suspect spell;
+    for ``not_found_retry_s`` from its start a 404 is a ``BrokerError`` (the processor holds the
+    input and reads the same messages again after its back-off), after that a ``DeserializeError``
+    for the row, the id remembered as refused for ``refused_ttl_s``. Any id found ends the spell;
+    so do ``quiet_s`` with no 404 (longer than the processor's longest back-off, so its own
+    re-reads do not restart the spell). Worked example, ``not_found_retry_s`` 10:
+    id 7 answers 404 at t=0 and t=0.5 (held), 200 at t=1.5: its rows are decoded, none
+    dead-lettered. Id 99, never registered, answers 404 at t=100 (a new spell: held) and at
+    t=110: its rows are dead letters; id 98 answers 404 at t=112, inside the spell: dead letters
+    at once (a stream of made-up ids costs one hold, not one per id).
     """
 
     def __init__(
@@ -245,6 +272,10 @@ class ConfluentAvroCodec:
         subject: str,
         schema: AvroSchema | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        not_found_retry_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        refused_ttl_s: float = 300.0,
+        quiet_s: float = 60.0,
     ) -> None:
         self._registry = registry
         self._subject = subject
@@ -253,7 +284,11 @@ class ConfluentAvroCodec:
         self._writer_id: int | None = None
         self._max_bytes = max_bytes
         self._readers: dict[int, AvroCodec] = {}
-        self._refused: dict[int, str] = {}  # negative cache: schema id -> why it cannot be used
+        self._refused: dict[int, tuple[str, float]] = {}  # negative cache: id -> (why, until when)
+        self._suspect_since: float | None = None  # the start of the spell of 404s (see above)
+        self._last_not_found = -math.inf
+        self._not_found_retry_s, self._clock, self._refused_ttl_s = not_found_retry_s, clock, refused_ttl_s
+        self._quiet_s = max(quiet_s, not_found_retry_s)
 
     def decode(self, data: bytes) -> Mapping[str, Any]:
         _check_size(data, self._max_bytes)
@@ -279,15 +314,27 @@ class ConfluentAvroCodec:
         """The codec of writer schema ``schema_id`` (looked up once); raises as ``decode`` does."""
         if schema_id in self._readers:
             return self._readers[schema_id]
+        now = self._clock()
         if schema_id in self._refused:
-            raise DeserializeError(self._refused[schema_id])
+            why, until = self._refused[schema_id]
+            if now < until:
+                raise DeserializeError(why)
+            del self._refused[schema_id]
         try:
             registered = self._registry.get_schema(schema_id)
         except Exception as exc:
             if isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404:
+                if self._suspect_since is None or now - self._last_not_found > self._quiet_s:
+                    self._suspect_since = now
+                self._last_not_found = now
+                if now - self._suspect_since < self._not_found_retry_s:
+                    raise BrokerError(f"schema registry: schema id {schema_id} not found; asked again for "
+                                      f"up to {self._not_found_retry_s:g}s (a registry that restarts "
+                                      f"answers 404 while it loads)") from exc
                 raise DeserializeError(self._refuse(schema_id, "is not in the schema registry")) from exc
             # Any other failure means the registry is unwell, not that the record is bad: no caching.
             raise BrokerError(f"schema registry: lookup of schema id {schema_id} failed: {exc}") from exc
+        self._suspect_since = None
         if (registered.schema_type or "AVRO") != "AVRO" or registered.references:
             raise DeserializeError(self._refuse(schema_id, "is not a plain Avro schema (no references)"))
         try:
@@ -298,7 +345,8 @@ class ConfluentAvroCodec:
         return reader
 
     def _refuse(self, schema_id: int, reason: str) -> str:
-        self._refused[schema_id] = message = f"schema id {schema_id} {reason}"
+        message = f"schema id {schema_id} {reason}"
+        self._refused[schema_id] = (message, self._clock() + self._refused_ttl_s)
         return message
 
 
