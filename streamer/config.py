@@ -24,6 +24,8 @@ from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
 
 Format = Literal["avro", "avro-confluent", "json"]
+SubjectStrategy = Literal["topic", "record", "topic-record"]  # Confluent's TopicNameStrategy, ...
+OutputKey = Literal["input", "entity_id", "event_id"]
 Provider = Literal["cuda", "cpu"]
 Guarantee = Literal["at_least_once", "exactly_once"]
 
@@ -51,9 +53,13 @@ class RegistryConfig:
     url: str
     basic_auth_user_info: Secret | None = None
     subject: str | None = None  # subject for encoding; defaults to '<topic>-value'
+    # A registry that restarts answers 404 for ids it holds while it loads: a 404 is asked again
+    # (with the processing back-off) for this long before its rows are dead letters.
+    not_found_retry_ms: int = 10_000
 
     def __post_init__(self) -> None:
-        check_types(self, "input.registry")
+        check_types(self, "registry")
+        at_least(0, "registry.not_found_retry_ms", self.not_found_retry_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +185,14 @@ class OutputConfig:
     schema: Path | None = None  # None: the bundled schemas/prediction.avsc, or one made from model.outputs
     ack_timeout_ms: int = 30_000
     include: tuple[str, ...] = ()  # input fields (dotted paths) copied into each prediction
+    # avro: schemaless binary Avro (a reader needs the schema out of band); avro-confluent: magic
+    # byte, schema id, Avro (Confluent's wire format; the schema registered under a subject);
+    # json: one JSON object per prediction.
+    format: Format = "avro"
+    registry: RegistryConfig | None = None  # avro-confluent; None: input.registry's
+    subject_strategy: SubjectStrategy = "topic"  # '<topic>-value', '<record name>', '<topic>-<record name>'
+    auto_register: bool = True  # False: the schema must already be registered under the subject
+    key: OutputKey = "input"  # the prediction's key: the input message's, or a prediction field
 
     def __post_init__(self) -> None:
         check_types(self, "output")
@@ -292,6 +306,8 @@ class Config:
         if self.model.name in {c.name for c in self.shadow.challengers}:
             raise ConfigError("shadow.challengers", f"a challenger cannot be named like the champion "
                                                     f"({self.model.name!r})")
+        if self.output.format == "avro-confluent" and output_registry(self) is None:
+            raise ConfigError("output.registry", "is required for format 'avro-confluent' (or input.registry)")
         if shadow_topic(self) in (self.output.topic, dead_letter_topic(self)):
             raise ConfigError("shadow.topic", f"{shadow_topic(self)!r} is already the output or dead-letter topic")
 
@@ -301,6 +317,11 @@ def librdkafka_config(cfg: Config, **overrides: Any) -> dict[str, Any]:
     out: dict[str, Any] = {k: v.value if isinstance(v, Secret) else v for k, v in cfg.kafka.items()}
     out.update(overrides)
     return out
+
+
+def output_registry(cfg: Config) -> RegistryConfig | None:
+    """The registry predictions are registered in: ``output.registry``, else ``input.registry``."""
+    return cfg.output.registry or cfg.input.registry
 
 
 def shadow_topic(cfg: Config) -> str:

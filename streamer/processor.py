@@ -135,7 +135,8 @@ class Processor:
         self.consumer = self._clients.consumer(  # background commits are answered inside consume()
             on_commit=lambda e, tps: self.checkpoint.commit_reported(e, tps), **stats)
         self.deliveries = Deliveries(make_producer(), on_full=lambda: self._collect_acks(timeout_s=0.05),
-                                     make_producer=make_producer)  # a fatal one is replaced
+                                     make_producer=make_producer,  # a fatal one is replaced
+                                     key_by=self.cfg.output.key)
         self.checkpoint = kind(self.cfg, self._tracker, self.consumer, self.deliveries, self._clock,
                                self.commit_metadata)
         if self._range is None:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import faults
+from tests.support.schema_registry import SchemaRegistry
+from tests.support.schema_registry import schema_registry as running_registry
 from streamer.kafka.broker import kafka_cluster
 from streamer.kafka.topics import create_topics
 from streamer.config import Config
@@ -32,6 +34,14 @@ def bootstrap() -> Iterator[str]:
     """
     with kafka_cluster() as address:
         yield address
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[SchemaRegistry]:
+    """A real Schema Registry (Apicurio's Confluent-compatible API, tests/support/schema_registry.py)
+    for the session; tests keep apart by subject (their topics are fresh). Fails loudly if none starts."""
+    with running_registry() as registry:
+        yield registry
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from streamer.commands import run as app
+from streamer.pipeline import subjects
 from streamer.commands.demo import synthetic_events
 from streamer.commands.run import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig, with_overrides
@@ -80,7 +80,7 @@ def test_hostile_bytes_each_end_as_one_prediction_or_one_dead_letter(
         url = f"mock://{topics.group}"
         cfg = replace(cfg, input=replace(cfg.input, format="avro-confluent", registry=RegistryConfig(url=url)))
         registry = SchemaRegistryClient.new_client({"url": url})  # one store for both sides
-        monkeypatch.setattr(app, "SchemaRegistryClient", SimpleNamespace(new_client=lambda conf: registry))
+        monkeypatch.setattr(subjects, "SchemaRegistryClient", SimpleNamespace(new_client=lambda conf: registry))
     codec = input_codec(cfg)
     events = synthetic_events(CASES, 32, seed=13)
     messages = []

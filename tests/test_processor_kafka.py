@@ -26,7 +26,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from prometheus_client import CollectorRegistry
 
-from streamer.commands import run as app
+from streamer.pipeline import subjects
 from streamer.commands.run import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig
 from streamer.pipeline.codecs import AvroCodec
@@ -212,7 +212,7 @@ def test_other_input_formats_end_to_end(bootstrap: str, topics: Topics, fmt: str
             urls.append(conf["url"])
             return registry
 
-        monkeypatch.setattr(app, "SchemaRegistryClient", SimpleNamespace(new_client=new_client))
+        monkeypatch.setattr(subjects, "SchemaRegistryClient", SimpleNamespace(new_client=new_client))
         serializer = AvroSerializer(registry, (ROOT / "schemas" / "feature_event.avsc").read_text())
         context = SerializationContext(topics.input, MessageField.VALUE)
         messages = [(str(e["entity_id"]).encode(), serializer(e, context)) for e in events]

@@ -53,7 +53,7 @@ def inputs(fmt: str) -> tuple[Codec, InputConfig, Any]:
 
     cfg = InputConfig(topics=("t",), group_id="g", schema=schema_path, format="avro-confluent",
                       registry=RegistryConfig(url="mock://stages"))
-    return ConfluentAvroCodec(reg, "s"), cfg, write
+    return ConfluentAvroCodec(reg, "s", not_found_retry_s=0), cfg, write  # a 404 believed at once: the paths compared
 
 
 def messages(fmt: str, kinds: list[str]) -> tuple[Messages, Codec, InputConfig]:

@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
 from streamer.config import Config
@@ -20,6 +19,7 @@ from streamer.pipeline.prediction_schema import check_schema, made_schema
 from streamer.pipeline.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
 from streamer.pipeline.serving import Fallback, Serving, check_candidate, served_file
 from streamer.pipeline.stages import Stages
+from streamer.pipeline.subjects import confluent_output_codec, registry_client
 from streamer.processor import Processor
 from streamer.shadow import Shadow
 
@@ -35,14 +35,11 @@ def input_codec(cfg: Config) -> Codec:
         assert schema is not None  # checked when the config was loaded
         return AvroCodec(schema, i.max_message_bytes)
     assert i.registry is not None
-    conf = {"url": i.registry.url}
-    if i.registry.basic_auth_user_info is not None:
-        conf["basic.auth.user.info"] = i.registry.basic_auth_user_info.value
     subject = i.registry.subject or f"{i.topics[0]}-value"
     # Decoding reads each message's writer schema by its id; the schema and the subject serve only
-    # streamer's own producers of input (the demo, the tests). new_client also understands the
-    # client's own mock:// URLs (used by the tests).
-    return ConfluentAvroCodec(SchemaRegistryClient.new_client(conf), subject, schema, i.max_message_bytes)
+    # streamer's own producers of input (the demo, the tests).
+    return ConfluentAvroCodec(registry_client(i.registry), subject, schema, i.max_message_bytes,
+                              not_found_retry_s=i.registry.not_found_retry_ms / 1000.0)
 
 
 def prediction_schema(cfg: Config, runner: ModelRunner | None = None) -> AvroSchema:
@@ -70,7 +67,15 @@ def avro_input_schema(cfg: Config) -> AvroSchema | None:
 
 
 def output_codec(cfg: Config, runner: ModelRunner | None = None) -> Codec:
-    return AvroCodec(prediction_schema(cfg, runner))
+    """The predictions' codec for ``output.format``: plain Avro, Avro framed with the id the
+    prediction schema has in the registry (registered or looked up, its compatibility checked,
+    pipeline/subjects.py), or JSON objects with the schema's fields."""
+    schema = prediction_schema(cfg, runner)
+    if cfg.output.format == "json":
+        return JsonCodec()
+    if cfg.output.format == "avro-confluent":
+        return confluent_output_codec(cfg, schema)
+    return AvroCodec(schema)
 
 
 def model_runner(cfg: Config, path: Path | None = None) -> ModelRunner:

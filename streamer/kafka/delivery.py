@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException
 
+from streamer.config import OutputKey
 from streamer.pipeline.records import Rows
 
 Headers = list[tuple[str, bytes]]
@@ -54,17 +55,29 @@ class Output:
 
 @dataclass(frozen=True, slots=True)
 class Predictions:
-    """A batch's predictions: ``values[i]`` is the prediction of ``rows`` row i, all to ``topic``."""
+    """A batch's predictions: ``values[i]`` is the prediction of ``rows`` row i, all to ``topic``;
+    ``keys[i]`` its key (None: the input message's key, ``output.key: input``)."""
 
     topic: str
     values: list[bytes]
     rows: Rows
+    keys: list[bytes | None] | None = None
 
     def output(self, i: int) -> Output:
         """Row ``i``'s prediction as a single output (to produce it again, or dead-letter it)."""
         m = self.rows.source.items[i]
-        return Output(self.topic, m.key(), self.values[i], None, m, event_time_ms=int(self.rows.event_times[i]),
+        key = m.key() if self.keys is None else self.keys[i]
+        return Output(self.topic, key, self.values[i], None, m, event_time_ms=int(self.rows.event_times[i]),
                       attempts=1)
+
+    def keyed(self, key_by: OutputKey) -> Predictions:
+        """These predictions keyed as ``output.key`` says: the input's key, or a prediction field's
+        UTF-8 bytes (``entity_id``: every prediction of an entity in one partition, in order, and
+        the latest kept by a compacted topic)."""
+        if key_by == "input":
+            return self
+        ids = self.rows.entity_ids if key_by == "entity_id" else self.rows.event_ids
+        return replace(self, keys=[i if isinstance(i, bytes) else str(i).encode() for i in ids])
 
 
 @dataclass(slots=True)
@@ -149,8 +162,9 @@ class Deliveries:
 
     def __init__(self, producer: Any, on_full: Callable[[], None],
                  before_send: Callable[[], None] = lambda: None,
-                 make_producer: Callable[[], Any] | None = None) -> None:
+                 make_producer: Callable[[], Any] | None = None, key_by: OutputKey = "input") -> None:
         self.producer = producer
+        self.key_by = key_by  # output.key
         self._make_producer = make_producer  # for renew(): a producer like the first one
         self._on_full = on_full  # called when the local queue is full, to serve reports
         self.before_send = before_send  # exactly-once: the checkpoint opens its transaction here
@@ -164,17 +178,20 @@ class Deliveries:
         if not (outputs.values if isinstance(outputs, Predictions) else outputs):
             return
         self.before_send()
+        if isinstance(outputs, Predictions):
+            outputs = outputs.keyed(self.key_by)
         unit = _Unit(outputs, self._finished, self._generation)
         self.in_flight += unit.size
         self.units_in_flight += 1
         produce_, report = self.producer.produce, unit.report
         if isinstance(outputs, Predictions):
             topic = outputs.topic
-            for i, (value, m) in enumerate(zip(outputs.values, outputs.rows.source.items)):
+            keys = outputs.keys or [m.key() for m in outputs.rows.source.items]
+            for i, (value, key) in enumerate(zip(outputs.values, keys)):
                 try:
-                    produce_(topic, value, m.key(), on_delivery=report)
+                    produce_(topic, value, key, on_delivery=report)
                 except (BufferError, KafkaException):
-                    self._produce_hard(unit, i, topic, value, m.key(), None)
+                    self._produce_hard(unit, i, topic, value, key, None)
             return
         for i, out in enumerate(outputs):
             out.attempts += 1

@@ -154,13 +154,15 @@ def _ints(values: Sequence[int] | np.ndarray, ok: np.ndarray) -> np.ndarray:
 class PredictionEncoder:
     """Encodes the predictions of a batch with the shipped Prediction schema, for all rows at once."""
 
-    def __init__(self, degraded_fields: bool = True) -> None:
+    def __init__(self, degraded_fields: bool = True, prefix: bytes = b"") -> None:
         self.degraded_fields = degraded_fields  # the schema ends with degraded, degraded_reason
+        self.prefix = prefix  # before every value: avro-confluent's magic byte and schema id
 
     @classmethod
-    def compile(cls, output_schema: dict[str, Any]) -> PredictionEncoder | None:
+    def compile(cls, output_schema: dict[str, Any], prefix: bytes = b"") -> PredictionEncoder | None:
         """An encoder, or None unless ``output_schema`` has exactly the shipped Prediction layout
-        (or the one before it, without the degraded fields)."""
+        (or the one before it, without the degraded fields); ``prefix`` leads every value (as
+        ``AvroCodec(schema, prefix=prefix)`` writes it)."""
         try:
             parsed: Any = fastavro.parse_schema(output_schema)
             fields = tuple((f["name"], _type(f["type"])) for f in parsed["fields"])
@@ -168,7 +170,7 @@ class PredictionEncoder:
             return None
         if parsed.get("type") != "record" or fields not in (_LAYOUT, _BEFORE_DEGRADED):
             return None
-        return cls(degraded_fields=fields == _LAYOUT)
+        return cls(degraded_fields=fields == _LAYOUT, prefix=prefix)
 
     def encode(self, event_ids: Sequence[str], entity_ids: Sequence[str], scores: np.ndarray,
                model_name: str, model_version: str, source_topic: str | Sequence[str],
@@ -210,7 +212,7 @@ class PredictionEncoder:
                 tail += b"\0\0" if degraded is None else b"\1\2" + avro_string(degraded)
             elif degraded is not None:
                 raise TypeError("the schema has no degraded fields")  # the reference refuses it too
-            if len(head) + len(topic) + len(tail) > _LONGEST:
+            if len(self.prefix) + len(head) + len(topic) + len(tail) > _LONGEST:
                 raise OverflowError("constant parts too long for the matrix")
         except (UnicodeEncodeError, TypeError, OverflowError):
             return [None] * k  # a constant the reference refuses (so every row fails), or too long
@@ -230,10 +232,14 @@ class PredictionEncoder:
         const = np.frombuffer(head + topic, np.uint8)
 
         # Every varint is at most 10 bytes: two string lengths, then partition, offset and event time.
-        width = int((id_sizes + entity_sizes).max(initial=0)) + 50 + block.shape[1] + len(const) + len(tail)
+        width = (int((id_sizes + entity_sizes).max(initial=0)) + 50 + block.shape[1] + len(const) + len(tail)
+                 + len(self.prefix))
         if topic_sizes is not None:
             width += int(topic_sizes.max(initial=0)) + 10
         rows = _Rows(k, width)
+        if self.prefix:
+            rows.window(np.broadcast_to(np.frombuffer(self.prefix, np.uint8), (k, len(self.prefix))),
+                        len(self.prefix))
         rows.text(ids, id_sizes)
         rows.text(entities, entity_sizes)
         rows.window(block, block.shape[1])

@@ -61,7 +61,7 @@ class Stages:
         elif fast_in and isinstance(decoder, JsonCodec) and not named_in:
             self.fast_decoder = JsonColumns(input_cfg, n_features)
         self._by_schema_id: dict[bytes, ColumnarDecoder | FieldDecoder | None] = {}  # avro-confluent
-        self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json))
+        self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json), encoder.prefix)
                              if fast_out and isinstance(encoder, AvroCodec) else None)
         # what a chunk that decoded to nothing gives
         self.empty = Rows.empty(n_features, None if self._stack is None else self._stack([]))

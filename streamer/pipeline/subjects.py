@@ -1,0 +1,138 @@
+"""Predictions in Confluent's wire format: the subject of the prediction schema, its compatibility
+with what the subject holds, and the schema id every value is framed with.
+
+Subject names follow Confluent's strategies (``output.subject_strategy``), as its serializers,
+Kafka Connect's AvroConverter, ksqlDB and Flink's ``avro-confluent`` format look them up:
+
+- ``topic`` (TopicNameStrategy, the default): ``<output topic>-value``, e.g. ``scores-value``;
+- ``record`` (RecordNameStrategy): the schema's full name, e.g. ``streamer.Prediction``;
+- ``topic-record`` (TopicRecordNameStrategy): ``<output topic>-<full name>``.
+
+``output.registry.subject`` names one outright. At start-up, before anything is consumed, the
+schema is tested against the subject's latest version under the subject's compatibility rule
+(a new subject has nothing to be incompatible with), then registered (``output.auto_register``,
+the default; registering an existing schema returns its id) or looked up (auto-register off:
+it must be registered already). An incompatible or missing schema is a :class:`ConfigError`
+(exit 2, a restart cannot fix it); a registry that does not answer is a :class:`BrokerError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from streamer.config import Config, RegistryConfig, SubjectStrategy, output_registry
+from streamer.errors import BrokerError, ConfigError
+from streamer.pipeline.codecs import AvroCodec, AvroSchema, confluent_header
+
+
+def registry_client(reg: RegistryConfig) -> SchemaRegistryClient:
+    """confluent-kafka's client for ``reg`` (also its own ``mock://`` URLs, used by unit tests);
+    the credentials are unwrapped here and go nowhere else."""
+    conf = {"url": reg.url}
+    if reg.basic_auth_user_info is not None:
+        conf["basic.auth.user.info"] = reg.basic_auth_user_info.value
+    return SchemaRegistryClient.new_client(conf)
+
+
+def full_name(schema: AvroSchema) -> str:
+    name = str(schema["name"])
+    namespace = schema.get("namespace")
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def subject_name(strategy: SubjectStrategy, topic: str, schema: AvroSchema) -> str:
+    """The subject a Confluent reader of ``topic`` looks the value schema up under."""
+    if strategy == "topic":
+        return f"{topic}-value"
+    if strategy == "record":
+        return full_name(schema)
+    return f"{topic}-{full_name(schema)}"
+
+
+def output_subject(cfg: Config, schema: AvroSchema) -> str:
+    given = cfg.output.registry.subject if cfg.output.registry is not None else None
+    return given or subject_name(cfg.output.subject_strategy, cfg.output.topic, schema)
+
+
+def confluent_output_codec(cfg: Config, schema: AvroSchema,
+                           client: SchemaRegistryClient | None = None) -> AvroCodec:
+    """The prediction codec framed with the id ``schema`` has under its subject (checked first)."""
+    reg = output_registry(cfg)
+    assert reg is not None  # the config refuses avro-confluent output without a registry
+    client = client or registry_client(reg)
+    plain = AvroCodec(schema)
+    subject = output_subject(cfg, schema)
+    registered = Schema(plain.schema_json, "AVRO")
+    secret = reg.basic_auth_user_info.value if reg.basic_auth_user_info is not None else None
+    _check_compatible(client, subject, registered, secret)
+    try:
+        if cfg.output.auto_register:
+            schema_id = int(client.register_schema(subject, registered))
+        else:
+            schema_id = int(client.lookup_schema(subject, registered).schema_id)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code == 409:
+            raise ConfigError("output.schema", f"the registry refuses the prediction schema under subject "
+                                               f"{subject!r} as incompatible: {_said(exc)}") from exc
+        if exc.http_status_code == 404 and not cfg.output.auto_register:
+            raise ConfigError("output.auto_register", f"is false and the prediction schema is not registered "
+                                                      f"under subject {subject!r} (register it, e.g. with "
+                                                      f"`streamer schema`'s output, or allow auto_register)") from exc
+        raise _away(f"registering under {subject!r}", exc, secret) from exc
+    except Exception as exc:  # a transport error: the registry is away
+        raise _away(f"registering under {subject!r}", exc, secret) from exc
+    return AvroCodec(schema, prefix=confluent_header(schema_id))
+
+
+def _check_compatible(client: SchemaRegistryClient, subject: str, schema: Schema, secret: str | None) -> None:
+    try:
+        compatible = client.test_compatibility(subject, schema)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code == 404:  # no such subject (or no version yet): nothing to break
+            return
+        raise _away(f"testing compatibility under {subject!r}", exc, secret) from exc
+    except Exception as exc:
+        raise _away(f"testing compatibility under {subject!r}", exc, secret) from exc
+    if not compatible:
+        raise ConfigError("output.schema", f"the prediction schema is not compatible with the latest version "
+                                           f"under subject {subject!r} ({_level(client, subject)}): readers of "
+                                           f"the topic could not read both; change the schema, or the subject "
+                                           f"(output.subject_strategy, output.registry.subject)")
+
+
+def _level(client: SchemaRegistryClient, subject: str) -> str:
+    """The compatibility rule the subject is held to, for the message (best effort)."""
+    for ask in (lambda: client.get_compatibility(subject), client.get_compatibility):
+        try:
+            return f"compatibility {ask()}"
+        except Exception:  # noqa: BLE001 - 404: no subject-level rule; the global one is asked next
+            continue
+    return "its compatibility rule"
+
+
+def _said(exc: SchemaRegistryError) -> str:
+    return f"HTTP {exc.http_status_code}, error code {exc.error_code}: {exc.error_message}"
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` without the registry's credentials: neither ``user:pass@`` in a URL nor the secret."""
+    text = _USERINFO.sub("***@", text)
+    return text.replace(secret, "***") if secret else text
+
+
+def _away(what: str, exc: Exception, secret: str | None) -> BrokerError:
+    detail = _said(exc) if isinstance(exc, SchemaRegistryError) else repr(exc)
+    return BrokerError(redact(f"schema registry: {what} failed: {detail}", secret))
+
+
+def registered_schema(client: SchemaRegistryClient, schema_id: int) -> dict[str, Any]:
+    """The Avro schema registered as ``schema_id`` (for readers: `streamer tail`, the tests)."""
+    return dict(json.loads(client.get_schema(schema_id).schema_str or "{}"))
