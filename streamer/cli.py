@@ -61,6 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect_model.add_argument("path", help="the .onnx file")
     schema = sub.add_parser("schema", help="print the prediction schema a config produces (its model checked)")
     schema.add_argument("--config", required=True)
+    produce = sub.add_parser("produce", help="publish events from a JSON Lines or CSV file in the input format")
+    produce.add_argument("--config", required=True)
+    produce.add_argument("file", help="events: .jsonl / .ndjson (one object a line) or .csv (a header row)")
+    produce.add_argument("--key-field", help="the field whose value keys each event (default input.entity_field)")
+    tail = sub.add_parser("tail", help="print the output topic's predictions as JSON lines (read_committed)")
+    tail.add_argument("--config", required=True)
+    tail.add_argument("--limit", type=int, help="stop after this many")
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
     demo.add_argument("--events", type=int, default=100_000)
     demo.add_argument("--brokers", type=int, choices=(1, 3), default=1,
@@ -82,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.command in ("model", "schema"):
             return _model(args)
+        if args.command in ("produce", "tail"):
+            return _files(args)
         return _demo(args.events, args.brokers)
     except ConfigError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
@@ -205,6 +214,21 @@ def _model(args: argparse.Namespace) -> int:
     from streamer.config_file import load_config
 
     print(model.schema(load_config(args.config)))
+    return 0
+
+
+def _files(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streamer.commands.produce import produce_file, tail
+    from streamer.config_file import load_config
+
+    cfg = load_config(args.config)
+    if args.command == "produce":
+        n = produce_file(cfg, Path(args.file), args.key_field)
+        print(f"produced {n} events to {cfg.input.topics[0]} ({cfg.input.format})")
+        return 0
+    tail(cfg, sys.stdout, args.limit)
     return 0
 
 

@@ -1,0 +1,171 @@
+"""`streamer produce` and `streamer tail`: the input and output topics as files, for the teams
+upstream and downstream of a processor.
+
+``produce`` publishes events from JSON Lines (``.jsonl``, ``.ndjson``: one object a line) or CSV
+(a header row of field names) to ``input.topics[0]`` in the configured ``input.format``: plain
+Avro or JSON as the processor reads it (JSON checked against ``input.json_schema`` when set), or
+avro-confluent (json-schema-confluent) with ``input.schema`` (``input.json_schema``) registered
+under ``input.registry.subject`` (default ``<topic>-value``). CSV cells are typed by ``input.schema``
+(int and long, float and double, boolean as true/false or 1/0, an empty cell in a nullable
+field as null, arrays, maps and records as JSON); with JSON input, a cell that parses as JSON
+takes that type. Keys are ``--key-field`` (default ``input.entity_field``) as UTF-8. A row that
+does not fit is refused with its file, line and reason (exit 2) before anything is sent.
+
+``tail`` prints the predictions of ``output.topic`` as JSON lines, read_committed (no aborted
+transaction's output), from the start of every partition to the end offsets when it starts, in a
+group of its own that commits nothing: avro-confluent values by the schema id each carries,
+plain Avro by the prediction schema the config makes (its model loaded), JSON as it is.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from confluent_kafka import Consumer, Producer
+
+from streamer.config import Config, output_registry
+from streamer.errors import BrokerError, ConfigError, SerializeError
+from streamer.kafka import clients
+from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
+
+
+def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
+    """Publish every row of ``path`` to the input topic; returns how many the broker acknowledged."""
+    from streamer.commands.run import input_codec
+
+    topic = cfg.input.topics[0]
+    if cfg.input.format == "avro-confluent" and cfg.input.schema is None:
+        raise ConfigError("input.schema", "is needed to produce avro-confluent events (it is registered)")
+    if cfg.input.format == "json-schema-confluent" and cfg.input.json_schema is None:
+        raise ConfigError("input.json_schema", "is needed to produce json-schema-confluent events (it is registered)")
+    codec = input_codec(cfg)
+    key_field = key_field or cfg.input.entity_field
+    messages = []
+    for line, row in rows(path, cfg):
+        try:
+            value = codec.encode(row)
+        except SerializeError as exc:
+            raise ConfigError(f"{path}:{line}", f"the row does not fit input.format {cfg.input.format}: {exc}") from exc
+        key = row.get(key_field)
+        messages.append((None if key is None else str(key).encode(), value))
+    failed: list[str] = []
+    producer = Producer(clients.producer_config(cfg))
+    for key, value in messages:
+        _send(producer, topic, key, value, failed)
+    left = producer.flush(60)
+    if failed or left:
+        raise BrokerError(f"producing to {topic}: {len(failed)} refused ({failed[:1]}), {left} not acknowledged")
+    return len(messages)
+
+
+def _send(producer: Producer, topic: str, key: bytes | None, value: bytes, failed: list[str]) -> None:
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    while True:
+        try:
+            producer.produce(topic, value, key, on_delivery=report)
+            return
+        except BufferError:  # the local queue is full: serve reports, then try again
+            producer.poll(0.5)
+
+
+def rows(path: Path, cfg: Config) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, event)`` for each row of a JSON Lines or CSV file."""
+    suffix = path.suffix.lower()
+    try:
+        text = path.open(encoding="utf-8", newline="")
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read it: {exc.strerror}") from exc
+    with text:
+        if suffix in (".jsonl", ".ndjson", ".json"):
+            for n, line in enumerate(text, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise ConfigError(f"{path}:{n}", f"not a JSON object: {exc}") from exc
+                if not isinstance(row, dict):
+                    raise ConfigError(f"{path}:{n}", f"not a JSON object but {type(row).__name__}")
+                yield n, row
+        elif suffix == ".csv":
+            types = _field_types(cfg)
+            for n, cells in enumerate(csv.DictReader(text), 2):
+                yield n, {k: _cell(v, types.get(k), f"{path}:{n}", k) for k, v in cells.items() if k is not None}
+        else:
+            raise ConfigError(str(path), "is neither JSON Lines (.jsonl, .ndjson) nor CSV (.csv)")
+
+
+def _field_types(cfg: Config) -> dict[str, Any]:
+    if cfg.input.schema is None:
+        return {}
+    return {f["name"]: f["type"] for f in load_schema(cfg.input.schema, key="input.schema")["fields"]}
+
+
+def _cell(text: str, avro: Any, where: str, name: str) -> Any:
+    """A CSV cell as the field's Avro type takes it (no schema: JSON when it parses, else the text)."""
+    if avro is None:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    branches = avro if isinstance(avro, list) else [avro]
+    kinds = [b if isinstance(b, str) else b.get("type") for b in branches]
+    if text == "" and "null" in kinds:
+        return None
+    kind = next((k for k in kinds if k != "null"), "null")
+    try:
+        if kind in ("int", "long"):
+            return int(text)
+        if kind in ("float", "double"):
+            return float(text)
+        if kind == "boolean":
+            if text.lower() not in _TRUE + _FALSE:
+                raise ValueError(f"{text!r} is not true/false or 1/0")
+            return text.lower() in _TRUE
+        if kind in ("array", "map", "record"):
+            return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(where, f"field {name!r} ({kind}): {exc}") from exc
+    return text
+
+
+def prediction_decoder(cfg: Config) -> Codec:
+    """What reads the predictions of ``cfg`` back (see the module docstring)."""
+    if cfg.output.format == "json":
+        return JsonCodec()
+    if cfg.output.format == "avro-confluent":
+        from streamer.pipeline.subjects import registry_client
+
+        reg = output_registry(cfg)
+        assert reg is not None  # the config refuses avro-confluent output without one
+        return ConfluentAvroCodec(registry_client(reg), cfg.output.topic)
+    from streamer.commands.run import model_runner, prediction_schema
+
+    return AvroCodec(prediction_schema(cfg, model_runner(cfg)))
+
+
+def tail(cfg: Config, out: TextIO, limit: int | None = None) -> int:
+    """Print the output topic's predictions as JSON lines (see the module docstring); returns how many."""
+    decoder = prediction_decoder(cfg)
+    consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"streamer-tail-{uuid.uuid4().hex[:8]}",
+                                                        "isolation.level": "read_committed"}))
+    n = 0
+    try:
+        for m in clients.read_to_end(consumer, cfg.output.topic, from_committed=False):
+            out.write(json.dumps(dict(decoder.decode(m.value())), separators=(",", ":")) + "\n")
+            n += 1
+            if limit is not None and n >= limit:
+                break
+    finally:
+        consumer.close()
+    return n
