@@ -23,7 +23,8 @@ from streamer.config_check import above, at_least, check_types, file_exists
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
 
-Format = Literal["avro", "avro-confluent", "json"]
+Format = Literal["avro", "avro-confluent", "json", "json-schema-confluent"]  # input
+OutputFormat = Literal["avro", "avro-confluent", "json"]
 SubjectStrategy = Literal["topic", "record", "topic-record"]  # Confluent's TopicNameStrategy, ...
 OutputKey = Literal["input", "entity_id", "event_id"]
 Provider = Literal["cuda", "cpu"]
@@ -68,6 +69,10 @@ class InputConfig:
     group_id: str
     format: Format = "avro"
     schema: Path | None = None
+    # json: every event is checked against it (a violation is a validate dead letter);
+    # json-schema-confluent: what streamer's own producers register (events are checked against
+    # the schema their id names)
+    json_schema: Path | None = None
     features_field: str = "features"
     id_field: str = "event_id"
     entity_field: str = "entity_id"
@@ -89,8 +94,10 @@ class InputConfig:
             raise ConfigError("input.group_id", "cannot be empty")
         if self.format == "avro" and self.schema is None:
             raise ConfigError("input.schema", "is required for format 'avro'")
-        if self.format == "avro-confluent" and self.registry is None:
-            raise ConfigError("input.registry", "is required for format 'avro-confluent'")
+        if self.format in ("avro-confluent", "json-schema-confluent") and self.registry is None:
+            raise ConfigError("input.registry", f"is required for format {self.format!r}")
+        if self.json_schema is not None and self.format not in ("json", "json-schema-confluent"):
+            raise ConfigError("input.json_schema", f"is for JSON input, not format {self.format!r}")
         above(0, "input.max_message_bytes", self.max_message_bytes)
         above(0, "input.consume_max_messages", self.consume_max_messages)
         at_least(0, "input.consume_timeout_ms", self.consume_timeout_ms)
@@ -98,6 +105,7 @@ class InputConfig:
         if lo is not None and hi is not None and lo > hi:
             raise ConfigError("input.feature_min", f"{lo} is above input.feature_max {hi}")
         file_exists("input.schema", "schema", self.schema)
+        file_exists("input.json_schema", "JSON Schema", self.json_schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +196,7 @@ class OutputConfig:
     # avro: schemaless binary Avro (a reader needs the schema out of band); avro-confluent: magic
     # byte, schema id, Avro (Confluent's wire format; the schema registered under a subject);
     # json: one JSON object per prediction.
-    format: Format = "avro"
+    format: OutputFormat = "avro"
     registry: RegistryConfig | None = None  # avro-confluent; None: input.registry's
     subject_strategy: SubjectStrategy = "topic"  # '<topic>-value', '<record name>', '<topic>-<record name>'
     auto_register: bool = True  # False: the schema must already be registered under the subject

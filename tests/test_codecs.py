@@ -507,3 +507,13 @@ def test_input_schema_is_the_reader_schema_writers_resolve_to(feature_schema: di
         {k: v for k, v in GOLDEN_EVENT.items() if k != "entity_id"})
     with pytest.raises(DeserializeError):
         decoder.decode(framed)
+
+
+def test_the_wire_format_page_shows_the_bytes_the_codec_writes(feature_schema: dict[str, Any]) -> None:
+    """docs/wire_formats.md's worked example is what AvroCodec writes (and the framing's length)."""
+    page = (SCHEMAS.parent / "docs" / "wire_formats.md").read_text()
+    block = page.split("is these ", 1)[1]
+    count, block = int(block.split(" ", 1)[0]), block.split("```text\n", 1)[1].split("```", 1)[0]
+    shown = bytes.fromhex(" ".join(line.split("  ")[0] for line in block.splitlines()))
+    event = {"event_id": "e-1", "entity_id": "a-9", "event_time": 1764417600123, "features": [0.5, -1.0]}
+    assert AvroCodec(feature_schema).encode(event) == shown and len(shown) == count

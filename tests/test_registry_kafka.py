@@ -4,7 +4,8 @@ Confluent-compatible API, tests/support/schema_registry.py) and the real broker.
 Confluent's own deserializer reads the predictions; the prediction schema is registered under
 each subject-name strategy, refused at start when incompatible with the subject (exit 2 through
 the CLI), looked up when auto-register is off; predictions are keyed by entity when asked; a
-registry behind basic auth is used with the credentials and never shows them; and a registry that
+registry behind basic auth is used with the credentials and never shows them; JSON Schema
+events (Confluent's JSONSerializer) are checked against their registered schema; and a registry that
 restarts (away, then up and empty until its schemas are back: 404 for an id it will hold) costs
 no event: nothing is dead-lettered, every event is scored once.
 """
@@ -30,6 +31,7 @@ from streamer.commands.demo import produce_events, synthetic_events
 from streamer.commands.run import build_processor, output_codec
 from streamer.config import Config, RegistryConfig, Secret, with_overrides
 from streamer.errors import EXIT_CONFIG, BrokerError, ConfigError
+from streamer.kafka.deadletter import header
 from streamer.pipeline.codecs import AvroCodec, load_schema
 from tests.conftest import ROOT, Topics, make_config, read_all, run_until_outputs
 from tests.support.schema_registry import SchemaRegistry, schema_registry as running_registry
@@ -199,3 +201,35 @@ def test_a_registry_restart_loses_no_event(bootstrap: str, topics: Topics) -> No
         assert len(read_all(bootstrap, topics.dlq)) == 0
         scored = [processor.encoder.decode(m.value())["event_id"] for m in read_all(bootstrap, topics.output)]
         assert sorted(scored) == sorted(str(e["event_id"]) for e in events)
+
+
+def test_json_schema_confluent_events_are_checked_against_their_registered_schema(
+        bootstrap: str, topics: Topics, schema_registry: SchemaRegistry) -> None:
+    """Events written by Confluent's JSONSerializer are scored; events framed with the same id
+    that break the schema (a feature sent as a string, a boolean, a missing id) are validate dead
+    letters naming where, their original bytes kept."""
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    schema_text = (ROOT / "schemas" / "feature_event.schema.json").read_text()
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    serializer = JSONSerializer(schema_text, client)
+    context = SerializationContext(topics.input, MessageField.VALUE)
+    events = [{**e, "features": [float(x) for x in e["features"]]} for e in synthetic_events(60, 32, seed=9)]
+    good = [serializer(e, context) for e in events]
+    head = good[0][:5]
+    bad = [head + json.dumps({**events[0], "features": ["0.5"] + events[0]["features"][1:]}).encode(),
+           head + json.dumps({**events[1], "features": [True] + events[1]["features"][1:]}).encode(),
+           head + json.dumps({k: v for k, v in events[2].items() if k != "event_id"}).encode()]
+    produce_events(bootstrap, topics.input, [(b"k", v) for v in good + bad])
+    cfg = make_config(bootstrap, topics)
+    cfg = with_overrides(cfg, input={"format": "json-schema-confluent", "schema": None,
+                                     "registry": RegistryConfig(url=schema_registry.url)})
+    processor = build_processor(cfg)
+    run_until_outputs(processor, len(good) + len(bad))
+    assert processor.stats.predictions == len(good)
+    letters = read_all(bootstrap, topics.dlq)
+    said = sorted(header(m.headers(), "exception.message") or "" for m in letters)
+    assert {header(m.headers(), "stage") for m in letters} == {"validate"}
+    assert sorted(s.split(": ")[1] for s in said) == ["$", "$.features[0]", "$.features[0]"], said
+    assert all(s.startswith("JSON Schema: ") for s in said), said
+    assert sorted(m.value() for m in letters) == sorted(bad)  # original bytes kept

@@ -13,8 +13,17 @@ from streamer.errors import ConfigError, InferenceError
 from streamer.kafka.clients import KafkaClients, ensure_topic, make_producer
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
-from streamer.pipeline.codecs import AvroCodec, AvroSchema, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.pipeline.codecs import (
+    AvroCodec,
+    AvroSchema,
+    Codec,
+    ConfluentAvroCodec,
+    JsonCodec,
+    load_schema,
+)
 from streamer.pipeline.contract import Contract
+from streamer.pipeline.json_schema import CheckedJsonCodec, ConfluentJsonCodec, JsonSchemaCheck
+from streamer.pipeline.schema_ids import SchemaIds
 from streamer.pipeline.prediction_schema import check_schema, made_schema
 from streamer.pipeline.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
 from streamer.pipeline.serving import Fallback, Serving, check_candidate, served_file
@@ -28,8 +37,14 @@ REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 def input_codec(cfg: Config) -> Codec:
     i = cfg.input
+    check = JsonSchemaCheck.from_file(i.json_schema) if i.json_schema is not None else None
     if i.format == "json":
-        return JsonCodec(i.max_message_bytes)
+        return JsonCodec(i.max_message_bytes) if check is None else CheckedJsonCodec(check, i.max_message_bytes)
+    if i.format == "json-schema-confluent":
+        assert i.registry is not None  # checked when the config was loaded
+        client = registry_client(i.registry)
+        return ConfluentJsonCodec(client, i.registry.subject or f"{i.topics[0]}-value", check, i.max_message_bytes,
+                                  SchemaIds(client, i.registry.not_found_retry_ms / 1000.0))
     schema = load_schema(i.schema, key="input.schema") if i.schema is not None else None
     if i.format == "avro":
         assert schema is not None  # checked when the config was loaded
@@ -61,7 +76,7 @@ def prediction_schema(cfg: Config, runner: ModelRunner | None = None) -> AvroSch
 
 def avro_input_schema(cfg: Config) -> AvroSchema | None:
     """``input.schema`` when the input is Avro with one (None for JSON: its fields are not declared)."""
-    if cfg.input.format == "json" or cfg.input.schema is None:
+    if cfg.input.format in ("json", "json-schema-confluent") or cfg.input.schema is None:
         return None
     return load_schema(cfg.input.schema, key="input.schema")
 

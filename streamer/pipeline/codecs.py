@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import operator
 import struct
 import time
@@ -19,9 +18,9 @@ from typing import Any, NamedTuple, Protocol, cast
 import fastavro
 from fastavro.schema import to_parsing_canonical_form
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from streamer.errors import BrokerError, ConfigError, DeserializeError, SerializeError
+from streamer.errors import ConfigError, DeserializeError, SerializeError
+from streamer.pipeline.schema_ids import SchemaIds, register
 
 DEFAULT_MAX_BYTES = 1_048_576
 _CONFLUENT_HEADER = struct.Struct(">bI")  # magic byte 0, then the 4-byte big-endian schema id
@@ -248,22 +247,11 @@ class AvroCodec:
 class ConfluentAvroCodec:
     """Avro in Confluent Schema Registry framing: byte 0, a 4-byte big-endian schema id, the Avro body.
 
-    Decoding uses the writer schema the id names, cached per id (unknown ids too), resolved to
-    ``schema`` when one is given (the reader schema: schema evolution resolves to it; see
-    :class:`AvroCodec`); encoding needs ``schema``, registered under ``subject`` once. Registry
-    outages raise ``BrokerError``: the record is not at fault.
-
-    A 404 is not believed at once: a registry that restarts answers 404 for ids it holds while
-    it loads (1-2 s for Confluent's, reading its ``_schemas`` topic). A 404 opens a suspect spell;
-    for ``not_found_retry_s`` from its start a 404 is a ``BrokerError`` (the processor holds the
-    input and reads the same messages again after its back-off), after that a ``DeserializeError``
-    for the row, the id remembered as refused for ``refused_ttl_s``. Any id found ends the spell;
-    so do ``quiet_s`` with no 404 (longer than the processor's longest back-off, so its own
-    re-reads do not restart the spell). Worked example, ``not_found_retry_s`` 10:
-    id 7 answers 404 at t=0 and t=0.5 (held), 200 at t=1.5: its rows are decoded, none
-    dead-lettered. Id 99, never registered, answers 404 at t=100 (a new spell: held) and at
-    t=110: its rows are dead letters; id 98 answers 404 at t=112, inside the spell: dead letters
-    at once (a stream of made-up ids costs one hold, not one per id).
+    Decoding uses the writer schema the id names, looked up once per id by :class:`SchemaIds`
+    (which holds a 404 before believing it), resolved to ``schema`` when one is given (the reader
+    schema: schema evolution resolves to it; see :class:`AvroCodec`); encoding needs ``schema``,
+    registered under ``subject`` once. Registry outages raise ``BrokerError``: the record is not
+    at fault.
     """
 
     def __init__(
@@ -274,8 +262,6 @@ class ConfluentAvroCodec:
         max_bytes: int = DEFAULT_MAX_BYTES,
         not_found_retry_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
-        refused_ttl_s: float = 300.0,
-        quiet_s: float = 60.0,
     ) -> None:
         self._registry = registry
         self._subject = subject
@@ -283,71 +269,40 @@ class ConfluentAvroCodec:
         self._reader_schema = schema
         self._writer_id: int | None = None
         self._max_bytes = max_bytes
-        self._readers: dict[int, AvroCodec] = {}
-        self._refused: dict[int, tuple[str, float]] = {}  # negative cache: id -> (why, until when)
-        self._suspect_since: float | None = None  # the start of the spell of 404s (see above)
-        self._last_not_found = -math.inf
-        self._not_found_retry_s, self._clock, self._refused_ttl_s = not_found_retry_s, clock, refused_ttl_s
-        self._quiet_s = max(quiet_s, not_found_retry_s)
+        self._ids = SchemaIds(registry, not_found_retry_s, clock)
 
     def decode(self, data: bytes) -> Mapping[str, Any]:
-        _check_size(data, self._max_bytes)
-        if len(data) < _CONFLUENT_HEADER.size:
-            raise DeserializeError(f"message is {len(data)} bytes; Confluent framing needs at least 5")
-        if data[0] != 0:
-            raise DeserializeError(f"wrong magic byte {data[0]:#04x}; Confluent framing starts with 0x00")
-        return self.reader(_CONFLUENT_HEADER.unpack_from(data)[1]).decode(data[_CONFLUENT_HEADER.size :])
+        return self.reader(_framed_id(data, self._max_bytes)).decode(data[_CONFLUENT_HEADER.size :])
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         if self._writer is None:
             raise SerializeError(f"the codec for subject {self._subject!r} has no schema to encode with")
         body = self._writer.encode(record)
         if self._writer_id is None:
-            schema = Schema(self._writer.schema_json, "AVRO")
-            try:
-                self._writer_id = int(self._registry.register_schema(self._subject, schema))
-            except Exception as exc:  # SchemaRegistryError or a transport error
-                raise BrokerError(f"schema registry: cannot register under {self._subject!r}: {exc}") from exc
-        return _CONFLUENT_HEADER.pack(0, self._writer_id) + body
+            self._writer_id = register(self._registry, self._subject, Schema(self._writer.schema_json, "AVRO"))
+        return confluent_header(self._writer_id) + body
 
     def reader(self, schema_id: int) -> AvroCodec:
         """The codec of writer schema ``schema_id`` (looked up once); raises as ``decode`` does."""
-        if schema_id in self._readers:
-            return self._readers[schema_id]
-        now = self._clock()
-        if schema_id in self._refused:
-            why, until = self._refused[schema_id]
-            if now < until:
-                raise DeserializeError(why)
-            del self._refused[schema_id]
-        try:
-            registered = self._registry.get_schema(schema_id)
-        except Exception as exc:
-            if isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404:
-                if self._suspect_since is None or now - self._last_not_found > self._quiet_s:
-                    self._suspect_since = now
-                self._last_not_found = now
-                if now - self._suspect_since < self._not_found_retry_s:
-                    raise BrokerError(f"schema registry: schema id {schema_id} not found; asked again for "
-                                      f"up to {self._not_found_retry_s:g}s (a registry that restarts "
-                                      f"answers 404 while it loads)") from exc
-                raise DeserializeError(self._refuse(schema_id, "is not in the schema registry")) from exc
-            # Any other failure means the registry is unwell, not that the record is bad: no caching.
-            raise BrokerError(f"schema registry: lookup of schema id {schema_id} failed: {exc}") from exc
-        self._suspect_since = None
-        if (registered.schema_type or "AVRO") != "AVRO" or registered.references:
-            raise DeserializeError(self._refuse(schema_id, "is not a plain Avro schema (no references)"))
-        try:
-            reader = AvroCodec(json.loads(registered.schema_str or ""), self._max_bytes, reader=self._reader_schema)
-        except Exception as exc:  # an unusable writer schema never becomes usable: cache the refusal
-            raise DeserializeError(self._refuse(schema_id, f"is not a usable Avro schema: {exc}")) from exc
-        self._readers[schema_id] = reader
-        return reader
+        return self._ids.get(schema_id, self._avro_reader)
 
-    def _refuse(self, schema_id: int, reason: str) -> str:
-        message = f"schema id {schema_id} {reason}"
-        self._refused[schema_id] = (message, self._clock() + self._refused_ttl_s)
-        return message
+    def _avro_reader(self, registered: Any) -> AvroCodec:
+        if (registered.schema_type or "AVRO") != "AVRO" or registered.references:
+            raise DeserializeError("is not a plain Avro schema (no references)")
+        try:
+            return AvroCodec(json.loads(registered.schema_str or ""), self._max_bytes, reader=self._reader_schema)
+        except Exception as exc:
+            raise DeserializeError(f"is not a usable Avro schema: {exc}") from exc
+
+
+def _framed_id(data: bytes, max_bytes: int) -> int:
+    """The schema id of a Confluent-framed value (its size and magic byte checked)."""
+    _check_size(data, max_bytes)
+    if len(data) < _CONFLUENT_HEADER.size:
+        raise DeserializeError(f"message is {len(data)} bytes; Confluent framing needs at least 5")
+    if data[0] != 0:
+        raise DeserializeError(f"wrong magic byte {data[0]:#04x}; Confluent framing starts with 0x00")
+    return int(_CONFLUENT_HEADER.unpack_from(data)[1])
 
 
 class JsonCodec:

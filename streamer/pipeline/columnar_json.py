@@ -22,6 +22,7 @@ from streamer.config import InputConfig
 from streamer.pipeline.columnar_decode import DecodedColumns
 
 _INT64 = (-(2**63), 2**63)
+_NUMBERS = {int, float}
 
 
 class JsonColumns:
@@ -51,8 +52,8 @@ class JsonColumns:
             # Ids that are not strings fall back: orjson reads an integer past 64 bits as a float,
             # json as an int, and str() of the two differ.
             if type(f) is not list or len(f) != n or type(t) is not int or not _INT64[0] <= t < _INT64[1] \
-                    or type(e) is not str or type(entity) is not str:
-                continue
+                    or type(e) is not str or type(entity) is not str or not set(map(type, f)) <= _NUMBERS:
+                continue  # (a string or a boolean among the features: the reference refuses it)
             take.append(i)
             feats.append(f)
             ids.append(e)

@@ -14,6 +14,8 @@ from streamer.pipeline.contract import Contract, field_value
 from streamer.pipeline.records import SourceRecord
 
 
+_NUMBERS = {int, float}  # exact types: bool is an int subclass, and is refused
+
 class EventValidator:
     """Checks a decoded event against the model's inputs and builds its SourceRecord.
 
@@ -52,6 +54,11 @@ class EventValidator:
         raw_features = payload.get(cfg.features_field)
         if raw_features is None:
             raise ValidationError(f"missing field '{cfg.features_field}'")
+        # numpy would read "1.5" and true as numbers: JSON events must send numbers as numbers
+        if isinstance(raw_features, list) and not set(map(type, raw_features)) <= _NUMBERS:
+            odd = next(v for v in raw_features if type(v) not in _NUMBERS)
+            raise ValidationError(f"field '{cfg.features_field}' holds {odd!r} ({type(odd).__name__}), "
+                                  f"not a number")
         try:
             features = np.asarray(raw_features, dtype=np.float32)
         except (TypeError, ValueError) as exc:
