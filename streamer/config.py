@@ -23,7 +23,7 @@ from streamer.config_check import above, at_least, check_types, file_exists
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
 
-Format = Literal["avro", "avro-confluent", "json", "json-schema-confluent"]  # input
+Format = Literal["avro", "avro-confluent", "json", "json-schema-confluent", "protobuf-confluent"]  # input
 OutputFormat = Literal["avro", "avro-confluent", "json"]
 SubjectStrategy = Literal["topic", "record", "topic-record"]  # Confluent's TopicNameStrategy, ...
 OutputKey = Literal["input", "entity_id", "event_id"]
@@ -94,7 +94,7 @@ class InputConfig:
             raise ConfigError("input.group_id", "cannot be empty")
         if self.format == "avro" and self.schema is None:
             raise ConfigError("input.schema", "is required for format 'avro'")
-        if self.format in ("avro-confluent", "json-schema-confluent") and self.registry is None:
+        if self.format.endswith("-confluent") and self.registry is None:
             raise ConfigError("input.registry", f"is required for format {self.format!r}")
         if self.json_schema is not None and self.format not in ("json", "json-schema-confluent"):
             raise ConfigError("input.json_schema", f"is for JSON input, not format {self.format!r}")

@@ -233,3 +233,39 @@ def test_json_schema_confluent_events_are_checked_against_their_registered_schem
     assert sorted(s.split(": ")[1] for s in said) == ["$", "$.features[0]", "$.features[0]"], said
     assert all(s.startswith("JSON Schema: ") for s in said), said
     assert sorted(m.value() for m in letters) == sorted(bad)  # original bytes kept
+
+
+def test_protobuf_confluent_events_are_scored_as_onnx_runtime_scores_their_features(
+        bootstrap: str, topics: Topics, schema_registry: SchemaRegistry) -> None:
+    """Events written by Confluent's ProtobufSerializer (the file's second message, so the message
+    indexes matter) against the real registry are scored; bytes that do not parse are deserialize
+    dead letters; every score equals ONNX Runtime's on the same features, bit for bit."""
+    import numpy as np
+    import onnxruntime as ort
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    from tests.test_protobuf import Purchase
+
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    serializer = ProtobufSerializer(Purchase, client, {"use.deprecated.format": False})
+    context = SerializationContext(topics.input, MessageField.VALUE)
+    events = synthetic_events(80, 32, seed=4)
+    good = [serializer(Purchase(event_id=str(e["event_id"]), entity_id=str(e["entity_id"]),
+                                event_time=int(e["event_time"]), features=list(e["features"])), context)
+            for e in events]  # type: ignore[arg-type, call-overload]
+    bad = [good[0][:7] + b"\xff\xff\xff", good[1][:5] + b"\x02\x09" + good[1][7:]]  # garbage; no such message
+    produce_events(bootstrap, topics.input, [(b"k", v) for v in good + bad])
+    cfg = with_overrides(make_config(bootstrap, topics), input={
+        "format": "protobuf-confluent", "schema": None, "registry": RegistryConfig(url=schema_registry.url)})
+    processor = build_processor(cfg)
+    run_until_outputs(processor, len(good) + len(bad))
+    assert processor.stats.predictions == len(good)
+    letters = read_all(bootstrap, topics.dlq)
+    assert sorted(m.value() for m in letters) == sorted(bad)
+    assert {header(m.headers(), "stage") for m in letters} == {"deserialize"}
+    got = {p["event_id"]: p["scores"][0] for p in (processor.encoder.decode(m.value())
+                                                   for m in read_all(bootstrap, topics.output))}
+    session = ort.InferenceSession(str(cfg.model.path), providers=["CPUExecutionProvider"])
+    x = np.asarray([e["features"] for e in events], np.float32)
+    want = session.run(None, {session.get_inputs()[0].name: x})[0][:, 0]
+    assert np.array([got[str(e["event_id"])] for e in events], np.float32).tobytes() == want.tobytes()

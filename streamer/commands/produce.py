@@ -43,6 +43,9 @@ def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
     topic = cfg.input.topics[0]
     if cfg.input.format == "avro-confluent" and cfg.input.schema is None:
         raise ConfigError("input.schema", "is needed to produce avro-confluent events (it is registered)")
+    if cfg.input.format == "protobuf-confluent":
+        raise ConfigError("input.format", "protobuf-confluent events are written with your generated classes "
+                                          "(confluent-kafka's ProtobufSerializer); streamer only reads them")
     if cfg.input.format == "json-schema-confluent" and cfg.input.json_schema is None:
         raise ConfigError("input.json_schema", "is needed to produce json-schema-confluent events (it is registered)")
     codec = input_codec(cfg)

@@ -23,6 +23,7 @@ from streamer.pipeline.codecs import (
 )
 from streamer.pipeline.contract import Contract
 from streamer.pipeline.json_schema import CheckedJsonCodec, ConfluentJsonCodec, JsonSchemaCheck
+from streamer.pipeline.protobuf import ConfluentProtobufCodec
 from streamer.pipeline.schema_ids import SchemaIds
 from streamer.pipeline.prediction_schema import check_schema, made_schema
 from streamer.pipeline.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
@@ -40,6 +41,11 @@ def input_codec(cfg: Config) -> Codec:
     check = JsonSchemaCheck.from_file(i.json_schema) if i.json_schema is not None else None
     if i.format == "json":
         return JsonCodec(i.max_message_bytes) if check is None else CheckedJsonCodec(check, i.max_message_bytes)
+    if i.format == "protobuf-confluent":
+        assert i.registry is not None
+        client = registry_client(i.registry)
+        return ConfluentProtobufCodec(client, i.max_message_bytes,
+                                      SchemaIds(client, i.registry.not_found_retry_ms / 1000.0))
     if i.format == "json-schema-confluent":
         assert i.registry is not None  # checked when the config was loaded
         client = registry_client(i.registry)
@@ -76,7 +82,7 @@ def prediction_schema(cfg: Config, runner: ModelRunner | None = None) -> AvroSch
 
 def avro_input_schema(cfg: Config) -> AvroSchema | None:
     """``input.schema`` when the input is Avro with one (None for JSON: its fields are not declared)."""
-    if cfg.input.format in ("json", "json-schema-confluent") or cfg.input.schema is None:
+    if cfg.input.format not in ("avro", "avro-confluent") or cfg.input.schema is None:
         return None
     return load_schema(cfg.input.schema, key="input.schema")
 
