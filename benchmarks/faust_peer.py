@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from streamer.commands.demo import demo_config  # noqa: E402
 from streamer.commands.run import model_runner  # noqa: E402
-from streamer.pipeline.codecs import load_schema  # noqa: E402
+from streamer.formats.avro import load_schema
 
 BATCH = 512
 WITHIN_S = 0.02

@@ -55,8 +55,8 @@ from streamer.kafka.delivery import produce  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.config import Config, InputSource, OutputTarget  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
-from streamer.pipeline.codecs import AvroCodec, load_schema  # noqa: E402
-from streamer.pipeline.columnar_encode import avro_long, avro_string  # noqa: E402
+from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.varint import avro_string, zigzag  # noqa: E402
 from streamer.pipeline.validate import EventValidator  # noqa: E402
 from streamer.pipeline.records import Stamp, prediction_fields  # noqa: E402
 from streamer.commands.replay import When, run_replay  # noqa: E402
@@ -167,7 +167,7 @@ def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
     while (elapsed := time.monotonic() - started) < seconds:
         due = int(elapsed * rate) - sent
         if due > 0:
-            stamp = avro_long(int(time.time() * 1000))
+            stamp = zigzag(int(time.time() * 1000))
             for _ in range(due):  # pacing a load generator
                 head, tail, key = pieces[sent % len(pieces)]
                 produce(producer, lambda: producer.poll(0.05), topic, b"".join((head, stamp, tail)), key)

@@ -34,7 +34,7 @@ from streamer.observe.metrics import Metrics
 from streamer.observe.progress import ProgressWatch
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
-from streamer.pipeline.codecs import Codec
+from streamer.formats.codec import Codec
 from streamer.pipeline.inference import Inference, Scoring
 from streamer.pipeline.records import Messages, Rows, Stamp
 from streamer.pipeline.runner import ModelRunner, numeric_width

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from streamer.commands.demo import synthetic_events
 from streamer.config import InputConfig
 from streamer.errors import DeserializeError, RecordError, SerializeError
-from streamer.pipeline.codecs import AvroCodec, ConfluentAvroCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.pipeline.columnar_decode import ColumnarDecoder, DecodedColumns
 from streamer.pipeline.columnar_encode import PredictionEncoder
 from streamer.pipeline.records import SourceRecord, Stamp, prediction_fields

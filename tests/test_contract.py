@@ -18,7 +18,7 @@ from streamer.commands.model import inspect
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.config_file import config_from_dict
 from streamer.errors import ConfigError, InferenceError, ValidationError
-from streamer.pipeline.codecs import AvroCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
 from streamer.pipeline.contract import Contract, exact, field_value
 from streamer.pipeline.outputs import decision_scores
 from streamer.pipeline.prediction_schema import check_schema, made_schema

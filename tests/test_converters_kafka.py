@@ -22,7 +22,7 @@ from streamer.commands.run import build_processor, input_codec
 from streamer.config import Config, InputSource, OutputTarget, with_overrides
 from streamer.errors import ConfigError
 from streamer.kafka.deadletter import header
-from streamer.pipeline.codecs import JsonCodec
+from streamer.formats.json_events import JsonCodec
 from tests.conftest import (
     ROOT,
     Topics,

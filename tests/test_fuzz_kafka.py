@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from streamer.pipeline import subjects
+from streamer.formats import subjects
 from streamer.commands.demo import synthetic_events
 from streamer.commands.run import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig, with_overrides

@@ -28,7 +28,7 @@ from streamer.commands.run import build_processor, model_runner
 from streamer.commands.demo import synthetic_events
 from streamer.config import ChallengerConfig, with_overrides
 from streamer.errors import InferenceError
-from streamer.pipeline.codecs import AvroCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
 from streamer.testing import FunctionRunner
 from tests.conftest import Topics, make_config
 from tests.support.faults import (ROOT, ChildProcessor, audit, caught_up, read_all, wait_until, write_config,

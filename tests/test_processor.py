@@ -25,7 +25,7 @@ from streamer.kafka.clients import KafkaClients
 from streamer.observe.stats import Stats
 from streamer.processor import Processor
 from streamer.commands.run import output_codec
-from streamer.pipeline.codecs import JsonCodec
+from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.inference import FULL
 from streamer.testing import FakeClock, FunctionRunner
 from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka

@@ -26,10 +26,10 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from prometheus_client import CollectorRegistry
 
-from streamer.pipeline import subjects
+from streamer.formats import subjects
 from streamer.commands.run import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig
-from streamer.pipeline.codecs import AvroCodec
+from streamer.formats.avro import AvroCodec
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from tests.support.registry import FakeRegistry
 from tests.conftest import (

@@ -1,6 +1,6 @@
 """`streamer produce` and `streamer tail` (commands/produce.py) as the teams upstream and
-downstream run them, against the real broker and a real Schema Registry: JSON Lines and CSV in,
-registered and framed as avro-confluent, scored, and the predictions printed as JSON lines.
+downstream run them, against the real broker and a real Schema Registry: JSON Lines, CSV and
+Parquet, registered and framed as avro-confluent, scored, and the predictions printed as JSON lines.
 A row that does not fit is refused with its file, line and field before anything is sent."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -46,7 +48,7 @@ def test_produce_jsonl_and_csv_then_tail_the_predictions(
         bootstrap: str, topics: Topics, schema_registry: SchemaRegistry, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     path = config_file(tmp_path, bootstrap, topics, schema_registry)
-    jsonl, table = events(30), events(50)[30:]
+    jsonl, table, columnar = events(30), events(50)[30:], events(60)[50:]
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in jsonl))
     with (tmp_path / "events.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, ["event_id", "entity_id", "event_time", "features"])
@@ -54,19 +56,21 @@ def test_produce_jsonl_and_csv_then_tail_the_predictions(
         writer.writerows({**e, "features": json.dumps(e["features"])} for e in table)
     assert cli(["produce", "--config", str(path), str(tmp_path / "events.jsonl")]) == 0
     assert cli(["produce", "--config", str(path), str(tmp_path / "events.csv")]) == 0
+    pq.write_table(pa.Table.from_pylist(columnar), tmp_path / "events.parquet")
+    assert cli(["produce", "--config", str(path), str(tmp_path / "events.parquet")]) == 0
     assert "produced 30" in capsys.readouterr().out
     sent = read_all(bootstrap, topics.input)
-    assert len(sent) == 50 and all(m.value()[0] == 0 for m in sent)  # Confluent framing
-    assert {m.key() for m in sent} == {str(e["entity_id"]).encode() for e in jsonl + table}
+    assert len(sent) == 60 and all(m.value()[0] == 0 for m in sent)  # Confluent framing
+    assert {m.key() for m in sent} == {str(e["entity_id"]).encode() for e in jsonl + table + columnar}
 
     processor = build_processor(load_config(path))
-    run_until_outputs(processor, 50)
-    assert processor.stats.predictions == 50
+    run_until_outputs(processor, 60)
+    assert processor.stats.predictions == 60
 
     assert cli(["tail", "--config", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     predictions = [json.loads(line) for line in lines]
-    assert sorted(p["event_id"] for p in predictions) == sorted(str(e["event_id"]) for e in jsonl + table)
+    assert sorted(p["event_id"] for p in predictions) == sorted(str(e["event_id"]) for e in jsonl + table + columnar)
     assert all(len(p["scores"]) == 1 and p["model_name"] == "fraud_mlp" for p in predictions)
     assert cli(["tail", "--config", str(path), "--limit", "3"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3

@@ -1,4 +1,4 @@
-"""pipeline/protobuf.py: Protobuf events in Confluent's framing, read as confluent-kafka's own
+"""formats/protobuf.py: Protobuf events in Confluent's framing, read as confluent-kafka's own
 ProtobufSerializer writes them and as its ProtobufDeserializer reads them: the same messages,
 message indexes for nested types, hostile bytes as deserialize errors."""
 
@@ -13,7 +13,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from streamer.errors import DeserializeError, SerializeError
-from streamer.pipeline.protobuf import ConfluentProtobufCodec, as_mapping, message_indexes
+from streamer.formats.protobuf import ConfluentProtobufCodec, as_mapping, message_indexes
 
 T = descriptor_pb2.FieldDescriptorProto
 CONTEXT = SerializationContext("purchases", MessageField.VALUE)
@@ -126,7 +126,7 @@ def test_a_registry_that_answers_proto_source_is_asked_for_the_serialized_form()
     import base64
     from types import SimpleNamespace
 
-    from streamer.pipeline.protobuf import _schema
+    from streamer.formats.protobuf import _schema
 
     source = SimpleNamespace(schema_type="PROTOBUF", references=[],
                              schema_str='syntax = "proto3";\npackage shop;\nmessage Header { string source = 1; }\n')

@@ -32,7 +32,7 @@ from streamer.commands.run import build_processor, output_codec
 from streamer.config import Config, RegistryConfig, Secret, with_overrides
 from streamer.errors import EXIT_CONFIG, BrokerError, ConfigError
 from streamer.kafka.deadletter import header
-from streamer.pipeline.codecs import AvroCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
 from tests.conftest import ROOT, Topics, make_config, read_all, run_until_outputs
 from tests.support.schema_registry import SchemaRegistry, schema_registry as running_registry
 

@@ -283,7 +283,7 @@ def test_a_slow_load_keeps_the_old_model_scoring_meanwhile(model: Path) -> None:
 def test_a_fallback_needs_an_output_schema_that_can_flag_degraded_predictions(model: Path, tmp_path: Path) -> None:
     from streamer.commands.run import REPO_SCHEMAS, serving
     from streamer.errors import ConfigError
-    from streamer.pipeline.codecs import load_schema
+    from streamer.formats.avro import load_schema
 
     old = load_schema(REPO_SCHEMAS / "prediction.avsc")
     old["fields"] = [f for f in old["fields"] if not f["name"].startswith("degraded")]

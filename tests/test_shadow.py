@@ -14,7 +14,8 @@ from streamer.commands.run import output_codec
 from streamer.config import ChallengerConfig
 from streamer.errors import InferenceError
 from streamer.observe.metrics import Metrics
-from streamer.pipeline.codecs import AvroCodec, JsonCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow

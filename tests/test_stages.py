@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 
 from streamer.config import InputConfig, RegistryConfig
 from streamer.errors import InferenceError
-from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.codec import Codec
+from streamer.formats.confluent import ConfluentAvroCodec
+from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.records import Messages, Rows, Stamp
 from streamer.pipeline.stages import Stages
 from tests.support.fakes import FakeMessage

@@ -1,4 +1,4 @@
-"""pipeline/subjects.py without a registry: subject names by strategy, credentials redacted; and
+"""formats/subjects.py without a registry: subject names by strategy, credentials redacted; and
 the avro-confluent framing on both encode paths (the columnar one and the reference) byte for byte."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 
 from streamer.config import RegistryConfig, output_registry, with_overrides
 from streamer.errors import ConfigError
-from streamer.pipeline.codecs import AvroCodec, confluent_header, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.confluent import confluent_header
 from streamer.pipeline.columnar_encode import PredictionEncoder
-from streamer.pipeline.subjects import full_name, redact, subject_name
+from streamer.formats.subjects import full_name, redact, subject_name
 from tests.conftest import ROOT, EXAMPLE
 from streamer.config_file import load_config
 

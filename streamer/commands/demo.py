@@ -18,7 +18,7 @@ from streamer.kafka.broker import kafka_cluster
 from streamer.kafka.clients import plain_producer
 from streamer.kafka.delivery import produce
 from streamer.kafka.topics import create_topics
-from streamer.pipeline.codecs import Codec
+from streamer.formats.codec import Codec
 from streamer.config import Config, dead_letter_topic
 from streamer.config_file import load_config
 from streamer.observe.stats import Stats

@@ -19,7 +19,7 @@ import onnxruntime as ort
 from streamer.config import Config
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
-from streamer.pipeline.codecs import load_schema
+from streamer.formats.avro import load_schema
 from streamer.pipeline.contract import Contract
 from streamer.pipeline.outputs import suggested_outputs
 from streamer.pipeline.prediction_schema import made_schema

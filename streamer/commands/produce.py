@@ -1,8 +1,8 @@
 """`streamer produce` and `streamer tail`: the input and output topics as files, for the teams
 upstream and downstream of a processor.
 
-``produce`` publishes events from JSON Lines (``.jsonl``, ``.ndjson``: one object a line) or CSV
-(a header row of field names) to ``input.topics[0]`` in the configured ``input.format``: plain
+``produce`` publishes events from JSON Lines (``.jsonl``, ``.ndjson``: one object a line), CSV
+(a header row of field names) or Parquet (``.parquet``, typed by its own schema; needs pyarrow) to ``input.topics[0]`` in the configured ``input.format``: plain
 Avro or JSON as the processor reads it (JSON checked against ``input.json_schema`` when set), or
 avro-confluent (json-schema-confluent) with ``input.schema`` (``input.json_schema``) registered
 under ``input.registry.subject`` (default ``<topic>-value``). CSV cells are typed by ``input.schema``
@@ -31,7 +31,10 @@ from confluent_kafka import Consumer, Producer
 from streamer.config import Config, output_registry
 from streamer.errors import BrokerError, ConfigError, SerializeError
 from streamer.kafka import clients
-from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.codec import Codec
+from streamer.formats.confluent import ConfluentAvroCodec
+from streamer.formats.json_events import JsonCodec
 
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
@@ -104,8 +107,27 @@ def rows(path: Path, cfg: Config) -> Iterator[tuple[int, dict[str, Any]]]:
             types = _field_types(cfg)
             for n, cells in enumerate(csv.DictReader(text), 2):
                 yield n, {k: _cell(v, types.get(k), f"{path}:{n}", k) for k, v in cells.items() if k is not None}
+        elif suffix == ".parquet":
+            yield from _parquet_rows(path)
         else:
-            raise ConfigError(str(path), "is neither JSON Lines (.jsonl, .ndjson) nor CSV (.csv)")
+            raise ConfigError(str(path), "is neither JSON Lines (.jsonl, .ndjson), CSV (.csv) nor Parquet (.parquet)")
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Parquet rows (their number from 1), typed by the file's own schema; needs pyarrow."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ConfigError(str(path), "reading Parquet needs pyarrow (pip install pyarrow)") from exc
+    try:
+        file = pq.ParquetFile(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises its own hierarchy on a bad file
+        raise ConfigError(str(path), f"is not a Parquet file pyarrow can read: {exc}") from exc
+    n = 0
+    for batch in file.iter_batches():
+        for row in batch.to_pylist():
+            n += 1
+            yield n, row
 
 
 def _field_types(cfg: Config) -> dict[str, Any]:
@@ -147,7 +169,7 @@ def prediction_decoder(cfg: Config) -> Codec:
     if cfg.output.format == "json":
         return JsonCodec()
     if cfg.output.format == "avro-confluent":
-        from streamer.pipeline.subjects import registry_client
+        from streamer.formats.subjects import registry_client
 
         reg = output_registry(cfg)
         assert reg is not None  # the config refuses avro-confluent output without one

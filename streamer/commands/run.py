@@ -10,26 +10,20 @@ from prometheus_client import CollectorRegistry
 
 from streamer.config import Config
 from streamer.errors import ConfigError, InferenceError
+from streamer.formats.avro import AvroCodec, AvroSchema, load_schema
+from streamer.formats.codec import Codec
+from streamer.formats.confluent import ConfluentAvroCodec, SchemaIds
+from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
+from streamer.formats.protobuf import ConfluentProtobufCodec
+from streamer.formats.subjects import confluent_output_codec, registry_client
 from streamer.kafka.clients import KafkaClients, ensure_topic, make_producer
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
-from streamer.pipeline.codecs import (
-    AvroCodec,
-    AvroSchema,
-    Codec,
-    ConfluentAvroCodec,
-    JsonCodec,
-    load_schema,
-)
 from streamer.pipeline.contract import Contract
-from streamer.pipeline.json_schema import CheckedJsonCodec, ConfluentJsonCodec, JsonSchemaCheck
-from streamer.pipeline.protobuf import ConfluentProtobufCodec
-from streamer.pipeline.schema_ids import SchemaIds
 from streamer.pipeline.prediction_schema import check_schema, made_schema
 from streamer.pipeline.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
 from streamer.pipeline.serving import Fallback, Serving, check_candidate, served_file
 from streamer.pipeline.stages import Stages
-from streamer.pipeline.subjects import confluent_output_codec, registry_client
 from streamer.processor import Processor
 from streamer.shadow import Shadow
 
@@ -90,7 +84,7 @@ def avro_input_schema(cfg: Config) -> AvroSchema | None:
 def output_codec(cfg: Config, runner: ModelRunner | None = None) -> Codec:
     """The predictions' codec for ``output.format``: plain Avro, Avro framed with the id the
     prediction schema has in the registry (registered or looked up, its compatibility checked,
-    pipeline/subjects.py), or JSON objects with the schema's fields."""
+    formats/subjects.py), or JSON objects with the schema's fields."""
     schema = prediction_schema(cfg, runner)
     if cfg.output.format == "json":
         return JsonCodec()

@@ -22,6 +22,8 @@ import fastavro
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from streamer.formats.varint import avro_string, zigzag
+
 _INT64 = (-(1 << 63), 1 << 63)
 _LONGEST = 4096  # bytes: a longer string (id, entity, topic) or constant part is left to the reference
 # The shipped Prediction layout: field names and their types (a timestamp-millis long is a long).
@@ -31,23 +33,6 @@ _LAYOUT = (("event_id", "string"), ("entity_id", "string"), ("scores", ("array",
            ("scored_at", "long"), ("run_id", ("null", "string")),
            ("degraded", "boolean"), ("degraded_reason", ("null", "string")))
 _BEFORE_DEGRADED = _LAYOUT[:-2]  # the layout before the degraded fields: still encoded, without them
-
-
-def avro_long(n: int) -> bytes:
-    """One Avro long, as fastavro writes it."""
-    u = ((n << 1) ^ (n >> 63)) & 0xFFFF_FFFF_FFFF_FFFF
-    out = bytearray()
-    while u > 0x7F:
-        out.append(u & 0x7F | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def avro_string(s: str) -> bytes:
-    """One Avro string (its UTF-8 length as a long, then the bytes), as fastavro writes it."""
-    b = s.encode()
-    return avro_long(len(b)) + b
 
 
 def _varints(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -207,7 +192,7 @@ class PredictionEncoder:
             scored_at = operator.index(scored_at_ms)
             if not _INT64[0] <= scored_at < _INT64[1]:
                 raise OverflowError(scored_at)
-            tail = avro_long(scored_at) + (b"\0" if run_id is None else b"\2" + avro_string(run_id))
+            tail = zigzag(scored_at) + (b"\0" if run_id is None else b"\2" + avro_string(run_id))
             if self.degraded_fields:
                 tail += b"\0\0" if degraded is None else b"\1\2" + avro_string(degraded)
             elif degraded is not None:
@@ -225,7 +210,7 @@ class PredictionEncoder:
         with np.errstate(invalid="ignore", over="ignore"):  # float -> double -> float, as fastavro does
             block = scores.astype(np.float64).astype("<f4").view(np.uint8).reshape(k, 4 * n_out)
         if n_out:  # one block of n_out items, then the closing zero count; an empty array is just the zero
-            prefix = np.frombuffer(avro_long(n_out), np.uint8)
+            prefix = np.frombuffer(zigzag(n_out), np.uint8)
             block = np.hstack([np.broadcast_to(prefix, (k, len(prefix))), block, np.zeros((k, 1), np.uint8)])
         else:
             block = np.zeros((k, 1), np.uint8)

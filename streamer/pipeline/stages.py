@@ -23,7 +23,10 @@ import numpy as np
 
 from streamer.config import Config, InputConfig
 from streamer.errors import DeserializeError, InferenceError, PoisonRowError, RecordError
-from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec
+from streamer.formats.avro import AvroCodec
+from streamer.formats.codec import Codec
+from streamer.formats.confluent import ConfluentAvroCodec
+from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.columnar_decode import ColumnarDecoder, DecodedColumns
 from streamer.pipeline.columnar_encode import PredictionEncoder
 from streamer.pipeline.columnar_fields import FieldDecoder

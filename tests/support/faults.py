@@ -36,7 +36,7 @@ from streamer.kafka.clients import (
     retrying,
 )
 from streamer.kafka.topics import partitions
-from streamer.pipeline.codecs import AvroCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"

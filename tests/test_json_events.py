@@ -1,4 +1,4 @@
-"""pipeline/json_schema.py: JSON events checked against a JSON Schema, from a file or by the id
+"""formats/json_events.py: JSON events checked against a JSON Schema, from a file or by the id
 in Confluent's framing, with confluent-kafka's own JSONSerializer and JSONDeserializer as the
 reference for the bytes and the decoded objects; and numbers sent as strings or booleans refused."""
 
@@ -14,8 +14,8 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamer.errors import ConfigError, DeserializeError, SerializeError, ValidationError
-from streamer.pipeline.codecs import JsonCodec
-from streamer.pipeline.json_schema import CheckedJsonCodec, ConfluentJsonCodec, JsonSchemaCheck
+from streamer.formats.json_events import JsonCodec
+from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonSchemaCheck
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "schemas" / "feature_event.schema.json").read_text())

@@ -27,7 +27,8 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from streamer.config import Config, RegistryConfig, SubjectStrategy, output_registry
 from streamer.errors import BrokerError, ConfigError
-from streamer.pipeline.codecs import AvroCodec, AvroSchema, confluent_header
+from streamer.formats.avro import AvroCodec, AvroSchema
+from streamer.formats.confluent import confluent_header
 
 
 def registry_client(reg: RegistryConfig) -> SchemaRegistryClient:

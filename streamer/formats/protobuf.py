@@ -35,8 +35,9 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from streamer.errors import BrokerError, DeserializeError, SerializeError
-from streamer.pipeline.codecs import DEFAULT_MAX_BYTES, _framed_id
-from streamer.pipeline.schema_ids import SchemaIds
+from streamer.formats.codec import DEFAULT_MAX_BYTES
+from streamer.formats.confluent import SchemaIds, framed_id
+from streamer.formats.varint import read_zigzag
 
 _WELL_KNOWN = "google/protobuf/"
 
@@ -99,28 +100,16 @@ def _schema(registered: Any, serialized: Callable[[], Any]) -> ProtobufSchema:
         raise DeserializeError(f"is not a usable Protobuf schema: {exc}") from exc
 
 
-def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
-    acc = shift = 0
-    while pos < len(data) and shift < 64:
-        byte = data[pos]
-        pos += 1
-        acc |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return (acc >> 1) ^ -(acc & 1), pos
-    raise DeserializeError("truncated or malformed message indexes after the schema id")
-
-
 def message_indexes(data: bytes, pos: int = 5) -> tuple[tuple[int, ...], int]:
     """The message index path at ``pos`` and the position of the message bytes after it."""
-    count, pos = _zigzag(data, pos)
+    count, pos = read_zigzag(data, pos)
     if count == 0:
         return (0,), pos
     if not 0 < count <= 32:
         raise DeserializeError(f"{count} message indexes: not a message path")
     path = []
     for _ in range(count):
-        i, pos = _zigzag(data, pos)
+        i, pos = read_zigzag(data, pos)
         path.append(i)
     return tuple(path), pos
 
@@ -135,7 +124,7 @@ class ConfluentProtobufCodec:
         self._max_bytes = max_bytes
 
     def decode(self, data: bytes) -> Mapping[str, Any]:
-        schema_id = _framed_id(data, self._max_bytes)
+        schema_id = framed_id(data, self._max_bytes)
         schema = self._ids.get(schema_id, partial(self._build, schema_id))
         path, pos = message_indexes(data)
         message = schema.message_class(path)()

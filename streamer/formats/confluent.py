@@ -1,20 +1,41 @@
-"""Schemas by registry id: each looked up once and built into what a codec needs (an Avro reader, a
-JSON Schema check), refusals cached, and a 404 held before it is believed (a registry that
-restarts answers 404 for ids it holds while it loads)."""
+"""Confluent's wire format: the framing (byte 0, the 4-byte big-endian schema id), schemas by
+registry id (looked up once, a 404 held before it is believed), registration, and Avro in it.
+JSON Schema and Protobuf in the same framing are formats/json_events.py's and protobuf.py's."""
 
 from __future__ import annotations
 
+import json
 import math
+import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from streamer.errors import BrokerError, DeserializeError
+from streamer.errors import BrokerError, DeserializeError, SerializeError
+from streamer.formats.avro import AvroCodec, AvroSchema
+from streamer.formats.codec import DEFAULT_MAX_BYTES, check_size
 
+_HEADER = struct.Struct(">bI")  # magic byte 0, then the 4-byte big-endian schema id
+HEADER_SIZE = _HEADER.size
 _T = TypeVar("_T")
+
+
+def confluent_header(schema_id: int) -> bytes:
+    """The 5 bytes that lead a Confluent-framed value: magic byte 0, the schema id (big-endian)."""
+    return _HEADER.pack(0, schema_id)
+
+
+def framed_id(data: bytes, max_bytes: int) -> int:
+    """The schema id of a Confluent-framed value (its size and magic byte checked)."""
+    check_size(data, max_bytes)
+    if len(data) < _HEADER.size:
+        raise DeserializeError(f"message is {len(data)} bytes; Confluent framing needs at least 5")
+    if data[0] != 0:
+        raise DeserializeError(f"wrong magic byte {data[0]:#04x}; Confluent framing starts with 0x00")
+    return int(_HEADER.unpack_from(data)[1])
 
 
 class SchemaIds:
@@ -91,3 +112,54 @@ def register(registry: SchemaRegistryClient, subject: str, schema: Schema) -> in
         return int(registry.register_schema(subject, schema))
     except Exception as exc:  # SchemaRegistryError or a transport error
         raise BrokerError(f"schema registry: cannot register under {subject!r}: {exc}") from exc
+
+
+class ConfluentAvroCodec:
+    """Avro in Confluent Schema Registry framing: byte 0, a 4-byte big-endian schema id, the Avro body.
+
+    Decoding uses the writer schema the id names, looked up once per id by :class:`SchemaIds`
+    (which holds a 404 before believing it), resolved to ``schema`` when one is given (the reader
+    schema: schema evolution resolves to it; see :class:`AvroCodec`); encoding needs ``schema``,
+    registered under ``subject`` once. Registry outages raise ``BrokerError``: the record is not
+    at fault.
+    """
+
+    def __init__(
+        self,
+        registry: SchemaRegistryClient,
+        subject: str,
+        schema: AvroSchema | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        not_found_retry_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._registry = registry
+        self._subject = subject
+        self._writer = AvroCodec(schema, max_bytes) if schema is not None else None
+        self._reader_schema = schema
+        self._writer_id: int | None = None
+        self._max_bytes = max_bytes
+        self._ids = SchemaIds(registry, not_found_retry_s, clock)
+
+    def decode(self, data: bytes) -> Mapping[str, Any]:
+        return self.reader(framed_id(data, self._max_bytes)).decode(data[_HEADER.size :])
+
+    def encode(self, record: Mapping[str, Any]) -> bytes:
+        if self._writer is None:
+            raise SerializeError(f"the codec for subject {self._subject!r} has no schema to encode with")
+        body = self._writer.encode(record)
+        if self._writer_id is None:
+            self._writer_id = register(self._registry, self._subject, Schema(self._writer.schema_json, "AVRO"))
+        return confluent_header(self._writer_id) + body
+
+    def reader(self, schema_id: int) -> AvroCodec:
+        """The codec of writer schema ``schema_id`` (looked up once); raises as ``decode`` does."""
+        return self._ids.get(schema_id, self._avro_reader)
+
+    def _avro_reader(self, registered: Any) -> AvroCodec:
+        if (registered.schema_type or "AVRO") != "AVRO" or registered.references:
+            raise DeserializeError("is not a plain Avro schema (no references)")
+        try:
+            return AvroCodec(json.loads(registered.schema_str or ""), self._max_bytes, reader=self._reader_schema)
+        except Exception as exc:
+            raise DeserializeError(f"is not a usable Avro schema: {exc}") from exc

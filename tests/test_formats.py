@@ -1,4 +1,4 @@
-"""Tests for streamer.pipeline.codecs: round trips, golden bytes, bad and hostile input."""
+"""streamer.formats (avro, confluent, json_events, varint): round trips, golden bytes, bad and hostile input."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from streamer.pipeline.codecs import AvroCodec, Codec, ConfluentAvroCodec, JsonCodec, load_schema
+from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.codec import Codec
+from streamer.formats.confluent import ConfluentAvroCodec
+from streamer.formats.json_events import JsonCodec
 from streamer.errors import BrokerError, ConfigError, DeserializeError, SerializeError
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -517,3 +520,22 @@ def test_the_wire_format_page_shows_the_bytes_the_codec_writes(feature_schema: d
     shown = bytes.fromhex(" ".join(line.split("  ")[0] for line in block.splitlines()))
     event = {"event_id": "e-1", "entity_id": "a-9", "event_time": 1764417600123, "features": [0.5, -1.0]}
     assert AvroCodec(feature_schema).encode(event) == shown and len(shown) == count
+
+
+@pytest.mark.parametrize("n", [0, -1, 1, -3, 63, -64, 64, 2 ** 31, -(2 ** 63), 2 ** 63 - 1, 1764417600123])
+def test_the_varint_is_fastavros_long_and_reads_back(n: int) -> None:
+    from streamer.formats.varint import read_zigzag, zigzag as write
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema("long"), n)
+    assert write(n) == buf.getvalue() == zigzag(n)
+    assert read_zigzag(b"\xaa" + write(n) + b"\xbb", 1) == (n, 1 + len(write(n)))
+    assert write(-3) == b"\x05" and write(1764417600123).hex(" ") == "f6 e9 df f7 d9 66"  # the docstring's
+
+
+def test_the_varint_refuses_numbers_past_the_data_or_64_bits() -> None:
+    from streamer.formats.varint import read_zigzag
+
+    for bad in (b"\x80", b"\xff" * 10 + b"\x01", b"\xff" * 9 + b"\x02"):
+        with pytest.raises(DeserializeError):
+            read_zigzag(bad, 0)

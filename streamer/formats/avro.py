@@ -1,31 +1,26 @@
-"""Codecs turn message bytes into event mappings and mappings into bytes: Avro, registry-framed Avro, JSON.
+"""Avro: schemaless binary records of one schema, the schema files, and a bounded walk.
 
-Decoding is bounded (``max_bytes``; Avro lengths and counts are checked before fastavro allocates), and
-logical types are not applied: a ``timestamp-millis`` field decodes (and encodes) as int milliseconds.
+Decoding is bounded (``max_bytes``; Avro lengths and counts are checked before fastavro allocates),
+and logical types are not applied: a ``timestamp-millis`` field decodes (and encodes) as int
+milliseconds. Confluent's framing of Avro is formats/confluent.py's.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import operator
-import struct
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, cast
 
 import fastavro
 from fastavro.schema import to_parsing_canonical_form
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from streamer.errors import ConfigError, DeserializeError, SerializeError
-from streamer.pipeline.schema_ids import SchemaIds, register
+from streamer.formats.codec import DEFAULT_MAX_BYTES, check_size
+from streamer.formats.varint import read_zigzag
 
-DEFAULT_MAX_BYTES = 1_048_576
-_CONFLUENT_HEADER = struct.Struct(">bI")  # magic byte 0, then the 4-byte big-endian schema id
 _FIXED_WIDTH = {"null": 0, "boolean": 1, "float": 4, "double": 8}
-_TOLIST = operator.methodcaller("tolist")  # lets JSON encode numpy arrays and scalars
 AvroSchema = dict[str, Any]
 _Walk = Callable[[bytes, int], int]  # checks the Avro item at a position; returns the position after it
 
@@ -34,14 +29,6 @@ class _Compiled(NamedTuple):
     walk: _Walk
     min_width: int  # the fewest bytes one item can take: bounds declared item counts
     constant: bool  # every item takes exactly min_width bytes, so a block is skipped in one step
-
-
-class Codec(Protocol):
-    """Turns one Kafka message value into a mapping, and a mapping into a message value."""
-
-    def decode(self, data: bytes) -> Mapping[str, Any]: ...
-
-    def encode(self, record: Mapping[str, Any]) -> bytes: ...
 
 
 def load_schema(path: str | Path, key: str = "schema") -> AvroSchema:
@@ -67,19 +54,6 @@ def _clean(node: Any, logical: bool) -> Any:
     return {k: node[k] if k == "default" else _clean(node[k], logical) for k in keep}
 
 
-def _read_long(data: bytes, pos: int) -> tuple[int, int]:
-    """Read one zigzag varint (at most 10 bytes, 64 bits); return (value, position after it)."""
-    acc = shift = 0
-    for byte in data[pos : pos + 10]:
-        acc |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            if shift == 70 and byte > 1:
-                raise DeserializeError(f"malformed Avro: the number at byte {pos} does not fit in 64 bits")
-            return (acc >> 1) ^ -(acc & 1), pos + shift // 7
-    raise DeserializeError(f"malformed or truncated Avro: no complete number of at most 10 bytes at byte {pos}")
-
-
 def _take(data: bytes, pos: int, n: int, what: str) -> int:
     if n < 0 or n > len(data) - pos:
         raise DeserializeError(f"truncated or bad Avro: {what} needs {n} bytes, {len(data) - pos} left")
@@ -87,13 +61,13 @@ def _take(data: bytes, pos: int, n: int, what: str) -> int:
 
 
 def _string(data: bytes, pos: int) -> int:
-    n, pos = _read_long(data, pos)
+    n, pos = read_zigzag(data, pos)
     return _take(data, pos, n, "string/bytes")
 
 
 def _index(n: int, what: str, then: list[_Walk] | None = None) -> _Walk:
     def index(d: bytes, p: int) -> int:
-        i, p = _read_long(d, p)
+        i, p = read_zigzag(d, p)
         if not 0 <= i < n:
             raise DeserializeError(f"malformed Avro: {what} index {i} is out of range 0..{n - 1}")
         return then[i](d, p) if then is not None else p
@@ -108,12 +82,12 @@ def _blocks(item: _Compiled, what: str) -> _Compiled:
 
     def blocks(d: bytes, p: int) -> int:
         while True:
-            count, p = _read_long(d, p)
+            count, p = read_zigzag(d, p)
             if count == 0:
                 return p
             size = -1
             if count < 0:  # a negative count is followed by the block's size in bytes
-                count, (size, p) = -count, _read_long(d, p)
+                count, (size, p) = -count, read_zigzag(d, p)
                 _take(d, p, size, f"{what} block")
             if count * per_item > len(d) - p:
                 raise DeserializeError(f"bad Avro: {what} block of {count} items, {len(d) - p} bytes left")
@@ -140,7 +114,7 @@ def _compile(node: Any, named: dict[str, _Compiled]) -> _Compiled:
             width = _FIXED_WIDTH[node]
             return _Compiled(lambda d, p: _take(d, p, width, node), width, True)
         if node in ("int", "long"):
-            return _Compiled(lambda d, p: _read_long(d, p)[1], 1, False)
+            return _Compiled(lambda d, p: read_zigzag(d, p)[1], 1, False)
         if node in ("string", "bytes"):
             return _Compiled(_string, 1, False)
         raise ValueError(f"cannot walk unknown Avro type {node!r}")
@@ -173,16 +147,6 @@ def _compile(node: Any, named: dict[str, _Compiled]) -> _Compiled:
     return named[node["name"]]
 
 
-def confluent_header(schema_id: int) -> bytes:
-    """The 5 bytes that lead a Confluent-framed value: magic byte 0, the schema id (big-endian)."""
-    return _CONFLUENT_HEADER.pack(0, schema_id)
-
-
-def _check_size(data: bytes, max_bytes: int) -> None:
-    if len(data) > max_bytes:
-        raise DeserializeError(f"message is {len(data)} bytes, over the {max_bytes}-byte limit")
-
-
 class AvroCodec:
     """Schemaless binary Avro with one record schema, no framing; ``encode`` wants exactly its fields.
 
@@ -193,7 +157,7 @@ class AvroCodec:
     whether that happens (False when the two schemas have the same canonical form).
 
     ``prefix``: bytes written before each value and expected before each decoded one; the
-    avro-confluent output's framing (:func:`confluent_header` of the registered schema's id).
+    avro-confluent output's framing (formats/confluent.py: the registered schema's id).
     """
 
     def __init__(self, schema: AvroSchema, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -219,7 +183,7 @@ class AvroCodec:
         self.schema_json = json.dumps(_clean(self._write_schema, logical=True), separators=(",", ":"))
 
     def decode(self, data: bytes) -> Mapping[str, Any]:
-        _check_size(data, self._max_bytes)
+        check_size(data, self._max_bytes)
         if self.prefix:
             if data[:len(self.prefix)] != self.prefix:
                 raise DeserializeError(f"the value does not start with {self.prefix.hex()} (its framing)")
@@ -242,87 +206,3 @@ class AvroCodec:
         except Exception as exc:  # the writer raises ValueError, TypeError, struct.error, ... on a bad record
             raise SerializeError(f"record does not fit Avro schema {self.name}: {exc!r}") from exc
         return self.prefix + buf.getvalue() if self.prefix else buf.getvalue()
-
-
-class ConfluentAvroCodec:
-    """Avro in Confluent Schema Registry framing: byte 0, a 4-byte big-endian schema id, the Avro body.
-
-    Decoding uses the writer schema the id names, looked up once per id by :class:`SchemaIds`
-    (which holds a 404 before believing it), resolved to ``schema`` when one is given (the reader
-    schema: schema evolution resolves to it; see :class:`AvroCodec`); encoding needs ``schema``,
-    registered under ``subject`` once. Registry outages raise ``BrokerError``: the record is not
-    at fault.
-    """
-
-    def __init__(
-        self,
-        registry: SchemaRegistryClient,
-        subject: str,
-        schema: AvroSchema | None = None,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        not_found_retry_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._registry = registry
-        self._subject = subject
-        self._writer = AvroCodec(schema, max_bytes) if schema is not None else None
-        self._reader_schema = schema
-        self._writer_id: int | None = None
-        self._max_bytes = max_bytes
-        self._ids = SchemaIds(registry, not_found_retry_s, clock)
-
-    def decode(self, data: bytes) -> Mapping[str, Any]:
-        return self.reader(_framed_id(data, self._max_bytes)).decode(data[_CONFLUENT_HEADER.size :])
-
-    def encode(self, record: Mapping[str, Any]) -> bytes:
-        if self._writer is None:
-            raise SerializeError(f"the codec for subject {self._subject!r} has no schema to encode with")
-        body = self._writer.encode(record)
-        if self._writer_id is None:
-            self._writer_id = register(self._registry, self._subject, Schema(self._writer.schema_json, "AVRO"))
-        return confluent_header(self._writer_id) + body
-
-    def reader(self, schema_id: int) -> AvroCodec:
-        """The codec of writer schema ``schema_id`` (looked up once); raises as ``decode`` does."""
-        return self._ids.get(schema_id, self._avro_reader)
-
-    def _avro_reader(self, registered: Any) -> AvroCodec:
-        if (registered.schema_type or "AVRO") != "AVRO" or registered.references:
-            raise DeserializeError("is not a plain Avro schema (no references)")
-        try:
-            return AvroCodec(json.loads(registered.schema_str or ""), self._max_bytes, reader=self._reader_schema)
-        except Exception as exc:
-            raise DeserializeError(f"is not a usable Avro schema: {exc}") from exc
-
-
-def _framed_id(data: bytes, max_bytes: int) -> int:
-    """The schema id of a Confluent-framed value (its size and magic byte checked)."""
-    _check_size(data, max_bytes)
-    if len(data) < _CONFLUENT_HEADER.size:
-        raise DeserializeError(f"message is {len(data)} bytes; Confluent framing needs at least 5")
-    if data[0] != 0:
-        raise DeserializeError(f"wrong magic byte {data[0]:#04x}; Confluent framing starts with 0x00")
-    return int(_CONFLUENT_HEADER.unpack_from(data)[1])
-
-
-class JsonCodec:
-    """One UTF-8 JSON object per message; encoding writes compact JSON (numpy arrays become lists)."""
-
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self._max_bytes = max_bytes
-
-    def decode(self, data: bytes) -> Mapping[str, Any]:
-        _check_size(data, self._max_bytes)
-        try:
-            value = json.loads(data.decode("utf-8"))  # NaN and Infinity pass here; validation refuses them
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise DeserializeError(f"invalid JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise DeserializeError(f"JSON message is a {type(value).__name__}, not an object")
-        return value
-
-    def encode(self, record: Mapping[str, Any]) -> bytes:
-        try:
-            return json.dumps(record, separators=(",", ":"), allow_nan=False, default=_TOLIST).encode("utf-8")
-        except (TypeError, ValueError, AttributeError, RecursionError) as exc:  # AttributeError: no .tolist()
-            raise SerializeError(f"record cannot be written as JSON: {exc}") from exc

@@ -1,5 +1,6 @@
-"""JSON events checked against a JSON Schema: one file (``input.json_schema``), or in Confluent's
-framing the schema each message's id names (``input.format: json-schema-confluent``).
+"""JSON: one UTF-8 object per message; checked against a JSON Schema from a file
+(``input.json_schema``) or, in Confluent's framing, the schema each message's id names
+(``input.format: json-schema-confluent``).
 
 The check is the ``jsonschema`` library's, with the validator the schema's own ``$schema`` names
 (draft 2020-12 when it names none), as confluent-kafka's ``JSONDeserializer`` checks. A violation
@@ -7,26 +8,50 @@ is a ``validate`` dead letter whose message says where (a JSON path) and what, e
 ``JSON Schema: $.features[3]: 'x' is not of type 'number'``. A schema that is not a valid JSON
 Schema is refused at start (``input.json_schema``) or, for a registry id, is a ``deserialize``
 dead letter of that id's rows.
-
-Confluent's JSON Schema framing is Avro's: byte 0, the 4-byte big-endian schema id, then the
-UTF-8 JSON document (docs/wire_formats.md).
 """
 
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jsonschema import exceptions as js_errors
-from jsonschema.validators import validator_for
-from jsonschema.exceptions import best_match
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from jsonschema import exceptions as js_errors
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
 
 from streamer.errors import ConfigError, DeserializeError, SerializeError, ValidationError
-from streamer.pipeline.codecs import DEFAULT_MAX_BYTES, JsonCodec, _framed_id, confluent_header
-from streamer.pipeline.schema_ids import SchemaIds, register
+from streamer.formats.codec import DEFAULT_MAX_BYTES, check_size
+from streamer.formats.confluent import SchemaIds, confluent_header, framed_id, register
+
+_TOLIST = operator.methodcaller("tolist")  # lets JSON encode numpy arrays and scalars
+
+
+class JsonCodec:
+    """One UTF-8 JSON object per message; encoding writes compact JSON (numpy arrays become lists)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._max_bytes = max_bytes
+
+    def decode(self, data: bytes) -> Mapping[str, Any]:
+        check_size(data, self._max_bytes)
+        try:
+            value = json.loads(data.decode("utf-8"))  # NaN and Infinity pass here; validation refuses them
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise DeserializeError(f"invalid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise DeserializeError(f"JSON message is a {type(value).__name__}, not an object")
+        return value
+
+    def encode(self, record: Mapping[str, Any]) -> bytes:
+        try:
+            return json.dumps(record, separators=(",", ":"), allow_nan=False, default=_TOLIST).encode("utf-8")
+        except (TypeError, ValueError, AttributeError, RecursionError) as exc:  # AttributeError: no .tolist()
+            raise SerializeError(f"record cannot be written as JSON: {exc}") from exc
+
 
 _SHOWN = 200  # characters of a violation's message: the instance it quotes can be large
 
@@ -95,7 +120,7 @@ class ConfluentJsonCodec:
         self._writer_id: int | None = None
 
     def decode(self, data: bytes) -> Mapping[str, Any]:
-        check = self._ids.get(_framed_id(data, self._max_bytes), _checker)
+        check = self._ids.get(framed_id(data, self._max_bytes), _checker)
         value = self._json.decode(data[5:])  # after the magic byte and the schema id
         check.check(value)
         return value
