@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from streamer.errors import EXIT_CONFIG, EXIT_FATAL, STAGES, ConfigError, StreamerError
+from streamer.errors import EXIT_CONFIG, EXIT_FATAL, STAGES, ConfigError, StopRequested, StreamerError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect_model.add_argument("path", help="the .onnx file")
     schema = sub.add_parser("schema", help="print the prediction schema a config produces (its model checked)")
     schema.add_argument("--config", required=True)
+    check = sub.add_parser("check", help="a dry run of start-up: config, model, cluster, topics, registry; "
+                                         "each problem named (exit 2), nothing consumed or produced")
+    check.add_argument("--config", required=True)
+    check.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
     produce = sub.add_parser("produce", help="publish events from a JSON Lines, CSV or Parquet file in the input format")
     produce.add_argument("--config", required=True)
     produce.add_argument("file", help="events: .jsonl / .ndjson (one object a line), .csv (a header row) or .parquet")
@@ -91,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _model(args)
         if args.command in ("produce", "tail"):
             return _files(args)
+        if args.command == "check":
+            return _check(args.config, args.timeout)
         return _demo(args.events, args.brokers)
     except ConfigError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
@@ -132,7 +138,10 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
 
         cfg = for_worker(cfg, worker_index)
     logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
-    processor = build_processor(cfg)
+    try:
+        processor = build_processor(cfg, stopping=lambda: bool(stop_requested))
+    except StopRequested:  # SIGTERM while start-up waited for the cluster: nothing ran
+        return 0
     stop[0], reload[0] = processor.stop, processor.reload
     if stop_requested:
         return 0
@@ -200,6 +209,11 @@ def _replay(args: argparse.Namespace) -> int:
         model_version=args.model_version, force=args.force, batch_size=args.batch_size,
         max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output)
     print("\n".join(summary.lines()))
+    if summary.all_dead_lettered:  # a run that scored nothing is not a success
+        print(f"streamer: every event of replay {summary.run_id} became a dead letter in "
+              f"{summary.output_topic}.dlq (each one's streamer.dlq.exception.message header says why); "
+              f"fix the model or the schemas, then run it again with --force", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 
@@ -215,6 +229,17 @@ def _model(args: argparse.Namespace) -> int:
 
     print(model.schema(load_config(args.config)))
     return 0
+
+
+def _check(config_path: str, timeout_s: float) -> int:
+    from streamer.commands.check import check
+    from streamer.config_file import load_config
+
+    findings = check(load_config(config_path), timeout_s)  # a bad config: ConfigError, exit 2
+    print("\n".join(f.line() for f in findings))
+    failed = [f for f in findings if not f.ok]
+    print(f"{len(failed)} problem{'s' if len(failed) != 1 else ''}" if failed else "ready to run")
+    return EXIT_CONFIG if failed else 0
 
 
 def _files(args: argparse.Namespace) -> int:

@@ -61,6 +61,8 @@ class RegistryConfig:
     def __post_init__(self) -> None:
         check_types(self, "registry")
         at_least(0, "registry.not_found_retry_ms", self.not_found_retry_ms)
+        if self.basic_auth_user_info is not None and ":" not in self.basic_auth_user_info.value:
+            raise ConfigError("registry.basic_auth_user_info", "must be USER:PASSWORD")  # the value stays unsaid
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,7 @@ class InputConfig:
     max_message_bytes: int = 1_048_576
     feature_min: float | None = None  # a feature below this is a validation error
     feature_max: float | None = None  # a feature above this is a validation error
+    create_topics: bool = False  # a missing input topic is created at start, not refused (exit 2)
     consume_max_messages: int = 1000
     consume_timeout_ms: int = 100
     registry: RegistryConfig | None = None
@@ -316,6 +319,8 @@ class Config:
                                                     f"({self.model.name!r})")
         if self.output.format == "avro-confluent" and output_registry(self) is None:
             raise ConfigError("output.registry", "is required for format 'avro-confluent' (or input.registry)")
+        if self.output.registry is not None and self.output.format != "avro-confluent":
+            raise ConfigError("output.registry", f"is for output.format 'avro-confluent', not {self.output.format!r}")
         if shadow_topic(self) in (self.output.topic, dead_letter_topic(self)):
             raise ConfigError("shadow.topic", f"{shadow_topic(self)!r} is already the output or dead-letter topic")
 

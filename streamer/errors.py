@@ -145,5 +145,9 @@ class TransactionAbortedError(BrokerError):
     """The open transaction must be aborted; the caller rewinds to the last commit and redoes."""
 
 
+class StopRequested(StreamerError):
+    """SIGTERM or SIGINT came while start-up waited for the cluster: nothing ran, exit 0."""
+
+
 class LocalBrokerError(StreamerError):
     """The project's own local Kafka broker could not be resolved, started or reached."""

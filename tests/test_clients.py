@@ -48,3 +48,36 @@ def test_start_up_waits_for_a_cluster_that_does_not_answer_yet(monkeypatch: pyte
     with pytest.raises(BrokerError):
         clients.ensure_topic(cfg, "t.dlq", "t", timeout_s=0.0)  # denied: no waiting
     assert answers == [1]
+
+
+class Unanswered:
+    """An admin client whose metadata requests fail as an away cluster's do."""
+
+    def __init__(self, code: int = KafkaError._TRANSPORT) -> None:
+        self.code, self.asked = code, 0
+
+    def list_topics(self, timeout: float) -> object:
+        self.asked += 1
+        raise KafkaException(KafkaError(self.code))
+
+
+def test_the_start_up_wait_names_the_address_and_honours_a_stop(monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from streamer.errors import StopRequested
+
+    admin = Unanswered()
+    monkeypatch.setattr(clients, "make_admin", lambda cfg: admin)
+    monkeypatch.setattr(clients.time, "sleep", lambda s: None)
+    cfg = load_config(ROOT / "deploy" / "config" / "example.yaml", env={"KAFKA_BOOTSTRAP": "kafka.internal:9092",
+                      "INPUT_TOPIC": "t", "OUTPUT_TOPIC": "o", "GROUP_ID": "g"})
+    with pytest.raises(StopRequested, match="kafka.internal:9092"):
+        clients.check_input_topics(cfg, timeout_s=0.0, stopping=lambda: admin.asked >= 2)
+    assert admin.asked == 2
+    assert "waiting for the cluster at kafka.internal:9092 (kafka.bootstrap.servers)" in caplog.text
+    with pytest.raises(BrokerError, match=r"the cluster at kafka.internal:9092 \(kafka.bootstrap.servers\)"):
+        clients.check_input_topics(cfg, timeout_s=0.0, wait_s=0.0)
+    denied = Unanswered(KafkaError.CLUSTER_AUTHORIZATION_FAILED)
+    monkeypatch.setattr(clients, "make_admin", lambda cfg: denied)
+    with pytest.raises(BrokerError, match="security settings"):
+        clients.check_input_topics(cfg, timeout_s=0.0)  # refused outright: no waiting
+    assert denied.asked == 1

@@ -53,3 +53,14 @@ def test_send_reports_a_refused_output_as_failed_and_sends_the_rest() -> None:
     assert [o.value for o in acked.outputs] == [b"a", b"b"] and not acked.batches
     assert [(o.value, e.code()) for o, e in failed] == [(b"huge", KafkaError.MSG_SIZE_TOO_LARGE)]
     assert deliveries.in_flight == 0 and [o.attempts for o in outputs] == [1, 1, 1]
+
+
+def test_predictions_keyed_by_a_field_and_an_empty_entity_is_a_null_key() -> None:
+    from types import SimpleNamespace
+
+    from streamer.kafka.delivery import Predictions
+
+    p = Predictions("t", [b"a", b"b"], SimpleNamespace(entity_ids=["acct-1", ""], event_ids=["e1", "e2"]))  # type: ignore[arg-type]
+    assert p.keyed("entity_id").keys == [b"acct-1", None]
+    assert p.keyed("event_id").keys == [b"e1", b"e2"]
+    assert p.keyed("input") is p

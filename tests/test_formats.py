@@ -264,24 +264,52 @@ def test_an_id_the_restarting_registry_answers_404_for_is_decoded_once_it_has_lo
     assert codec.decode(GOLDEN_CONFLUENT) == GOLDEN_EVENT
 
 
-def test_made_up_ids_cost_one_hold_not_one_each(feature_schema: dict[str, Any]) -> None:
+def test_each_id_is_held_on_its_own_and_a_refusal_is_asked_again_later(feature_schema: dict[str, Any]) -> None:
+    """A deleted id refused at t=10 must not get a real id dead-lettered when the registry then
+    restarts: the real id's own 404s are held for the whole window."""
+    reg = registry()
     clock = Clock()
-    codec = ConfluentAvroCodec(registry(), "features-value", not_found_retry_s=10, clock=clock)
+    codec = ConfluentAvroCodec(reg, "features-value", not_found_retry_s=10, clock=clock)
     with pytest.raises(BrokerError):
-        codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)
+        codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)  # id 99 at t=0: held
     clock.t += 10
-    with pytest.raises(DeserializeError):
-        codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)
-    for made_up in range(100, 105):  # inside the spell: refused at once
-        clock.t += 5
-        with pytest.raises(DeserializeError, match=f"schema id {made_up} is not in"):
-            codec.decode(b"\x00" + made_up.to_bytes(4, "big") + GOLDEN_AVRO)
-    clock.t += 61  # a quiet minute ends the spell: the next 404 is held again
+    with pytest.raises(DeserializeError, match="schema id 99 is not in"):
+        codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)  # t=10: believed
+    real, loading = reg.get_schema, [True]
+
+    def get_schema(schema_id: int, *args: Any, **kwargs: Any) -> Any:
+        if loading[0]:
+            raise SchemaRegistryError(404, 40403, "Schema not found")
+        return real(schema_id, *args, **kwargs)
+
+    reg.get_schema = get_schema  # type: ignore[method-assign]
+    ConfluentAvroCodec(reg, "features-value", feature_schema).encode(GOLDEN_EVENT)  # id 1 is registered
+    for step in (1, 4, 4):  # t=11..19: the registry restarts; id 1 is held, never believed
+        clock.t += step
+        with pytest.raises(BrokerError):
+            codec.decode(GOLDEN_CONFLUENT)
+    loading[0] = False
+    assert codec.decode(GOLDEN_CONFLUENT) == GOLDEN_EVENT
+    clock.t += 300  # a refused id is asked again after refused_ttl_s
     with pytest.raises(BrokerError):
-        codec.decode(b"\x00\x00\x00\x00\x70" + GOLDEN_AVRO)
-    clock.t += 300  # and a refused id is asked again after refused_ttl_s
-    with pytest.raises(BrokerError):
         codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)
+
+
+def test_a_404_without_the_registrys_error_body_is_not_a_missing_schema(feature_schema: dict[str, Any]) -> None:
+    """A wrong URL path or a proxy answers 404 without the registry's body: the registry is not
+    there, so the input is held; it is never believed and never dead-letters a row."""
+    reg = registry()
+    clock = Clock()
+
+    def bare_404(*_: Any, **__: Any) -> Any:
+        raise SchemaRegistryError(404, -1, "Unknown Schema Registry Error: b'<html>Not Found</html>'")
+
+    reg.get_schema = bare_404  # type: ignore[method-assign]
+    codec = ConfluentAvroCodec(reg, "features-value", not_found_retry_s=10, clock=clock)
+    for _ in range(3):
+        clock.t += 60
+        with pytest.raises(BrokerError, match="lookup of schema id 1 failed"):
+            codec.decode(GOLDEN_CONFLUENT)
 
 
 def test_not_found_retry_zero_believes_the_first_404(feature_schema: dict[str, Any]) -> None:

@@ -114,3 +114,23 @@ def test_numbers_sent_as_strings_or_booleans_are_refused_without_a_schema_too() 
         cols = JsonColumns(cfg, 2).decode([json.dumps(payload).encode()])
         assert cols.fallback.tolist() == [0]  # left to the reference, which refuses it
     assert validator.to_record(EVENT, "t", 0, 0, None, 0).features.tolist() == [0.5, -1.0]
+
+
+def test_a_schema_whose_ref_cannot_be_resolved_dead_letters_rows_instead_of_crashing() -> None:
+    check = JsonSchemaCheck({"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}})
+    check.check({"y": 1})  # the $ref is not reached
+    with pytest.raises(DeserializeError, match="cannot be applied"):
+        check.check({"x": 1})
+
+
+def test_an_integer_past_a_doubles_range_is_a_validate_error_not_a_crash() -> None:
+    from streamer.config import InputConfig
+    from streamer.pipeline.contract import exact
+    from streamer.pipeline.validate import EventValidator
+
+    huge = 10 ** 400
+    validator = EventValidator(InputConfig(topics=("t",), group_id="g", format="json"), 2)
+    with pytest.raises(ValidationError):
+        validator.to_record({**EVENT, "features": [0.5, huge]}, "t", 0, 0, None, 0)
+    with pytest.raises(ValueError, match="cannot hold exactly"):
+        exact(huge, "float32")

@@ -138,3 +138,33 @@ def test_a_registry_that_answers_proto_source_is_asked_for_the_serialized_form()
 
     schema = _schema(source, serialized)
     assert asked == ["serialized"] and schema.message_class((1, 0))().DESCRIPTOR.full_name == "shop.Purchase.Card"
+
+
+def test_a_schema_that_imports_well_known_types_is_read() -> None:
+    """google/protobuf/timestamp.proto, and type.proto (which imports any.proto and
+    source_context.proto in turn), as a schema written by ProtobufSerializer imports them."""
+    fd = descriptor_pb2.FileDescriptorProto(name="stamped.proto", package="shop", syntax="proto3",
+                                            dependency=["google/protobuf/timestamp.proto",
+                                                        "google/protobuf/type.proto"])
+    m = fd.message_type.add(name="Stamped")
+    m.field.add(name="event_id", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    m.field.add(name="at", number=2, type=T.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp",
+                label=T.LABEL_OPTIONAL)
+    m.field.add(name="kind", number=3, type=T.TYPE_MESSAGE, type_name=".google.protobuf.Type",
+                label=T.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    for name in ("google/protobuf/any.proto", "google/protobuf/source_context.proto",
+                 "google/protobuf/type.proto", "google/protobuf/timestamp.proto"):
+        known = descriptor_pb2.FileDescriptorProto()
+        descriptor_pool.Default().FindFileByName(name).CopyToProto(known)
+        pool.Add(known)
+    pool.Add(fd)
+    stamped = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Stamped"))
+    reg = registry("pb-known")
+    message = stamped(event_id="e1")
+    message.at.seconds, message.at.nanos = 1764417600, 123000000
+    message.kind.name = "purchase"
+    data = ProtobufSerializer(stamped, reg, NO_DEPRECATED)(message, CONTEXT)
+    got = ConfluentProtobufCodec(reg).decode(data)
+    assert got["event_id"] == "e1" and got["at"] == {"seconds": 1764417600, "nanos": 123000000}
+    assert got["kind"]["name"] == "purchase"

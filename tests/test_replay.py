@@ -79,3 +79,60 @@ def test_cli_flags_default_to_the_config(no_broker: list[Config]) -> None:
     cfg = load_config(EXAMPLE)
     assert [(c.batching.max_size, c.batching.max_wait_ms) for c in no_broker] == [
         (cfg.batching.max_size, cfg.batching.max_wait_ms), (4096, 200)]
+
+
+class Marks:
+    """A consumer that knows each partition's watermarks (what resolve asks of the broker)."""
+
+    def __init__(self, marks: dict[int, tuple[int, int]]) -> None:
+        self.marks = marks
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        return self.marks[tp.partition]
+
+
+def test_partition_offset_bounds_replay_the_listed_partitions_only() -> None:
+    from confluent_kafka import TopicPartition
+
+    tps = [TopicPartition("t", p) for p in range(3)]
+    consumer = Marks({0: (0, 100), 1: (10, 50), 2: (0, 70)})
+    got = replay.resolve(consumer, tps, replay.parse_when("0:5,1:5", "--from"), replay.When("latest"))  # type: ignore[arg-type]
+    assert got == {("t", 0): (5, 100), ("t", 1): (10, 50), ("t", 2): (0, 0)}  # 1:5 is below its start
+    got = replay.resolve(consumer, tps, replay.When("earliest"), replay.parse_when("2:20", "--to"))  # type: ignore[arg-type]
+    assert got == {("t", 0): (0, 0), ("t", 1): (10, 10), ("t", 2): (0, 20)}
+    assert replay.resolve(consumer, tps, replay.When("earliest"), replay.When("latest")) == {  # type: ignore[arg-type]
+        ("t", 0): (0, 100), ("t", 1): (10, 50), ("t", 2): (0, 70)}
+
+
+def test_the_replay_metrics_server_takes_a_free_port_beside_the_live_one(no_broker: list[Config]) -> None:
+    from dataclasses import replace
+
+    cfg = load_config(EXAMPLE)
+    cfg = replace(cfg, metrics=replace(cfg.metrics, enabled=True, port=9400))
+    with pytest.raises(Planned):
+        replay.run_replay(cfg, replay.When("earliest"), run_id="r")
+    assert no_broker[0].metrics.port == 0 and no_broker[0].metrics.enabled
+
+
+def test_a_finished_run_is_a_config_error_naming_the_run_id() -> None:
+    from streamer.errors import ConfigError
+
+    error = replay.ReplayFinishedError("replay run 'r' already finished; pass --force to run it again")
+    assert isinstance(error, ConfigError) and error.key == "--run-id"
+
+
+def test_a_replay_that_dead_letters_everything_exits_2(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from streamer.observe.stats import Stats
+
+    stats = Stats()
+    stats.dead_letters["validate"] += 5
+
+    def ran(*_: Any, **__: Any) -> replay.ReplaySummary:
+        return replay.ReplaySummary("r1", "scores.backfill", 5, False, stats, 1.0)
+
+    monkeypatch.setattr(replay, "run_replay", ran)
+    assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"]) == 2
+    assert "every event of replay r1 became a dead letter in scores.backfill.dlq" in capsys.readouterr().err
+    stats.predictions = 5
+    assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"]) == 0

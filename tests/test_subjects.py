@@ -63,3 +63,15 @@ def test_the_columnar_encoder_frames_values_as_the_reference_does() -> None:
         assert reference.encode(record) == value
     with pytest.raises(Exception, match="framing"):
         reference.decode(got[0][5:])  # type: ignore[index]
+
+
+def test_registry_settings_that_cannot_work_are_refused_by_key() -> None:
+    from streamer.config import Secret
+
+    cfg = load_config(EXAMPLE, env={})
+    with pytest.raises(ConfigError) as caught:
+        with_overrides(cfg, output={"registry": RegistryConfig(url="http://127.0.0.1:8081")})
+    assert caught.value.key == "output.registry" and "'avro'" in caught.value.reason
+    with pytest.raises(ConfigError) as bad:
+        RegistryConfig(url="http://x", basic_auth_user_info=Secret("only-a-password"))
+    assert bad.value.key == "registry.basic_auth_user_info" and "only-a-password" not in str(bad.value)

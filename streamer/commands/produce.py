@@ -30,11 +30,11 @@ from confluent_kafka import Consumer, Producer
 
 from streamer.config import Config, output_registry
 from streamer.errors import BrokerError, ConfigError, SerializeError
-from streamer.kafka import clients
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
+from streamer.kafka import clients
 
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
@@ -121,7 +121,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise ConfigError(str(path), "reading Parquet needs pyarrow (pip install pyarrow)") from exc
     try:
         file = pq.ParquetFile(path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises its own hierarchy on a bad file
+    except Exception as exc:  # pyarrow raises its own hierarchy on a bad file
         raise ConfigError(str(path), f"is not a Parquet file pyarrow can read: {exc}") from exc
     n = 0
     for batch in file.iter_batches():

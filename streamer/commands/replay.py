@@ -26,7 +26,7 @@ from streamer.kafka import clients
 from streamer.kafka.topics import partitions
 from streamer.commands.run import build_processor
 from streamer.config import Config
-from streamer.errors import ConfigError, StreamerError
+from streamer.errors import ConfigError
 from streamer.observe.stats import Stats
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,12 @@ _OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-class ReplayFinishedError(StreamerError):
-    """The run id has already covered its whole range."""
+class ReplayFinishedError(ConfigError):
+    """The run id has already covered its whole range: running it again cannot help (exit 2)
+    unless it is forced or another run id is given."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("--run-id", reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +54,8 @@ class When:
 
 
 def parse_when(text: str, key: str, now_ms: int | None = None) -> When:
-    """ISO-8601 time, a duration ago (``2h``, ``30m``, ``7d``), earliest/latest, or ``P:O,...``."""
+    """ISO-8601 time, a duration ago (``2h``, ``30m``, ``7d``), earliest/latest, or ``P:O,...``
+    (those partitions only)."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     text = text.strip()
     if text in ("earliest", "latest"):
@@ -93,7 +98,11 @@ def resolve(consumer: Consumer, tps: list[TopicPartition], start: When, end: Whe
                 for tp in found}
 
     starts, ends = offsets(start), offsets(end)
-    return {k: (starts[k], max(starts[k], ends[k])) for k in marks}
+    # partition:offset bounds name the partitions to replay: an unlisted one has an empty range
+    # (``--from 0:5,1:5`` reads partitions 0 and 1 from offset 5, and nothing of partition 2).
+    listed = [{p for p, _ in w.offsets} for w in (start, end) if w.kind == "offsets"]
+    return {k: (starts[k], max(starts[k], ends[k])) if all(k[1] in named for named in listed)
+            else (starts[k], starts[k]) for k in marks}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +120,11 @@ class ReplaySummary:
                 f"events in range {self.events}, predictions {s.predictions}, dead letters "
                 f"{sum(s.dead_letters.values())}, to {self.output_topic}",
                 f"throughput {s.events_per_s():,.0f} events/s, {self.seconds:.1f} s in all"]
+
+    @property
+    def all_dead_lettered(self) -> bool:
+        """Every event in range became a dead letter: the model or the schemas do not fit the data."""
+        return self.events > 0 and self.stats.predictions == 0 and self.stats.outputs > 0
 
 
 def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str | None = None,
@@ -138,7 +152,8 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
         batching=replace(cfg.batching,
                          max_size=cfg.batching.max_size if batch_size is None else batch_size,
                          max_wait_ms=cfg.batching.max_wait_ms if max_wait_ms is None else max_wait_ms),
-        processing=replace(cfg.processing, dead_letter_topic=f"{output_topic}.dlq"))
+        processing=replace(cfg.processing, dead_letter_topic=f"{output_topic}.dlq"),
+        metrics=replace(cfg.metrics, port=0))  # an ephemeral port: the live processor holds metrics.port
     bounds, resumed = _plan(rcfg, run_id, start, end or When("latest"), force)
     clients.ensure_topic(rcfg, output_topic, like=cfg.input.topics[0])
     total = sum(e - s for s, e in bounds.values())

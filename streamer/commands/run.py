@@ -16,7 +16,7 @@ from streamer.formats.confluent import ConfluentAvroCodec, SchemaIds
 from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
 from streamer.formats.protobuf import ConfluentProtobufCodec
 from streamer.formats.subjects import confluent_output_codec, registry_client
-from streamer.kafka.clients import KafkaClients, ensure_topic, make_producer
+from streamer.kafka.clients import KafkaClients, check_input_topics, ensure_topic, make_producer
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.contract import Contract
@@ -38,8 +38,10 @@ def input_codec(cfg: Config) -> Codec:
     if i.format == "protobuf-confluent":
         assert i.registry is not None
         client = registry_client(i.registry)
+        registry = i.registry
         return ConfluentProtobufCodec(client, i.max_message_bytes,
-                                      SchemaIds(client, i.registry.not_found_retry_ms / 1000.0))
+                                      SchemaIds(client, registry.not_found_retry_ms / 1000.0),
+                                      fresh=lambda: registry_client(registry))
     if i.format == "json-schema-confluent":
         assert i.registry is not None  # checked when the config was loaded
         client = registry_client(i.registry)
@@ -174,15 +176,19 @@ def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None,
 
 
 def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,
-                    clients: KafkaClients | None = None) -> Processor:
+                    clients: KafkaClients | None = None,
+                    stopping: Callable[[], bool] = lambda: False) -> Processor:
     """A ready Processor; with ``metrics.enabled`` it serves /metrics, /healthz and /readyz.
-    ``clients``: other Kafka clients than the config's (the in-memory ones of benchmarks/gpu.py)."""
+    ``clients``: other Kafka clients than the config's (the in-memory ones of benchmarks/gpu.py).
+    ``stopping``: a stop signal came (it ends start-up's wait for the cluster: StopRequested)."""
     metrics = None
     if cfg.metrics.enabled or registry is not None:
         registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
     runner = runner or checked_runner(cfg)
     encoder = output_codec(cfg, runner)
+    if clients is None:  # the config's cluster: a missing input topic is named before anything runs
+        check_input_topics(cfg, stopping=stopping)
     processor = Processor(cfg, runner, input_codec(cfg), encoder, metrics, clients=clients,
                           serving=serving(cfg, runner, metrics, encoder))
     if cfg.metrics.enabled:

@@ -5,7 +5,7 @@ JSON Schema and Protobuf in the same framing are formats/json_events.py's and pr
 from __future__ import annotations
 
 import json
-import math
+import re
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -38,34 +38,48 @@ def framed_id(data: bytes, max_bytes: int) -> int:
     return int(_HEADER.unpack_from(data)[1])
 
 
+def _not_found(exc: Exception) -> bool:
+    """The registry's own "not found": a 404 with its error body (a bare 404 is some other server's)."""
+    return isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404 and exc.error_code > 0
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redact(text: str, secret: str | None = None) -> str:
+    """``text`` without registry credentials: neither ``user:pass@`` in a URL nor ``secret``."""
+    text = _USERINFO.sub("***@", text)
+    return text.replace(secret, "***") if secret else text
+
+
 class SchemaIds:
     """Schemas by registry id, each looked up once and built into what decoding needs (an Avro
-    reader, a JSON Schema check), with refusals cached and a 404 held before it is believed.
+    reader, a JSON Schema check, Protobuf classes), with refusals cached and a 404 held before
+    it is believed.
 
     A 404 is not believed at once: a registry that restarts answers 404 for ids it holds while
-    it loads (1-2 s for Confluent's, reading its ``_schemas`` topic). A 404 opens a suspect spell;
-    for ``not_found_retry_s`` from its start a 404 is a ``BrokerError`` (the processor holds the
-    input and reads the same messages again after its back-off), after that a ``DeserializeError``
-    for the row, the id remembered as refused for ``refused_ttl_s``. Any id found ends the spell;
-    so do ``quiet_s`` with no 404 (longer than the processor's longest back-off, so its own
-    re-reads do not restart the spell). Worked example, ``not_found_retry_s`` 10: id 7 answers
-    404 at t=0 and t=0.5 (held), 200 at t=1.5: its rows are decoded, none dead-lettered. Id 99,
-    never registered, answers 404 at t=100 (a new spell: held) and at t=110: its rows are dead
-    letters; id 98 answers 404 at t=112, inside the spell: dead letters at once (a stream of
-    made-up ids costs one hold, not one per id). Any other failure (the registry away, slow,
-    5xx, 401) is a ``BrokerError`` and is not cached.
+    it loads (1-2 s for Confluent's, reading its ``_schemas`` topic). For ``not_found_retry_s``
+    from an id's first 404, a 404 for it is a ``BrokerError`` (the processor holds the input and
+    reads the same messages again after its back-off); after that its rows are dead letters
+    (``DeserializeError``) and the id is remembered as refused for ``refused_ttl_s``, then asked
+    again. Each id has its own hold, so no id is ever dead-lettered on another id's history.
+    Worked example, ``not_found_retry_s`` 10: id 7 answers 404 at t=0 and t=0.5 (held), 200 at
+    t=1.5: its rows are decoded, none dead-lettered. Id 99, never registered, answers 404 at
+    t=100 (held) and at t=110: its rows are dead letters until t=410. The Avro fast path asks for
+    every id of a chunk before it decodes any row, so the ids of one chunk are held together.
+
+    Only a registry's own "not found" counts (a 404 with the registry's error body: Confluent's
+    40403, Apicurio's and confluent-kafka's mock's alike); a 404 without one (a wrong URL path, a
+    proxy) and any other failure (away, slow, 5xx, 401) is a ``BrokerError``, never cached.
     """
 
     def __init__(self, registry: SchemaRegistryClient, not_found_retry_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic, refused_ttl_s: float = 300.0,
-                 quiet_s: float = 60.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, refused_ttl_s: float = 300.0) -> None:
         self._registry = registry
         self._built: dict[int, Any] = {}
         self._refused: dict[int, tuple[str, float]] = {}  # negative cache: id -> (why, until when)
-        self._suspect_since: float | None = None  # the start of the spell of 404s (see above)
-        self._last_not_found = -math.inf
+        self._first_not_found: dict[int, float] = {}  # ids answered 404, not yet believed
         self._not_found_retry_s, self._clock, self._refused_ttl_s = not_found_retry_s, clock, refused_ttl_s
-        self._quiet_s = max(quiet_s, not_found_retry_s)
 
     def get(self, schema_id: int, build: Callable[[Any], _T]) -> _T:
         """What ``build`` makes of the registered schema ``schema_id`` (a ``RegisteredSchema``),
@@ -81,18 +95,17 @@ class SchemaIds:
         try:
             registered = self._registry.get_schema(schema_id)
         except Exception as exc:
-            if isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404:
-                if self._suspect_since is None or now - self._last_not_found > self._quiet_s:
-                    self._suspect_since = now
-                self._last_not_found = now
-                if now - self._suspect_since < self._not_found_retry_s:
+            if _not_found(exc):
+                since = self._first_not_found.setdefault(schema_id, now)
+                if now - since < self._not_found_retry_s:
                     raise BrokerError(f"schema registry: schema id {schema_id} not found; asked again for "
                                       f"up to {self._not_found_retry_s:g}s (a registry that restarts "
                                       f"answers 404 while it loads)") from exc
+                del self._first_not_found[schema_id]
                 raise DeserializeError(self._refuse(schema_id, "is not in the schema registry")) from exc
             # Any other failure means the registry is unwell, not that the record is bad: no caching.
-            raise BrokerError(f"schema registry: lookup of schema id {schema_id} failed: {exc}") from exc
-        self._suspect_since = None
+            raise BrokerError(redact(f"schema registry: lookup of schema id {schema_id} failed: {exc}")) from exc
+        self._first_not_found.pop(schema_id, None)
         try:
             built = build(registered)
         except DeserializeError as exc:  # an unusable schema never becomes usable: cache the refusal
@@ -111,7 +124,7 @@ def register(registry: SchemaRegistryClient, subject: str, schema: Schema) -> in
     try:
         return int(registry.register_schema(subject, schema))
     except Exception as exc:  # SchemaRegistryError or a transport error
-        raise BrokerError(f"schema registry: cannot register under {subject!r}: {exc}") from exc
+        raise BrokerError(redact(f"schema registry: cannot register under {subject!r}: {exc}")) from exc
 
 
 class ConfluentAvroCodec:

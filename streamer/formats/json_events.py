@@ -78,7 +78,11 @@ class JsonSchemaCheck:
             raise ConfigError(key, f"{str(path)!r} is not a valid JSON Schema: {message}") from exc
 
     def check(self, value: Any) -> None:
-        error = best_match(self._validator.iter_errors(value))
+        try:
+            error = best_match(self._validator.iter_errors(value))
+        except Exception as exc:  # a $ref the schema cannot resolve (referencing's errors)
+            why = f"the JSON Schema cannot be applied to this event: {exc!r}"
+            raise DeserializeError(why[:_SHOWN * 2]) from exc
         if error is not None:
             where = error.json_path
             message = error.message if len(error.message) <= _SHOWN else error.message[:_SHOWN] + "..."

@@ -30,16 +30,32 @@ from functools import partial
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import (  # the well-known types' modules put their files in the default pool
+    any_pb2,
+    api_pb2,
+    descriptor_pb2,
+    descriptor_pool,
+    duration_pb2,
+    empty_pb2,
+    field_mask_pb2,
+    message_factory,
+    source_context_pb2,
+    struct_pb2,
+    timestamp_pb2,
+    type_pb2,
+    wrappers_pb2,
+)
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from streamer.errors import BrokerError, DeserializeError, SerializeError
 from streamer.formats.codec import DEFAULT_MAX_BYTES
-from streamer.formats.confluent import SchemaIds, framed_id
+from streamer.formats.confluent import SchemaIds, framed_id, redact
 from streamer.formats.varint import read_zigzag
 
 _WELL_KNOWN = "google/protobuf/"
+_KNOWN_MODULES = (any_pb2, api_pb2, duration_pb2, empty_pb2, field_mask_pb2, source_context_pb2, struct_pb2,
+                  timestamp_pb2, type_pb2, wrappers_pb2)  # imported for their files, used by name
 
 
 class ProtobufSchema:
@@ -47,11 +63,9 @@ class ProtobufSchema:
 
     def __init__(self, file: descriptor_pb2.FileDescriptorProto) -> None:
         pool = descriptor_pool.DescriptorPool()
+        added: set[str] = set()
         for dependency in file.dependency:  # the well-known types, from the runtime's own pool
-            known = descriptor_pool.Default().FindFileByName(dependency)
-            proto = descriptor_pb2.FileDescriptorProto()
-            known.CopyToProto(proto)
-            pool.Add(proto)
+            _add_known(pool, dependency, added)
         self.file = pool.Add(file)
         self._classes: dict[tuple[int, ...], type[Message]] = {}
 
@@ -68,6 +82,23 @@ class ProtobufSchema:
             assert descriptor is not None
             self._classes[path] = message_factory.GetMessageClass(descriptor)
         return self._classes[path]
+
+
+def _add_known(pool: descriptor_pool.DescriptorPool, name: str, added: set[str]) -> None:
+    """Add the well-known file ``name`` and, first, what it imports (type.proto imports any.proto
+    and source_context.proto)."""
+    if name in added:
+        return
+    try:
+        known = descriptor_pool.Default().FindFileByName(name)
+    except KeyError as exc:
+        raise DeserializeError(f"imports {name}, which is not one of the well-known types") from exc
+    for dependency in known.dependencies:
+        _add_known(pool, dependency.name, added)
+    proto = descriptor_pb2.FileDescriptorProto()
+    known.CopyToProto(proto)
+    pool.Add(proto)
+    added.add(name)
 
 
 def _file(text: str) -> descriptor_pb2.FileDescriptorProto | None:
@@ -89,7 +120,7 @@ def _schema(registered: Any, serialized: Callable[[], Any]) -> ProtobufSchema:
         try:
             file = _file(serialized().schema_str or "")
         except Exception as exc:  # the registry failed: not the record's fault, not cached
-            raise BrokerError(f"schema registry: the serialized form of a Protobuf schema: {exc}") from exc
+            raise BrokerError(redact(f"schema registry: the serialized form of a Protobuf schema: {exc}")) from exc
     if file is None:
         raise DeserializeError("is not a Protobuf schema this reader can build (no file descriptor)")
     if registered.references or any(not d.startswith(_WELL_KNOWN) for d in file.dependency):
@@ -118,8 +149,12 @@ class ConfluentProtobufCodec:
     """Protobuf in Confluent framing (see the module docstring); decode only."""
 
     def __init__(self, registry: SchemaRegistryClient, max_bytes: int = DEFAULT_MAX_BYTES,
-                 ids: SchemaIds | None = None) -> None:
+                 ids: SchemaIds | None = None,
+                 fresh: Callable[[], SchemaRegistryClient] | None = None) -> None:
         self._registry = registry
+        # confluent-kafka caches get_schema by id whatever the format asked: the serialized form
+        # is asked through a client of its own
+        self._fresh = fresh or (lambda: registry)
         self._ids = ids or SchemaIds(registry)
         self._max_bytes = max_bytes
 
@@ -135,7 +170,7 @@ class ConfluentProtobufCodec:
         return as_mapping(message)
 
     def _build(self, schema_id: int, registered: Any) -> ProtobufSchema:
-        return _schema(registered, lambda: self._registry.get_schema(schema_id, fmt="serialized"))
+        return _schema(registered, lambda: self._fresh().get_schema(schema_id, fmt="serialized"))
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         raise SerializeError("protobuf-confluent events are written by your own generated classes "

@@ -19,7 +19,6 @@ it must be registered already). An incompatible or missing schema is a :class:`C
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -28,7 +27,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from streamer.config import Config, RegistryConfig, SubjectStrategy, output_registry
 from streamer.errors import BrokerError, ConfigError
 from streamer.formats.avro import AvroCodec, AvroSchema
-from streamer.formats.confluent import confluent_header
+from streamer.formats.confluent import confluent_header, redact
 
 
 def registry_client(reg: RegistryConfig) -> SchemaRegistryClient:
@@ -111,22 +110,13 @@ def _level(client: SchemaRegistryClient, subject: str) -> str:
     for ask in (lambda: client.get_compatibility(subject), client.get_compatibility):
         try:
             return f"compatibility {ask()}"
-        except Exception:  # noqa: BLE001 - 404: no subject-level rule; the global one is asked next
+        except Exception:  # noqa: BLE001, S112 - 404: no subject-level rule; the global one is asked next
             continue
     return "its compatibility rule"
 
 
 def _said(exc: SchemaRegistryError) -> str:
     return f"HTTP {exc.http_status_code}, error code {exc.error_code}: {exc.error_message}"
-
-
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
-
-
-def redact(text: str, secret: str | None) -> str:
-    """``text`` without the registry's credentials: neither ``user:pass@`` in a URL nor the secret."""
-    text = _USERINFO.sub("***@", text)
-    return text.replace(secret, "***") if secret else text
 
 
 def _away(what: str, exc: Exception, secret: str | None) -> BrokerError:

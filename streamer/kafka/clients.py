@@ -17,8 +17,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 
 from streamer.config import Config, Secret, librdkafka_config
-from streamer.errors import BrokerError, ConfigError
-from streamer.kafka.topics import ensure_like, partitions
+from streamer.errors import BrokerError, ConfigError, StopRequested
+from streamer.kafka.topics import create, ensure_like, partitions
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 log = logging.getLogger(__name__)
@@ -138,6 +138,42 @@ def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0,
             log.warning("the cluster does not answer yet (%s): trying again, for up to %.0f s in all",
                         exc, wait_s)
             time.sleep(1.0)
+
+
+def check_input_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_WAIT_S,
+                       stopping: Callable[[], bool] = lambda: False) -> None:
+    """Every input topic exists before the processor subscribes: a missing one (a typo, say) is a
+    ConfigError naming ``input.topics[n]``, never a healthy process that waits for ever; with
+    ``input.create_topics`` it is created (the broker's default partitions and replication). A
+    cluster that does not answer yet is waited for, up to ``wait_s``, each wait logged with the
+    address and the time waited; then a BrokerError names the address and the key. ``stopping``
+    (a SIGTERM came) ends the wait with :class:`StopRequested`."""
+    bootstrap = str(librdkafka_config(cfg)["bootstrap.servers"])
+    started = time.monotonic()
+    while True:
+        try:
+            topics = make_admin(cfg).list_topics(timeout=timeout_s).topics
+            break
+        except KafkaException as exc:
+            waited = time.monotonic() - started
+            if not is_transient(exc.args[0]) or waited + timeout_s > wait_s:
+                raise BrokerError(f"the cluster at {bootstrap} (kafka.bootstrap.servers) gave no metadata in "
+                                  f"{waited:.0f} s: {exc.args[0].str()}; check the address and the "
+                                  f"security settings (kafka.security.protocol, kafka.sasl.*)") from exc
+            log.warning("waiting for the cluster at %s (kafka.bootstrap.servers): no answer for %.0f s "
+                        "(giving up after %.0f s): %s", bootstrap, waited, wait_s, exc.args[0].str())
+            for _ in range(10):  # a second, in steps a signal can cut short
+                if stopping():
+                    raise StopRequested(f"stopped while waiting for the cluster at {bootstrap}")
+                time.sleep(0.1)
+    missing = {n: t for n, t in enumerate(cfg.input.topics) if t not in topics or topics[t].error is not None}
+    if missing and cfg.input.create_topics:
+        create(make_admin(cfg), {t: -1 for t in missing.values()}, timeout_s=timeout_s)
+        log.info("created the input topics %s (input.create_topics)", sorted(missing.values()))
+    elif missing:
+        n, topic = next(iter(missing.items()))
+        raise ConfigError(f"input.topics[{n}]", f"topic {topic!r} does not exist on {bootstrap} (a typo? "
+                                                f"create it, or set input.create_topics: true)")
 
 
 # Clients for tools and tests that know a bootstrap address or a bare librdkafka mapping rather

@@ -73,11 +73,13 @@ class Predictions:
     def keyed(self, key_by: OutputKey) -> Predictions:
         """These predictions keyed as ``output.key`` says: the input's key, or a prediction field's
         UTF-8 bytes (``entity_id``: every prediction of an entity in one partition, in order, and
-        the latest kept by a compacted topic)."""
+        the latest kept by a compacted topic); an empty id is a null key."""
         if key_by == "input":
             return self
         ids = self.rows.entity_ids if key_by == "entity_id" else self.rows.event_ids
-        return replace(self, keys=[i if isinstance(i, bytes) else str(i).encode() for i in ids])
+        # an event without an entity is keyed null, not b"": one key for all of them would put
+        # them in one partition, and a compacted topic would keep one of them
+        return replace(self, keys=[None if not i else i if isinstance(i, bytes) else str(i).encode() for i in ids])
 
 
 @dataclass(slots=True)

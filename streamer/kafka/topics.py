@@ -55,7 +55,7 @@ def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: 
            timeout_s: float = 30.0, config: Mapping[str, str] | None = None) -> None:
     """Create each ``name -> partitions`` topic that does not exist yet, and wait for its leaders.
 
-    ``replication_factor=-1`` takes the broker's default. A topic that another client creates
+    ``replication_factor=-1`` takes the broker's default, and so do partitions of -1. A topic that another client creates
     at the same time is fine (the broker answers TOPIC_ALREADY_EXISTS, checked by error code);
     any other refusal raises :class:`BrokerError` naming the topic.
     """
@@ -132,7 +132,7 @@ def _await_leaders(admin: MetadataClient, topics: Mapping[str, int], timeout_s: 
     deadline = time.monotonic() + timeout_s
     while topics:
         meta = admin.list_topics(timeout=timeout_s).topics
-        if all(name in meta and len(meta[name].partitions) == count
+        if all(name in meta and (len(meta[name].partitions) == count if count > 0 else meta[name].partitions)
                and all(p.leader >= 0 for p in meta[name].partitions.values())
                for name, count in topics.items()):
             return

@@ -168,7 +168,7 @@ class FieldDecoder:
         runs: dict[int, tuple[int, int, str]] = {}
         i = 0
         while i < len(self._fields):
-            name, t = self._fields[i]
+            t = self._fields[i][1]
             j = i
             if t.kind == "fixed" and t.item in ("float", "double"):
                 while (j < len(self._fields) and self._widths.get(self._fields[j][0]) == 1

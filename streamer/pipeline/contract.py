@@ -109,8 +109,12 @@ def exact(value: Any, element: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"is {type(value).__name__} {value!r}, not a number")
         if isinstance(value, int):
-            if abs(value) > _EXACT_INT[element] and int(float(np.dtype(element).type(value))) != value:
-                raise ValueError(f"is the integer {value}, which {element} cannot hold exactly")
+            try:
+                held = int(float(np.dtype(element).type(value))) if abs(value) > _EXACT_INT[element] else value
+            except OverflowError:  # past a double's range (a 400-digit JSON integer)
+                held = None
+            if held != value:
+                raise ValueError(f"is the integer {str(value)[:40]}, which {element} cannot hold exactly")
             return float(value)
         if not math.isfinite(value) or (element == "float32" and abs(value) > _F32_MAX):
             raise ValueError(f"is {value!r}, not a finite {element}")

@@ -13,7 +13,6 @@ from streamer.errors import ValidationError
 from streamer.pipeline.contract import Contract, field_value
 from streamer.pipeline.records import SourceRecord
 
-
 _NUMBERS = {int, float}  # exact types: bool is an int subclass, and is refused
 
 class EventValidator:
@@ -61,7 +60,7 @@ class EventValidator:
                                   f"not a number")
         try:
             features = np.asarray(raw_features, dtype=np.float32)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # Overflow: an integer past a double
             raise ValidationError(f"field '{cfg.features_field}' is not a list of numbers") from exc
         if features.shape != (self.n_features,):
             raise ValidationError(f"field '{cfg.features_field}' has {features.size} values, "

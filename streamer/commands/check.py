@@ -1,0 +1,88 @@
+"""`streamer check --config FILE`: a dry run of start-up that names every problem it finds.
+
+It checks what `streamer run` needs before it scores anything, and touches nothing: the config
+(loaded by the caller: a bad key is exit 2 before any of this), the model against the schemas
+(signature, ``model.inputs`` and ``model.outputs``, a probe batch: the checks start-up runs), the
+cluster answering a metadata request with the configured security settings, the input and output
+topics existing (and the dead-letter topic, unless start-up creates it), and each configured
+Schema Registry answering. Each finding is one line, ``ok`` or ``FAIL`` with the key to change;
+the command exits 0 when all are ok, else 2. Nothing is consumed, produced or registered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+
+from streamer.config import Config, RegistryConfig, dead_letter_topic, librdkafka_config, output_registry
+from streamer.errors import ConfigError
+from streamer.formats.subjects import redact, registry_client
+from streamer.kafka.clients import make_admin
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    key: str  # the config key (or file) the finding is about
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.key}: {self.detail}"
+
+
+def check(cfg: Config, timeout_s: float = 10.0) -> list[Finding]:
+    """Every finding, in the order start-up meets them; see the module docstring."""
+    return [_model(cfg), *_kafka(cfg, timeout_s), *_registries(cfg)]
+
+
+def _model(cfg: Config) -> Finding:
+    from streamer.commands.run import checked_runner, prediction_schema
+
+    try:
+        runner = checked_runner(cfg)
+        schema = prediction_schema(cfg, runner)
+    except ConfigError as exc:
+        return Finding(exc.key, False, exc.reason)
+    fields = ", ".join(f["name"] for f in schema["fields"])
+    return Finding("model.path", True, f"{cfg.model.path.name} serves; predictions carry {fields}")
+
+
+def _kafka(cfg: Config, timeout_s: float) -> list[Finding]:
+    bootstrap = str(librdkafka_config(cfg)["bootstrap.servers"])
+    try:
+        topics = make_admin(cfg).list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        return [Finding("kafka.bootstrap.servers", False,
+                        f"no metadata from {bootstrap} within {timeout_s:g} s with these kafka settings "
+                        f"(address, security.protocol, sasl.*): {exc.args[0].str()}")]
+    found = [Finding("kafka.bootstrap.servers", True, f"{bootstrap} answers ({len(topics)} topics)")]
+    wanted = [(f"input.topics[{n}]", t) for n, t in enumerate(cfg.input.topics)] + [("output.topic", cfg.output.topic)]
+    if not cfg.processing.create_dead_letter_topic:
+        wanted.append(("processing.dead_letter_topic", dead_letter_topic(cfg)))
+    for key, topic in wanted:
+        meta = topics.get(topic)
+        if meta is None or meta.error is not None:
+            found.append(Finding(key, False, f"topic {topic!r} does not exist on {bootstrap}"))
+        else:
+            found.append(Finding(key, True, f"topic {topic!r}, {len(meta.partitions)} partitions"))
+    return found
+
+
+def _registries(cfg: Config) -> list[Finding]:
+    needed: list[tuple[str, RegistryConfig]] = []
+    if cfg.input.format.endswith("-confluent") and cfg.input.registry is not None:
+        needed.append(("input.registry.url", cfg.input.registry))
+    out = output_registry(cfg)
+    if cfg.output.format == "avro-confluent" and out is not None and out not in [r for _, r in needed]:
+        needed.append(("output.registry.url" if cfg.output.registry else "input.registry.url", out))
+    found = []
+    for key, reg in needed:
+        secret = reg.basic_auth_user_info.value if reg.basic_auth_user_info is not None else None
+        try:
+            subjects = registry_client(reg).get_subjects()
+        except Exception as exc:  # noqa: BLE001 - any failure is the finding
+            found.append(Finding(key, False, redact(f"{reg.url} does not answer: {exc}", secret)))
+            continue
+        found.append(Finding(key, True, redact(f"{reg.url} answers ({len(subjects)} subjects)", secret)))
+    return found
