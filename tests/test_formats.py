@@ -240,11 +240,9 @@ def test_unknown_schema_id_is_held_then_rejected_and_not_asked_again(feature_sch
     assert asked == [99, 99, 99, 99, 1]  # then one lookup per id: the miss and the hit are both cached
 
 
-def test_an_id_the_restarting_registry_answers_404_for_is_decoded_once_it_has_loaded(
-        feature_schema: dict[str, Any]) -> None:
-    """The data-losing case: a registry that restarts answers 404 for ids it holds while it loads."""
-    reg = registry()
-    ConfluentAvroCodec(reg, "features-value", feature_schema).encode(GOLDEN_EVENT)
+def restarting(reg: SchemaRegistryClient) -> list[bool]:
+    """Make ``reg`` answer 404 for every id, as a registry still loading does, while the returned
+    flag's one item is True."""
     real, loading = reg.get_schema, [True]
 
     def get_schema(schema_id: int, *args: Any, **kwargs: Any) -> Any:
@@ -253,6 +251,15 @@ def test_an_id_the_restarting_registry_answers_404_for_is_decoded_once_it_has_lo
         return real(schema_id, *args, **kwargs)
 
     reg.get_schema = get_schema  # type: ignore[method-assign]
+    return loading
+
+
+def test_an_id_the_restarting_registry_answers_404_for_is_decoded_once_it_has_loaded(
+        feature_schema: dict[str, Any]) -> None:
+    """The data-losing case: a registry that restarts answers 404 for ids it holds while it loads."""
+    reg = registry()
+    ConfluentAvroCodec(reg, "features-value", feature_schema).encode(GOLDEN_EVENT)
+    loading = restarting(reg)
     clock = Clock()
     codec = ConfluentAvroCodec(reg, "features-value", clock=clock)
     for t in (0, 0.5, 1.5):
@@ -275,14 +282,7 @@ def test_each_id_is_held_on_its_own_and_a_refusal_is_asked_again_later(feature_s
     clock.t += 10
     with pytest.raises(DeserializeError, match="schema id 99 is not in"):
         codec.decode(b"\x00\x00\x00\x00\x63" + GOLDEN_AVRO)  # t=10: believed
-    real, loading = reg.get_schema, [True]
-
-    def get_schema(schema_id: int, *args: Any, **kwargs: Any) -> Any:
-        if loading[0]:
-            raise SchemaRegistryError(404, 40403, "Schema not found")
-        return real(schema_id, *args, **kwargs)
-
-    reg.get_schema = get_schema  # type: ignore[method-assign]
+    loading = restarting(reg)
     ConfluentAvroCodec(reg, "features-value", feature_schema).encode(GOLDEN_EVENT)  # id 1 is registered
     for step in (1, 4, 4):  # t=11..19: the registry restarts; id 1 is held, never believed
         clock.t += step
