@@ -19,11 +19,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """What /healthz and /readyz answer; ``reason`` says why not, in plain words."""
+    """What /healthz and /readyz answer; ``reason`` says why not healthy, ``waiting`` why a healthy
+    process is not ready yet, in plain words."""
 
     healthy: bool
     ready: bool
     reason: str = ""
+    waiting: str = ""
 
 
 class HealthServer:
@@ -61,7 +63,8 @@ class HealthServer:
             return
         status = self.status()
         ok = status.healthy if path == "/healthz" else status.ready
-        body = (b"ok\n" if ok else f"{status.reason or 'not ready'}\n".encode())
+        why = status.reason if path == "/healthz" else (status.reason or status.waiting)
+        body = (b"ok\n" if ok else f"{why or 'not ready'}\n".encode())
         self._send(request, 200 if ok else 503, body, "text/plain; charset=utf-8")
 
     @staticmethod
@@ -85,4 +88,10 @@ def loop_status(*, running: bool, silent_s: float, stall_s: float, blocked: str 
         reason = "no progress on " + ", ".join(f"{t}[{p}]" for t, p in sorted(stalled))
     else:
         reason = ""
-    return Status(healthy=not reason, ready=ready and running, reason=reason)
+    if not running:
+        waiting = "not running: starting (the model warming up) or stopping"
+    elif not ready:
+        waiting = "no partitions assigned yet: joining the consumer group"
+    else:
+        waiting = ""
+    return Status(healthy=not reason, ready=ready and running, reason=reason, waiting=waiting)
