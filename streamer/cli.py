@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lag.add_argument("--group", help="instead of --config: the consumer group")
     lag.add_argument("--topics", help="instead of --config: comma-separated topics")
     lag.add_argument("--host", default=None, help="bind address (default metrics.host or 127.0.0.1)")
-    lag.add_argument("--port", type=int, default=None, help="port (default metrics.port + 1 or 9401)")
+    lag.add_argument("--port", type=int, default=None,
+                     help="port (default metrics.port - 1 or 9399: metrics.port + i are run --workers' ports)")
     lag.add_argument("--interval", type=float, default=15.0, help="seconds between collections")
     rp = sub.add_parser("replay", help="score a bounded range of the input topics (backfill)")
     rp.add_argument("--config", required=True)
@@ -172,11 +173,11 @@ def _lag_exporter(args: argparse.Namespace) -> int:
     from streamer.observe.health import HealthServer, Status
     from streamer.observe.lag import LagExporter
 
-    host, port = "127.0.0.1", 9401
+    host, port = "127.0.0.1", 9399
     if args.config:
         cfg = load_config(args.config)
         client, group, topics = librdkafka_config(cfg), cfg.input.group_id, list(cfg.input.topics)
-        host, port = cfg.metrics.host, cfg.metrics.port + 1
+        host, port = cfg.metrics.host, max(cfg.metrics.port - 1, 0)  # below the workers' ports
     elif args.bootstrap and args.group and args.topics:
         client, group, topics = {"bootstrap.servers": args.bootstrap}, args.group, args.topics.split(",")
     else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from streamer.commands.workers import Supervisor, for_worker
 from streamer.config import transactional_id, with_overrides
 from streamer.config_file import load_config
@@ -117,3 +119,26 @@ def test_each_worker_gets_its_own_member_id_transactional_id_and_port() -> None:
     assert len({transactional_id(w) for w in workers}) == 3
     assert [w.metrics.port for w in workers] == [9400, 9401, 9402]
     assert for_worker(with_overrides(cfg, metrics={"port": 0}), 2).metrics.port == 0  # any free port
+
+
+def test_the_lag_exporters_default_port_is_below_the_workers_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run --workers N takes metrics.port .. metrics.port + N - 1; the exporter's default is
+    metrics.port - 1, so the two never collide on one host (it used to be worker 1's)."""
+    from streamer import cli
+
+    bound: list[tuple[str, int]] = []
+
+    class Stop(Exception):
+        pass
+
+    def server(_registry: object, host: str, port: int, _status: object) -> None:
+        bound.append((host, port))
+        raise Stop
+
+    monkeypatch.setattr("streamer.observe.health.HealthServer", server)
+    monkeypatch.setattr("streamer.observe.lag.LagExporter", lambda *a, **k: None)
+    with pytest.raises(Stop):
+        cli.main(["lag-exporter", "--config", str(EXAMPLE)])
+    cfg = load_config(EXAMPLE)
+    ports = [w.metrics.port for w in (for_worker(cfg, i) for i in range(3))]
+    assert bound == [(cfg.metrics.host, cfg.metrics.port - 1)] and bound[0][1] not in ports
