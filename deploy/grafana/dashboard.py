@@ -136,7 +136,7 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
 def variable(name: str, label: str, query: str) -> dict[str, object]:
     return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE,
             "query": {"query": query, "refId": name}, "definition": query, "refresh": 2,
-            "includeAll": True, "multi": True, "allValue": ".*", "sort": 1,
+            "includeAll": True, "multi": True, "allValue": ".+", "sort": 1,
             "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "options": [], "hide": 0}
 
 
@@ -156,7 +156,7 @@ def dashboard() -> dict[str, object]:
     streamer = '{__name__=~"streamer_.+"}'
     return {
         "uid": "streamer", "title": "streamer: scoring on Kafka", "schemaVersion": 39, "version": 2,
-        "editable": True, "time": {"from": "now-1h", "to": "now"}, "refresh": "30s",
+        "editable": False, "time": {"from": "now-1h", "to": "now"}, "refresh": "30s",
         "tags": ["streamer", "kafka"],
         "templating": {"list": [
             {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
