@@ -35,6 +35,7 @@ from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
 from streamer.kafka import clients
+from streamer.kafka.delivery import produce
 
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
@@ -62,31 +63,26 @@ def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
         key = row.get(key_field)
         messages.append((None if key is None else str(key).encode(), value))
     failed: list[str] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
     producer = Producer(clients.producer_config(cfg))
-    for key, value in messages:
-        _send(producer, topic, key, value, failed)
+    for key, value in messages:  # a full local queue serves reports, then takes the message
+        produce(producer, lambda: producer.poll(0.5), topic, value, key, on_delivery=report)
     left = producer.flush(60)
     if failed or left:
         raise BrokerError(f"producing to {topic}: {len(failed)} refused ({failed[:1]}), {left} not acknowledged")
     return len(messages)
 
 
-def _send(producer: Producer, topic: str, key: bytes | None, value: bytes, failed: list[str]) -> None:
-    def report(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failed.append(str(err))
-
-    while True:
-        try:
-            producer.produce(topic, value, key, on_delivery=report)
-            return
-        except BufferError:  # the local queue is full: serve reports, then try again
-            producer.poll(0.5)
-
-
 def rows(path: Path, cfg: Config) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, event)`` for each row of a JSON Lines or CSV file."""
+    """``(line number, event)`` for each row of a JSON Lines, CSV or Parquet file."""
     suffix = path.suffix.lower()
+    if suffix == ".parquet":  # binary: pyarrow opens it
+        yield from _parquet_rows(path)
+        return
     try:
         text = path.open(encoding="utf-8", newline="")
     except OSError as exc:
@@ -107,8 +103,6 @@ def rows(path: Path, cfg: Config) -> Iterator[tuple[int, dict[str, Any]]]:
             types = _field_types(cfg)
             for n, cells in enumerate(csv.DictReader(text), 2):
                 yield n, {k: _cell(v, types.get(k), f"{path}:{n}", k) for k, v in cells.items() if k is not None}
-        elif suffix == ".parquet":
-            yield from _parquet_rows(path)
         else:
             raise ConfigError(str(path), "is neither JSON Lines (.jsonl, .ndjson), CSV (.csv) nor Parquet (.parquet)")
 

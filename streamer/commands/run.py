@@ -35,28 +35,23 @@ def input_codec(cfg: Config) -> Codec:
     check = JsonSchemaCheck.from_file(i.json_schema) if i.json_schema is not None else None
     if i.format == "json":
         return JsonCodec(i.max_message_bytes) if check is None else CheckedJsonCodec(check, i.max_message_bytes)
-    if i.format == "protobuf-confluent":
-        assert i.registry is not None
-        client = registry_client(i.registry)
-        registry = i.registry
-        return ConfluentProtobufCodec(client, i.max_message_bytes,
-                                      SchemaIds(client, registry.not_found_retry_ms / 1000.0),
-                                      fresh=lambda: registry_client(registry))
-    if i.format == "json-schema-confluent":
-        assert i.registry is not None  # checked when the config was loaded
-        client = registry_client(i.registry)
-        return ConfluentJsonCodec(client, i.registry.subject or f"{i.topics[0]}-value", check, i.max_message_bytes,
-                                  SchemaIds(client, i.registry.not_found_retry_ms / 1000.0))
     schema = load_schema(i.schema, key="input.schema") if i.schema is not None else None
     if i.format == "avro":
         assert schema is not None  # checked when the config was loaded
         return AvroCodec(schema, i.max_message_bytes)
-    assert i.registry is not None
-    subject = i.registry.subject or f"{i.topics[0]}-value"
+    registry = i.registry  # every other format is Confluent-framed: a registry, checked when loaded
+    assert registry is not None
+    client = registry_client(registry)
+    retry_s = registry.not_found_retry_ms / 1000.0
     # Decoding reads each message's writer schema by its id; the schema and the subject serve only
-    # streamer's own producers of input (the demo, the tests).
-    return ConfluentAvroCodec(registry_client(i.registry), subject, schema, i.max_message_bytes,
-                              not_found_retry_s=i.registry.not_found_retry_ms / 1000.0)
+    # streamer's own producers of input (streamer produce, the demo, the tests).
+    subject = registry.subject or f"{i.topics[0]}-value"
+    if i.format == "protobuf-confluent":
+        return ConfluentProtobufCodec(client, i.max_message_bytes, SchemaIds(client, retry_s),
+                                      fresh=lambda: registry_client(registry))
+    if i.format == "json-schema-confluent":
+        return ConfluentJsonCodec(client, subject, check, i.max_message_bytes, SchemaIds(client, retry_s))
+    return ConfluentAvroCodec(client, subject, schema, i.max_message_bytes, not_found_retry_s=retry_s)
 
 
 def prediction_schema(cfg: Config, runner: ModelRunner | None = None) -> AvroSchema:
