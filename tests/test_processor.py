@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError
 
-from streamer.errors import BrokerError, ProducerFatalError
+from streamer.errors import BrokerError, ConfigError, ProducerFatalError
 
 from streamer.config import Config, with_overrides
 from streamer.config_file import load_config
-from streamer.kafka.checkpoint import FENCE_WINDOW_S
+from streamer.kafka.checkpoint import FENCE_WINDOW_S, MAX_RENEWALS
 from streamer.kafka.clients import KafkaClients
 from streamer.observe.stats import Stats
 from streamer.processor import Processor
@@ -231,6 +231,25 @@ def test_unacknowledged_outputs_are_never_committed() -> None:
     h.run(many_commit_intervals, lambda s: h.consumer.committed == {P0: 10})
 
 
+def test_an_open_batch_is_flushed_within_max_wait_when_the_consume_timeout_is_longer() -> None:
+    """The consume wait is cut to what is left of the open batch's max_wait_ms: a trickle is
+    scored max_wait after its first event, not a whole consume timeout later. The fake consumer's
+    empty poll() takes its whole timeout of the fake clock, as a real one waits."""
+    h = Harness(with_overrides(config(max_wait_ms=100), input={"consume_timeout_ms": 5_000}))
+    h.consumer.clock = h.clock
+    h.consumer.rebalance("assign", [P0])
+    sent: list[float] = []
+
+    def one_event(s: Stats) -> bool:
+        h.consumer.append(P0, [event(0)])
+        sent.append(h.clock())
+        return True
+
+    h.run(one_event, lambda s: s.predictions == 1)
+    waited = h.clock() - sent[0]
+    assert 0.1 <= waited <= 0.1 + 0.05, waited  # max_wait, and a few 10 ms passes of the loop
+
+
 def test_a_failed_commit_is_retried() -> None:
     h = Harness(config(max_wait_ms=0, commit_interval_ms=20))
     h.consumer.rebalance("assign", [P0, P1])
@@ -279,6 +298,27 @@ def test_exactly_once_a_failed_output_aborts_and_reads_again_from_the_last_commi
     # Acknowledged outputs of the aborted transaction were written off, and redone: the counts
     # only include what committed.
     assert h.processor.stats.predictions == 6
+
+
+def test_exactly_once_an_aborted_commit_reads_again_from_the_last_committed_transaction() -> None:
+    """A commit_transaction answering an abortable error: the transaction is aborted and its input
+    read again from the previous commit, never from the positions the failed commit carried."""
+    h = Harness(config("exactly_once", max_wait_ms=0, commit_interval_ms=20))
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(3)])
+
+    def committed_then_more(s: Stats) -> bool:
+        if s.predictions < 3:
+            return False
+        assert h.producer.sent_offsets[-1] == {P0: 3}
+        h.producer.abortable_in["commit"] = KafkaError(KafkaError._STATE, "commit failed", txn_requires_abort=True)
+        h.consumer.append(P0, [event(i) for i in range(3, 6)])
+        return True
+
+    h.run(committed_then_more, lambda s: s.predictions == 6)
+    assert "abort" in h.producer.transactions
+    assert h.producer.sent_offsets[-2:] == [{P0: 6}, {P0: 6}]  # the failed commit, then the redo
+    assert [off for _, off in h.predictions()].count(4) == 2  # aborted once, written again
 
 
 def test_exactly_once_a_producer_gone_fatal_in_an_abort_is_replaced_and_nothing_is_lost() -> None:
@@ -336,6 +376,23 @@ def test_a_fenced_producer_is_replaced_once_and_a_second_fence_soon_after_ends_t
               fence, lambda s: False)  # fenced again at once: a rival instance
     assert h.producers[1].transactions[0] == "init" and h.producers[1].sent_offsets[-1] == {P0: 4}
     assert len(h.producers) == 3
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_producer_that_stays_fatal_is_replaced_five_times_then_the_loop_ends(guarantee: str) -> None:
+    """Every replacement goes fatal at once, with no commit in between: after MAX_RENEWALS of them
+    the loop ends with ProducerFatalError (exit 3: a restart may find the cluster healthy)."""
+    h = Harness(config(guarantee, max_wait_ms=0, commit_interval_ms=20))
+    h.consumer.rebalance("assign", [P0])
+
+    def keep_dying(s: Stats) -> bool:
+        h.error_cb(KafkaError(KafkaError._FATAL, "idempotence broken", fatal=True))
+        return False
+
+    with pytest.raises(ProducerFatalError, match="idempotence broken") as raised:
+        h.run(keep_dying)
+    assert not isinstance(raised.value, ConfigError)  # the cli's exit 3, not 2
+    assert len(h.producers) == MAX_RENEWALS + 1
 
 
 @pytest.mark.parametrize("pipelined", [False, True])

@@ -233,6 +233,20 @@ def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model
         assert serving.poll() is None and serving._loading is None
 
 
+def test_a_model_of_another_output_width_is_refused_by_hot_reload(model: Path) -> None:
+    """A model whose signature does not fix its output width (a runner without one here) is held
+    to the width the serving model answered with: two score columns for one are refused."""
+    clock = FakeClock()
+    serving = Serving(config(model, reload_check_ms=0), FunctionRunner(lambda x: x[:, :1], N), clock,
+                      load=lambda path: FunctionRunner(lambda x: x[:, :2], N))
+    serving.warm_up()
+    before = serving.score(rows(BATCH)).scores
+    serving.ask_reload()
+    done = next_reload(serving, clock)
+    assert done.runner is None and done.refused is not None and "with shape (8, 2); expected (8, 1)" in done.refused
+    assert np.array_equal(serving.score(rows(BATCH)).scores, before)
+
+
 def test_a_folder_of_versions_serves_the_highest_and_takes_a_new_one(tmp_path: Path) -> None:
     folder = tmp_path / "fraud"
     write_model(folder / "3" / "model.onnx")

@@ -86,6 +86,28 @@ mut("12-no-bisection", "a failing batch is not bisected: every row of it is dead
     ("streamer/pipeline/isolate.py",
      "        else:\n            split(lo, hi, got)\n",
      "        else:\n            for i in range(lo, hi):\n                result.poison[i] = got\n"))
+mut("13-eos-committed-before-commit", "exactly-once: positions marked committed before the commit call, so an "
+    "aborted commit rewinds past its own input",
+    U + "test_exactly_once_an_aborted_commit_reads_again_from_the_last_committed_transaction",
+    ("streamer/kafka/checkpoint.py",
+     "        positions = self.tracker.committable()\n        try:\n",
+     "        positions = self.tracker.committable()\n        self.tracker.mark_committed(positions)\n        try:\n"))
+mut("14-consume-wait-uncapped", "the consume wait is not cut to what is left of the open batch's max_wait_ms",
+    U + "test_an_open_batch_is_flushed_within_max_wait_when_the_consume_timeout_is_longer",
+    ("streamer/processor.py",
+     "        if (remaining := self._batcher.remaining_s()) is not None and not self._gate.blocked:\n"
+     "            wait = min(wait, remaining)\n",
+     ""))
+mut("15-reload-any-output-width", "hot reload accepts a model that answers with another number of score columns",
+    "tests/test_serving.py::test_a_model_of_another_output_width_is_refused_by_hot_reload",
+    ("streamer/pipeline/serving.py",
+     "        if out.shape != (len(probe), width or out.shape[1]):\n",
+     "        if out.shape[0] != len(probe):\n"))
+mut("16-renew-fatal-producer-forever", "a producer still fatal after MAX_RENEWALS replacements is replaced again, for ever",
+    U + "test_a_producer_that_stays_fatal_is_replaced_five_times_then_the_loop_ends",
+    ("streamer/kafka/checkpoint.py",
+     "        if self._fenced_again(broken) or self._renewals > MAX_RENEWALS:\n",
+     "        if self._fenced_again(broken):\n"))
 
 out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests" / "mutants"
 for name, desc, kills, edits in M:

@@ -70,6 +70,7 @@ class FakeConsumer:
         self._rebalances: list[tuple[str, list[TP]]] = []
         self.in_callback: str | None = None
         self.closed = False
+        self.clock: Any = None  # a FakeClock: an empty poll() advances it by its whole timeout
         self._on_commit: Callable[..., None] | None = None
         self._answers: list[tuple[Any, list[Any]]] = []  # asynchronous commits, reported on consume
 
@@ -107,6 +108,8 @@ class FakeConsumer:
         got = self.consume(1, timeout)
         if not got and timeout > 0:  # a real consumer waits, and other threads (inference) run meanwhile
             time.sleep(min(timeout, 0.001))
+            if self.clock is not None:
+                self.clock.advance(timeout)
         return got[0] if got else None
 
     def configure(self, on_commit: Callable[..., None] | None = None, **_: Any) -> FakeConsumer:
@@ -201,6 +204,7 @@ class FakeProducer:
         self.transactions: list[str] = []  # init, begin, send_offsets, commit, abort, in order
         self.sent_offsets: list[dict[TP, int]] = []
         self.fatal_in: dict[str, KafkaError] = {}  # transactional call -> the fatal error it raises
+        self.abortable_in: dict[str, KafkaError] = {}  # transactional call -> raised once, abortable
         self.purged = False
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
@@ -242,6 +246,8 @@ class FakeProducer:
         self.sent_offsets.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
 
     def commit_transaction(self, timeout: float) -> None:
+        if "commit" in self.abortable_in:
+            raise KafkaException(self.abortable_in.pop("commit"))
         self.transactions.append("commit")
 
     def abort_transaction(self, timeout: float) -> None:
