@@ -161,7 +161,8 @@ def _dlq(args: argparse.Namespace) -> int:
         return 0
     result = dlq.redrive(cfg, args.stage, args.limit)
     print(f"redriven {result.redriven}, refused {result.refused} (redriven "
-          f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short)")
+          f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short), "
+          f"already redriven {result.already}")
     return 0
 
 

@@ -253,24 +253,25 @@ def retrying(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
 
 
 def read_to_end(consumer: Consumer, topic: str, from_committed: bool,
-                timeout_s: float = 30.0) -> Iterator[Message]:
-    """Messages of ``topic`` from the consumer group's committed offsets (or the start) to the end
-    offsets captured now, so that a topic still being written to still ends.
+                timeout_s: float = 30.0, starts: Mapping[int, int] | None = None) -> Iterator[Message]:
+    """Messages of ``topic`` from the consumer group's committed offsets (or ``starts``, partition
+    to offset, or the start) to the end offsets captured now, so that a topic still being written
+    to still ends.
 
     Raises BrokerError when no message comes for ``timeout_s`` before the end (an open
     transaction holding a read_committed reader back, say).
     """
     tps = [TopicPartition(topic, p) for p in partitions(consumer, topic, timeout_s)]
-    starts: dict[int, int] = {tp.partition: 0 for tp in tps}
+    first: dict[int, int] = {tp.partition: (starts or {}).get(tp.partition, 0) for tp in tps}
     if from_committed:
         for tp in consumer.committed(tps, timeout=timeout_s):
             if tp.offset >= 0:
-                starts[tp.partition] = tp.offset
+                first[tp.partition] = tp.offset
     ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout_s)[1] for tp in tps}
-    todo = {p for p in ends if ends[p] > starts[p]}
+    todo = {p for p in ends if ends[p] > first[p]}
     if not todo:
         return
-    consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
+    consumer.assign([TopicPartition(topic, p, first[p]) for p in sorted(todo)])
     deadline = time.monotonic() + timeout_s
     while todo:
         # consume(n, t) waits for n messages or t seconds: short waits, and a deadline overall
