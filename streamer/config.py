@@ -290,6 +290,7 @@ class MetricsConfig:
     port: int = 9400  # 0: any free port
     stats_interval_ms: int = 5000  # librdkafka statistics (consumer lag) this often
     stall_timeout_ms: int = 60_000  # work but no commit for this long: unhealthy
+    log_interval_ms: int = 30_000  # a progress line in the log this often (0: none)
 
     def __post_init__(self) -> None:
         check_types(self, "metrics")
@@ -297,6 +298,7 @@ class MetricsConfig:
             raise ConfigError("metrics.port", f"must be between 0 and 65535, got {self.port}")
         above(0, "metrics.stats_interval_ms", self.stats_interval_ms)  # 0 would turn stats off
         above(0, "metrics.stall_timeout_ms", self.stall_timeout_ms)
+        at_least(0, "metrics.log_interval_ms", self.log_interval_ms)
 
 
 @dataclass(frozen=True, slots=True)

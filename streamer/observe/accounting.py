@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from streamer.kafka.checkpoint import Commit
 from streamer.kafka.delivery import Acked
 from streamer.observe.drift import DriftMonitor, Profile
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
+from streamer.observe.report import ProgressLog
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.isolate import Scored
@@ -31,8 +33,12 @@ DRIFT_REFRESH_S = 1.0
 class Accounting:
     """Stats and metrics of one processor."""
 
-    def __init__(self, stats: Stats, metrics: Metrics | None, cfg: Config, n_features: int) -> None:
+    def __init__(self, stats: Stats, metrics: Metrics | None, cfg: Config, n_features: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.stats = stats
+        self.log = ProgressLog(cfg.metrics.log_interval_ms / 1000.0, clock, cfg.model.name)
+        self._held: str | None = None
+        self._assigned = 0
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
         self._model, self._output_topic = [cfg.model.name, cfg.model.version, ""], cfg.output.topic
         m = cfg.model  # drift is measured only where it is exported
@@ -76,7 +82,7 @@ class Accounting:
         m.batch_size.observe(len(batch.rows))
         m.flushes.labels(batch.reason).inc()
         m.batch_wait.observe(batch.wait_s)
-        m.inference.labels(self._model[0], out.version, out.provider).observe(seconds)
+        m.inference.labels(out.model or self._model[0], out.version, out.provider).observe(seconds)
         m.breaker_state.set(breaker)
         if out.degraded is not None:
             s.degraded += len(batch.rows)
@@ -138,11 +144,18 @@ class Accounting:
         self.metrics.rebalances.labels(kind).inc()
         self.metrics.assigned_partitions.set(assigned)
 
-    def gauges(self, *, blocked: bool, paused: bool, assigned: int, in_flight_rows: int) -> None:
-        self.metrics.healthy.set(0 if blocked else 1)
+    def gauges(self, *, held: str | None, paused: bool, assigned: int, in_flight_rows: int) -> None:
+        """``held``: why the loop is blocked (None: it is not)."""
+        self._held, self._assigned = held, assigned
+        self.metrics.healthy.set(0 if held else 1)
         self.metrics.paused_partitions.set(assigned if paused else 0)
         self.metrics.in_flight_rows.set(in_flight_rows)
 
-    def queues(self, batches: int, producer_queue: int) -> None:
+    def queues(self, batches: int, producer_queue: int, lag: Mapping[Any, int]) -> None:
+        """Once a pass: the queue gauges, and the progress line when it is due."""
         self.metrics.in_flight_batches.set(batches)
         self.metrics.producer_queue.set(producer_queue)
+        self.log.tick(self.stats, version=self._model[1], assigned=self._assigned, lag=lag, held=self._held)
+
+    def stopped(self, failed: bool) -> None:
+        self.log.summary(self.stats, failed)
