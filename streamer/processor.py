@@ -54,8 +54,8 @@ class Processor:
         self.cfg, self.runner, self.decoder, self.encoder = cfg, runner, decoder, encoder
         self.serving = serving or Serving(cfg, runner, clock)  # reloads, and a fallback, when given
         self.stats = Stats()
-        self._observed = metrics is not None  # librdkafka statistics feed the lag metrics
-        self._account = Accounting(self.stats, metrics, cfg, numeric_width(runner))  # drift: numeric inputs
+        self._observed = metrics is not None or cfg.metrics.log_interval_ms > 0  # librdkafka's lag wanted
+        self._account = Accounting(self.stats, metrics, cfg, numeric_width(runner), clock)  # drift: numeric inputs
         self._clients, self._clock = clients or KafkaClients.from_config(cfg), clock
         self._stages = Stages.serving(decoder, encoder, cfg, runner)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
@@ -83,11 +83,9 @@ class Processor:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self, until: Callable[[Stats], bool] | None = None, bounds: Bounds | None = None) -> None:
-        """Process until :meth:`stop` is called (or ``until(stats)`` is true), then shut down.
-
-        With ``bounds`` (a replay), read exactly ``[start, end)`` of each of those partitions,
-        assigned directly rather than through the group protocol, and stop once all are done.
-        """
+        """Process until :meth:`stop` is called (or ``until(stats)`` is true), then shut down. With
+        ``bounds`` (a replay), read exactly ``[start, end)`` of each of those partitions, assigned
+        directly rather than through the group protocol, and stop once all are done."""
         self._range = ReadRange(bounds) if bounds is not None else None
         self._open()
         try:
@@ -209,7 +207,7 @@ class Processor:
             tps = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
             (self.consumer.pause if paused else self.consumer.resume)(tps)
         self._paused = paused
-        self._account.gauges(blocked=self._gate.blocked, paused=paused, assigned=len(self._assigned),
+        self._account.gauges(held=self._gate.reason, paused=paused, assigned=len(self._assigned),
                              in_flight_rows=self._tracker.in_flight())
 
     def _commit_if_due(self) -> None:
@@ -224,7 +222,7 @@ class Processor:
     def _watch_progress(self) -> None:
         self._progress.check(self._tracker.in_flight)
         self._account.queues(len(self._inference) + self.deliveries.units_in_flight,
-                             len(self.deliveries.producer))
+                             len(self.deliveries.producer), self._progress.lag)
 
     def _bounds_done(self) -> bool:
         """A replay is done when every partition's reads reached its end and nothing is in flight."""
@@ -300,10 +298,10 @@ class Processor:
         batch, out = done.batch, done.out
         self._account.scored(batch, done.seconds, out, self.serving.breaker.code)
         self._gate.model_answered()
-        stamp = Stamp(self.cfg.model.name, out.version, int(time.time() * 1000), self.run_id, out.degraded)
+        stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.run_id, out.degraded)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
         for error, message in rejects:
-            self._dead_letter(error, message, out.version)  # the model that scored it
+            self._dead_letter(error, message, (out.model, out.version))  # the model that scored it
         return Predictions(self.cfg.output.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
@@ -334,12 +332,13 @@ class Processor:
             self.deliveries = None
         self._inference.close()
         self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
+        self._account.stopped(self._failed)
 
-    def _dead_letter(self, error: RecordError, message: Message, version: str | None = None) -> None:
-        """``version``: of the model that scored the row's batch (default: the serving one)."""
+    def _dead_letter(self, error: RecordError, message: Message, scored_by: tuple[str, str] | None = None) -> None:
+        """``scored_by``: name and version of the model that scored the row's batch (default: the serving one)."""
+        name, version = scored_by or (self.cfg.model.name, self.serving.version)
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
-                                         model_name=self.cfg.model.name,
-                                         model_version=version or self.serving.version)])
+                                         model_name=name, model_version=version)])
 
     def _on_client_error(self, err: KafkaError) -> None:
         """librdkafka's error callback: a fatal producer error goes to the checkpoint (which replaces it)."""

@@ -21,7 +21,7 @@ from streamer.observe.drift import write_profile
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "streamer"
 BIN = ROOT / ".cache" / "bin"
-HELM = Path(os.environ.get("HELM", BIN / "helm-v3.22.0" / "helm"))
+HELM = Path(os.environ.get("HELM", BIN / "helm-v3.22.0-k8s1.37" / "helm"))
 STRICT = Path(os.environ.get("K8S_STRICT", BIN / "k8s-strict"))
 FULL = ["--set", "keda.enabled=true", "--set", "gpu.enabled=true", "--set", "serviceMonitor.enabled=true",
         "--set", "processing.guarantee=exactly_once", "--set", "input.format=avro-confluent",
@@ -34,10 +34,16 @@ FULL = ["--set", "keda.enabled=true", "--set", "gpu.enabled=true", "--set", "ser
         "--set", "kafka.properties.sasl\\.username=scorer",
         "--set", "kafka.properties.sasl\\.password=${KAFKA_SASL_PASSWORD}",
         "--set", "secretEnv[1].name=KAFKA_SASL_PASSWORD", "--set", "secretEnv[1].secret=kafka",
-        "--set", "secretEnv[1].key=password"]
-VARIANTS = {"default": [], "keda, gpu, servicemonitor, exactly-once, registry, secrets": FULL}
-# Helm built with `go install` lacks the release's ldflags and assumes Kubernetes 1.20: say which.
-KUBE = ("--kube-version", "1.33.0")
+        "--set", "secretEnv[1].key=password",
+        "--set", "keda.auth[0].parameter=sasl", "--set", "keda.auth[0].secret=kafka",
+        "--set", "keda.auth[0].key=mechanism", "--set", "keda.auth[1].parameter=password",
+        "--set", "keda.auth[1].secret=kafka", "--set", "keda.auth[1].key=password",
+        "--set", "imagePullSecrets[0]=registry-pull",
+        "--set", "files.models.configMap=fraud-model",
+        "--set", "files.schemas.download.image=curlimages/curl:8.11.0",
+        "--set", "files.schemas.download.command={sh,-c,curl -fsSo $TARGET_DIR/feature_event.avsc $SCHEMA_URL}"]
+VARIANTS = {"default": [], "keda with auth, gpu, servicemonitor, exactly-once, registry, secrets, "
+            "pull secrets, model and schema volumes": FULL}
 
 
 def tool(path: Path) -> str:
@@ -52,7 +58,7 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def render(*values: str) -> str:
-    return helm("template", "scorer", str(CHART), "--namespace", "ml", *KUBE, *values).stdout
+    return helm("template", "scorer", str(CHART), "--namespace", "ml", *values).stdout
 
 
 def objects(text: str) -> dict[str, dict[str, Any]]:
@@ -65,7 +71,7 @@ def strict(text: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("values", VARIANTS.values(), ids=VARIANTS.keys())
 def test_helm_lint_passes_strictly(values: list[str]) -> None:
-    helm("lint", "--strict", str(CHART), *KUBE, *values)
+    helm("lint", "--strict", str(CHART), *values)
 
 
 @pytest.mark.parametrize("values", VARIANTS.values(), ids=VARIANTS.keys())
@@ -132,11 +138,58 @@ def test_gpu_keda_and_secrets_render_as_documented() -> None:
     assert sorted(scraped) == ["scorer-lag-exporter", "scorer-metrics"]
 
 
+def test_helm_is_built_as_its_release_is_and_needs_no_kube_version(tmp_path: Path) -> None:
+    """`go install` alone leaves Helm at version "main" assuming Kubernetes 1.20 (lint and
+    template then wanted --kube-version); make helm-tools passes the release's -X flags."""
+    assert helm("version", "--template", "{{.Version}}").stdout == "v3.22.0"
+    chart = tmp_path / "probe"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: probe\nversion: 0.1.0\n")
+    (chart / "templates" / "kube.yaml").write_text("kube: {{ .Capabilities.KubeVersion.Version }}\n")
+    assert helm("template", str(chart)).stdout.strip().endswith("kube: v1.37.0")
+
+
+def test_pull_secrets_volumes_and_keda_auth_render_as_documented() -> None:
+    docs = objects(render(*FULL))
+    for name in ("StatefulSet/scorer", "Deployment/scorer-lag-exporter"):
+        pod = docs[name]["spec"]["template"]["spec"]
+        assert pod["imagePullSecrets"] == [{"name": "registry-pull"}], name
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["models"]["configMap"] == {"name": "fraud-model"} and volumes["schemas"] == \
+            {"name": "schemas", "emptyDir": {}}, name
+        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["models"] == {"name": "models", "mountPath": "/models", "readOnly": True}, name
+        assert mounts["schemas"]["mountPath"] == "/schemas" and mounts["schemas"]["readOnly"], name
+        (download,) = pod["initContainers"]
+        assert download["image"] == "curlimages/curl:8.11.0" and download["command"][0] == "sh"
+        assert {"name": "TARGET_DIR", "value": "/schemas"} in download["env"]
+        assert {m["name"]: m["mountPath"] for m in download["volumeMounts"]}["schemas"] == "/schemas"
+    (trigger,) = docs["ScaledObject/scorer"]["spec"]["triggers"]
+    assert trigger["authenticationRef"] == {"name": "scorer-kafka"}
+    refs = docs["TriggerAuthentication/scorer-kafka"]["spec"]["secretTargetRef"]
+    assert refs == [{"parameter": "sasl", "name": "kafka", "key": "mechanism"},
+                    {"parameter": "password", "name": "kafka", "key": "password"}]
+    claim = objects(render("--set", "files.models.claimName=models"))["StatefulSet/scorer"]
+    (volume,) = [v for v in claim["spec"]["template"]["spec"]["volumes"] if v["name"] == "models"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+
+
+def test_the_chart_refuses_keda_without_auth_on_sasl_and_two_sources_for_one_volume() -> None:
+    no_auth = helm("template", "s", str(CHART), "--set", "keda.enabled=true",
+                   "--set", "kafka.properties.security\\.protocol=SASL_SSL", check=False)
+    assert no_auth.returncode != 0 and "security.protocol SASL_SSL and no keda.auth" in no_auth.stderr
+    two = helm("template", "s", str(CHART), "--set", "files.models.configMap=m",
+               "--set", "files.models.claimName=c", check=False)
+    assert two.returncode != 0 and "files.models: set one of configMap, claimName and download, not 2" in two.stderr
+    no_image = helm("template", "s", str(CHART), "--set", "files.models.download.command={true}", check=False)
+    assert no_image.returncode != 0 and "files.models.download needs an image" in no_image.stderr
+
+
 def test_the_chart_refuses_idle_replicas_and_a_grace_period_shorter_than_the_drain() -> None:
-    too_many = helm("template", "s", str(CHART), *KUBE, "--set", "keda.enabled=true", "--set",
+    too_many = helm("template", "s", str(CHART), "--set", "keda.enabled=true", "--set",
                     "keda.maxReplicaCount=12", check=False)
     assert too_many.returncode != 0 and "exceeds input.partitions" in too_many.stderr
-    short = helm("template", "s", str(CHART), *KUBE, "--set", "terminationGracePeriodSeconds=20", check=False)
+    short = helm("template", "s", str(CHART), "--set", "terminationGracePeriodSeconds=20", check=False)
     assert short.returncode != 0 and "must exceed the drain time" in short.stderr
 
 

@@ -61,7 +61,7 @@ def runs(values: list[Any]) -> list[Any]:
 def reloading_child(tmp_path: Path, bootstrap: str, topics: Topics, guarantee: str, n: int,
                     reload_check_ms: int) -> tuple[Path, Feeder, ChildProcessor]:
     """`streamer run` on a copy of the demo model (version "1"), fed ``n`` events at 1,000/s."""
-    model = write_model(tmp_path / "served" / "fraud.onnx")
+    model = write_model(tmp_path / "served" / "fraud.onnx", version="1")
     cfg = write_config(tmp_path / "p.yaml", bootstrap=bootstrap, input_topic=topics.input,
                        output_topic=topics.output, group=topics.group, guarantee=guarantee,
                        model={"path": str(model), "version": "1", "reload_check_ms": reload_check_ms})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -102,6 +103,8 @@ def test_20k_events_scored_exactly_and_committed(bootstrap: str, topics: Topics,
     inputs = input_index(bootstrap, topics)
     out_codec = output_codec(cfg)
     outputs = read_all(bootstrap, topics.output)
+    # The demo model declares no version: model.version and the first 8 hex digits of its SHA-256.
+    demo_version = f"{cfg.model.version}+{hashlib.sha256(cfg.model.path.read_bytes()).hexdigest()[:8]}"
     predictions = [dict(out_codec.decode(m.value())) for m in outputs]
     assert len(predictions) == n
 
@@ -113,7 +116,7 @@ def test_20k_events_scored_exactly_and_committed(bootstrap: str, topics: Topics,
         event = inputs[src]
         assert p["event_id"] == event["event_id"] and p["entity_id"] == event["entity_id"]
         assert m.key() == str(event["entity_id"]).encode()
-        assert (p["model_name"], p["model_version"]) == ("fraud_mlp", "1")
+        assert (p["model_name"], p["model_version"]) == ("fraud_mlp", demo_version)
         by_source[src] = p
     assert set(by_source) == set(inputs)
 

@@ -35,7 +35,7 @@ def config(model: Path, **model_keys: object) -> Config:
 
 @pytest.fixture
 def model(tmp_path: Path) -> Path:
-    return write_model(tmp_path / "model.onnx")
+    return write_model(tmp_path / "model.onnx", version="1")  # declared: its label is "1" however loaded
 
 
 def write_model(path: Path, **variant: object) -> Path:
@@ -247,6 +247,40 @@ def test_a_model_of_another_output_width_is_refused_by_hot_reload(model: Path) -
     assert np.array_equal(serving.score(rows(BATCH)).scores, before)
 
 
+def test_a_file_has_one_version_label_whether_loaded_at_start_or_by_a_reload(tmp_path: Path) -> None:
+    """Start-up names the file as a reload does: its declared version, else model.version and
+    its digest, so a restart does not relabel the model a reload swapped in."""
+    declared = write_model(tmp_path / "declared.onnx", seed=3, version="7")
+    assert reloading(config(declared))[0].version == "7"  # model.version '1' is not the file's
+    plain = write_model(tmp_path / "plain.onnx", seed=4)
+    serving, clock = reloading(config(plain))
+    started_as = serving.version
+    assert started_as.startswith("1+") and len(started_as) == 10
+    serving.ask_reload()  # the same file reloaded: the same label
+    assert next_reload(serving, clock).version == started_as
+    write_model(plain, seed=5)
+    serving.ask_reload()
+    swapped = next_reload(serving, clock).version
+    assert swapped != started_as and reloading(config(plain))[0].version == swapped  # then a restart
+
+
+def test_fallback_predictions_name_the_fallback_not_the_serving_model(model: Path, tmp_path: Path) -> None:
+    from streamer.commands.run import serving as build_serving
+
+    constant = build_serving(config(model, fallback_scores=[0.5]), OnnxRunner(model, ("cpu",)))
+    assert (constant.fallback.name, constant.fallback.version) == ("fraud-fallback", "constant")
+    simple = write_model(tmp_path / "simple.onnx", seed=12, version="s3")
+    by_file = build_serving(config(model, fallback_path=str(simple)), OnnxRunner(model, ("cpu",)))
+    assert (by_file.fallback.name, by_file.fallback.version) == ("fraud-fallback", "s3")
+    serving, flaky, _ = flaky_serving(model)
+    healthy = serving.score(rows(BATCH))
+    assert (healthy.model, healthy.version) == ("fraud", serving.version)
+    flaky.failing = True
+    degraded = serving.score(rows(BATCH))
+    assert degraded.degraded and (degraded.model, degraded.version, degraded.provider) == \
+        ("fallback", "constant", "fallback")
+
+
 def test_a_folder_of_versions_serves_the_highest_and_takes_a_new_one(tmp_path: Path) -> None:
     folder = tmp_path / "fraud"
     write_model(folder / "3" / "model.onnx")
@@ -331,6 +365,7 @@ def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(mo
         return x[:, :1]
 
     serving = Serving(config(model), FunctionRunner(old_model, N), FakeClock())
+    old = serving.version
     got: list[Any] = []
     worker = threading.Thread(target=lambda: got.append(serving.score(rows(BATCH))))
     worker.start()
@@ -339,7 +374,7 @@ def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(mo
     serving._finish(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1] + 1, N)))
     go.set()
     worker.join(10)
-    assert got[0].version == "1" and got[0].scores[0, 0] == 1.0
+    assert got[0].version == old and got[0].scores[0, 0] == 1.0
     after = serving.score(rows(BATCH))
     assert after.version == "2" and after.scores[0, 0] == 2.0
 
@@ -367,7 +402,7 @@ def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fai
     serving._finish(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1], N)))
     go.set()
     worker.join(10)
-    assert got[0].degraded and got[0].version == "1"  # the fallback stood in for the old model
+    assert got[0].degraded and (got[0].model, got[0].version) == ("fallback", "constant")  # it stood in
     assert old_breaker.state == Breaker.OPEN and serving.breaker is not old_breaker
     assert serving.breaker.state == Breaker.CLOSED
     assert serving.score(rows(BATCH)).degraded is None  # the new model scores at once

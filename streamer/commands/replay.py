@@ -160,6 +160,8 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
     log.info("replay %s: %d events in range, %s", run_id, total,
              ", ".join(f"{t}[{p}] {s}..{e}" for (t, p), (s, e) in sorted(bounds.items())))
     processor = build_processor(rcfg)
+    if model_version is not None:  # the label asked for, verbatim, whatever the file declares
+        processor.serving.relabel(model_version)
     processor.run_id = run_id
     meta = {tp: json.dumps({"run": run_id, "end": e}) for tp, (_, e) in bounds.items()}
     processor.commit_metadata = meta.__getitem__

@@ -22,7 +22,7 @@ from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.contract import Contract
 from streamer.pipeline.prediction_schema import check_schema, made_schema
 from streamer.pipeline.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
-from streamer.pipeline.serving import Fallback, Serving, check_candidate, served_file
+from streamer.pipeline.serving import Fallback, Serving, check_candidate, file_version, served_file
 from streamer.pipeline.stages import Stages
 from streamer.processor import Processor
 from streamer.shadow import Shadow
@@ -144,7 +144,9 @@ def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
                                                      f"model.path takes {runner.n_features}")
         runner_of_fallback = (None if m.fallback_path is None
                               else checked_runner(cfg, m.fallback_path, "model.fallback_path", like=runner))
-        fallback = Fallback(runner_of_fallback, m.fallback_scores)
+        fallback = Fallback(runner_of_fallback, m.fallback_scores, name=f"{m.name}-fallback",
+                            version="constant" if m.fallback_path is None
+                            else file_version("", m.fallback_path, None, runner_of_fallback))
     return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback,
                    shadow=shadow(cfg, runner, metrics, encoder))
 

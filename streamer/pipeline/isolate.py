@@ -34,6 +34,7 @@ class Scored:
     poison: dict[int, InferenceError] = field(default_factory=dict)
     calls: int = 0  # model calls made, the first one included
     bisections: int = 0  # batches split in two
+    model: str = ""  # the name of the model that scored it (the fallback's, when it did)
     version: str = ""  # of the model that scored it
     provider: str = ""  # its execution provider, or 'fallback'
     degraded: str | None = None

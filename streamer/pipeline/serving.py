@@ -11,7 +11,8 @@ One :class:`Serving` per processor; the loop calls :meth:`Serving.score` for eac
   width; then :meth:`poll` swaps it in between two batches, and predictions name its version from
   the first batch it scores. A candidate that fails any of this is refused and logged: the old
   model keeps scoring. A version is the folder's number, else the ONNX metadata property
-  ``version``, else ``<model.version>+<first 8 hex digits of the file's SHA-256>``.
+  ``version``, else ``<model.version>+<first 8 hex digits of the file's SHA-256>``: the same
+  whether the file was loaded at start or by a reload (:func:`file_version`).
 - **Degrade, don't fail.** With ``model.fallback_path`` (a simpler ONNX model) or
   ``model.fallback_scores`` (a constant row), a :class:`Breaker` guards the model: a batch the
   model fails (the isolate.py verdict: broken, not poison rows) is scored by the fallback and
@@ -48,6 +49,20 @@ from streamer.pipeline.signature import Columns
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
+
+
+def file_version(prefix: str, file: Path, place: str | None, runner: ModelRunner) -> str:
+    """The version predictions of ``file`` carry, whenever it is loaded: ``place`` (its version
+    folder's number), else its declared ONNX metadata ``version``, else ``<prefix>+<digest>``, the
+    first 8 hex digits of its SHA-256 (``prefix`` alone when the file cannot be read)."""
+    declared = place or getattr(runner, "declared_version", None)
+    if declared:
+        return str(declared)
+    try:
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()[:8]
+    except OSError:
+        return prefix
+    return f"{prefix}+{digest}" if prefix else digest
 
 
 def served_file(m: ModelConfig) -> tuple[Path, str | None]:
@@ -139,10 +154,13 @@ class Breaker:
 
 
 class Fallback:
-    """The degraded answer: a simpler model, or the same constant row for every event."""
+    """The degraded answer: a simpler model, or the same constant row for every event. Its
+    predictions carry its own ``name`` and ``version`` (and the degraded reason), never the
+    serving model's."""
 
-    def __init__(self, runner: ModelRunner | None, scores: tuple[float, ...] | None) -> None:
-        self.runner = runner
+    def __init__(self, runner: ModelRunner | None, scores: tuple[float, ...] | None,
+                 name: str = "fallback", version: str = "constant") -> None:
+        self.runner, self.name, self.version = runner, name, version
         self._row = None if scores is None else np.asarray(scores, np.float32).reshape(1, -1)
 
     def score(self, features: Batch) -> Scored:
@@ -198,12 +216,11 @@ class Serving:
         self.fallback, self.shadow = fallback, shadow
         # The serving model as one value, swapped in one assignment: a batch scored on the
         # inference thread (pipelined) while the loop swaps names the model that scored it.
-        self._current = self._model(runner, served_file(m)[1] or m.version)
+        self._current = self._model(runner, file_version(m.version, *served_file(m), runner))
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
         self._last: Batch | None = None  # the last live batch: a candidate's probe
         self._seen, self._changed = _state(m), None  # model.path as looked at, and a change seen once
-        self._serving_state = self._seen  # the file the serving model came from
         self._changed_at = 0.0
         self._next_look = clock() + m.reload_check_ms / 1000
         self._asked = False  # SIGHUP
@@ -230,6 +247,10 @@ class Serving:
     @property
     def version(self) -> str:
         return self._current.version
+
+    def relabel(self, version: str) -> None:
+        """Name the serving model ``version`` whatever its file says (``replay --model-version``)."""
+        self._current = replace(self._current, version=version)
 
     @property
     def provider(self) -> str:
@@ -281,7 +302,7 @@ class Serving:
     def _scored(self, model: _Model, scored: Scored) -> Scored:
         if len(scored.poison) < len(scored.scores) and not isinstance(scored.scores, Columns):
             self._width = scored.scores.shape[1]  # the serving width: what a candidate must give
-        scored.version, scored.provider = model.version, model.runner.provider
+        scored.model, scored.version, scored.provider = self._m.name, model.version, model.runner.provider
         return scored
 
     def _degraded(self, model: _Model, features: Batch, reason: str) -> Scored:
@@ -290,7 +311,8 @@ class Serving:
             scored = self.fallback.score(features)
         except InferenceError as exc:
             raise ModelBrokenError(f"{reason}; and the fallback fails too: {exc}") from exc
-        scored.version, scored.provider, scored.degraded = model.version, "fallback", reason
+        scored.model, scored.version = self.fallback.name, self.fallback.version
+        scored.provider, scored.degraded = "fallback", reason
         return scored
 
     # ---- reloads --------------------------------------------------------------------------
@@ -334,22 +356,20 @@ class Serving:
         if self._last is not None:  # a matrix is copied: the loop reuses nothing, but a fake might
             probes.append(self._last if isinstance(self._last, Columns) else np.array(self._last, copy=True))
         log.info("loading %s beside the serving model (version %s)", file, self.version)
-        same = state == self._serving_state  # SIGHUP on an unchanged file: it keeps its version
-        self._loading = threading.Thread(target=self._candidate,
-                                         args=(file, version, probes, same, state),
+        self._loading = threading.Thread(target=self._candidate, args=(file, version, probes, state),
                                          name="model-reload", daemon=True)
         self._loading.start()
 
-    def _candidate(self, file: Path, version: str | None, probes: list[Batch], same: bool,
+    def _candidate(self, file: Path, place: str | None, probes: list[Batch],
                    state: tuple[str, int, int, int]) -> None:
         """In the loading thread: load, warm up and check one candidate; never raises."""
         assert self._load is not None
         runner: ModelRunner | None = None
+        version = place
         try:
             runner = self._load(file)
             refused = self._check(runner, probes)
-            version = (version or getattr(runner, "declared_version", None)
-                       or (self.version if same else self._digest(file)))
+            version = file_version(self._m.version, file, place, runner)
         except Exception as exc:  # noqa: BLE001 - whatever a broken file does, the old model stays
             refused = f"{type(exc).__name__}: {exc}"
         self._loaded = Reload(file, version or "?", 0.0,  # the seconds are the swap's: _finish
@@ -358,9 +378,6 @@ class Serving:
     def _check(self, runner: ModelRunner, probes: list[Batch]) -> str | None:
         return check_candidate(runner, self.runner, probes, self._rows, self._width)
 
-    def _digest(self, file: Path) -> str:
-        return f"{self._m.version}+{hashlib.sha256(file.read_bytes()).hexdigest()[:8]}"
-
     def _finish(self, done: Reload) -> Reload:
         done = replace(done, seconds=self._clock() - self._since)
         if done.runner is None:
@@ -368,7 +385,6 @@ class Serving:
                         done.file, self.version, done.refused)
             return done
         self._current = self._model(done.runner, done.version)  # with a closed breaker of its own
-        self._serving_state = done.state
         log.warning("model version %s swapped in from %s, %.2f s after the change", done.version, done.file,
                     done.seconds)
         return done
