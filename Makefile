@@ -32,13 +32,21 @@ prometheus:
 
 # Helm from its Go module at a pinned version, and deploy/helm/strict (every rendered object
 # decoded strictly against the Kubernetes and KEDA types): the chart's checks in make test.
+# Built with the -X flags of Helm's own Makefile, which `go install` alone leaves out: without them
+# it reports version "main" and assumes Kubernetes 1.20 (lint and template then need --kube-version).
+# 1.37: Helm v3.22.0's go.mod has k8s.io/client-go v0.37.0, which its Makefile turns into 1.37.
 HELM_VERSION := v3.22.0
+HELM_KUBE    := 1.37
 GO_BIN       := $(abspath .cache/bin)
-HELM         := $(GO_BIN)/helm-$(HELM_VERSION)/helm
+HELM         := $(GO_BIN)/helm-$(HELM_VERSION)-k8s$(HELM_KUBE)/helm
 K8S_STRICT   := $(GO_BIN)/k8s-strict
+HELM_X       := helm.sh/helm/v3
+HELM_LDFLAGS := -X $(HELM_X)/internal/version.version=$(HELM_VERSION) \
+  $(foreach pkg,pkg/lint/rules pkg/chartutil,-X $(HELM_X)/$(pkg).k8sVersionMajor=$(word 1,$(subst ., ,$(HELM_KUBE))) \
+  -X $(HELM_X)/$(pkg).k8sVersionMinor=$(word 2,$(subst ., ,$(HELM_KUBE))))
 helm-tools: $(HELM) $(K8S_STRICT)
 $(HELM):
-	GOBIN=$(dir $(HELM)) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(dir $(HELM)) go install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 $(K8S_STRICT): deploy/helm/strict/main.go deploy/helm/strict/go.mod deploy/helm/strict/go.sum
 	cd deploy/helm/strict && go build -o $(K8S_STRICT) .
 
