@@ -71,13 +71,13 @@ def test_the_start_up_wait_names_the_address_and_honours_a_stop(monkeypatch: pyt
     cfg = load_config(ROOT / "deploy" / "config" / "example.yaml", env={"KAFKA_BOOTSTRAP": "kafka.internal:9092",
                       "INPUT_TOPIC": "t", "OUTPUT_TOPIC": "o", "GROUP_ID": "g"})
     with pytest.raises(StopRequested, match="kafka.internal:9092"):
-        clients.check_input_topics(cfg, timeout_s=0.0, stopping=lambda: admin.asked >= 2)
+        clients.check_topics(cfg, timeout_s=0.0, stopping=lambda: admin.asked >= 2)
     assert admin.asked == 2
     assert "waiting for the cluster at kafka.internal:9092 (kafka.bootstrap.servers)" in caplog.text
     with pytest.raises(BrokerError, match=r"the cluster at kafka.internal:9092 \(kafka.bootstrap.servers\)"):
-        clients.check_input_topics(cfg, timeout_s=0.0, wait_s=0.0)
+        clients.check_topics(cfg, timeout_s=0.0, wait_s=0.0)
     denied = Unanswered(KafkaError.CLUSTER_AUTHORIZATION_FAILED)
     monkeypatch.setattr(clients, "make_admin", lambda cfg: denied)
     with pytest.raises(BrokerError, match="security settings"):
-        clients.check_input_topics(cfg, timeout_s=0.0)  # refused outright: no waiting
+        clients.check_topics(cfg, timeout_s=0.0)  # refused outright: no waiting
     assert denied.asked == 1

@@ -20,7 +20,8 @@ from streamer.kafka.topics import create, create_topics
 from streamer.config import Config, with_overrides
 from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_BYTES, header
 from streamer.commands.demo import synthetic_events
-from streamer.errors import InferenceError
+from streamer.errors import ConfigError, InferenceError
+from streamer.kafka.clients import KafkaClients
 from streamer.testing import FunctionRunner, PoisonRunner
 from tests.conftest import (
     Topics,
@@ -188,7 +189,11 @@ def test_unwritable_dead_letter_topic_blocks_commits_until_it_exists(bootstrap: 
     kinds[bad_index] = "garbage"
     mixed_stream(bootstrap, topics, cfg, kinds)
     bad = by_trace(bootstrap, topics.input)[bad_index]
-    processor = build_processor(cfg)
+    with pytest.raises(ConfigError, match=rf"'processing\.dead_letter_topic': topic '{missing}' does not exist"):
+        build_processor(cfg)  # missing at start: refused, named, before anything is read
+    # Missing after start (deleted under a running processor): the start-up check is skipped by
+    # handing the clients in, and the loop blocks (unhealthy) until the topic is there again.
+    processor = build_processor(cfg, clients=KafkaClients.from_config(cfg))
     during: dict[str, Any] = {}
 
     def until(stats: Any) -> bool:

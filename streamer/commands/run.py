@@ -16,7 +16,7 @@ from streamer.formats.confluent import ConfluentAvroCodec, SchemaIds
 from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
 from streamer.formats.protobuf import ConfluentProtobufCodec
 from streamer.formats.subjects import confluent_output_codec, registry_client
-from streamer.kafka.clients import KafkaClients, check_input_topics, ensure_topic, make_producer
+from streamer.kafka.clients import KafkaClients, check_topics, ensure_topic, make_producer
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.contract import Contract
@@ -185,7 +185,7 @@ def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: Co
     runner = runner or checked_runner(cfg)
     encoder = output_codec(cfg, runner)
     if clients is None:  # the config's cluster: a missing input topic is named before anything runs
-        check_input_topics(cfg, stopping=stopping)
+        check_topics(cfg, stopping=stopping)
     processor = Processor(cfg, runner, input_codec(cfg), encoder, metrics, clients=clients,
                           serving=serving(cfg, runner, metrics, encoder))
     if cfg.metrics.enabled:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streamer.config import Config, Secret, librdkafka_config
+from streamer.config import Config, Secret, dead_letter_topic, librdkafka_config
 from streamer.errors import BrokerError, ConfigError, StopRequested
 from streamer.kafka.topics import create, ensure_like, partitions
 
@@ -140,11 +140,14 @@ def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0,
             time.sleep(1.0)
 
 
-def check_input_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_WAIT_S,
-                       stopping: Callable[[], bool] = lambda: False) -> None:
+def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_WAIT_S,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
     """Every input topic exists before the processor subscribes: a missing one (a typo, say) is a
     ConfigError naming ``input.topics[n]``, never a healthy process that waits for ever; with
-    ``input.create_topics`` it is created (the broker's default partitions and replication). A
+    ``input.create_topics`` it is created (the broker's default partitions and replication). So
+    is a missing dead-letter topic that streamer may not create
+    (``processing.create_dead_letter_topic: false``): named by ``processing.dead_letter_topic``
+    rather than found at the first bad row, which would block the partitions. A
     cluster that does not answer yet is waited for, up to ``wait_s``, each wait logged with the
     address and the time waited; then a BrokerError names the address and the key. ``stopping``
     (a SIGTERM came) ends the wait with :class:`StopRequested`."""
@@ -174,6 +177,11 @@ def check_input_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STA
         n, topic = next(iter(missing.items()))
         raise ConfigError(f"input.topics[{n}]", f"topic {topic!r} does not exist on {bootstrap} (a typo? "
                                                 f"create it, or set input.create_topics: true)")
+    dlq = dead_letter_topic(cfg)
+    if not cfg.processing.create_dead_letter_topic and (dlq not in topics or topics[dlq].error is not None):
+        raise ConfigError("processing.dead_letter_topic",
+                          f"topic {dlq!r} does not exist on {bootstrap} and processing.create_dead_letter_topic "
+                          f"is false: create it, or let streamer create it")
 
 
 # Clients for tools and tests that know a bootstrap address or a bare librdkafka mapping rather
