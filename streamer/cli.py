@@ -51,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rp.add_argument("--model-version", help="the version recorded in the predictions")
     rp.add_argument("--run-id", help="resume or name a run (default: a new one)")
     rp.add_argument("--force", action="store_true", help="run a finished run id again")
-    rp.add_argument("--batch-size", type=int, help="rows per model call (default: batching.max_size)")
+    rp.add_argument("--batch-size", type=int,
+                    help="rows per model call (default: 4096, or batching.max_size when larger)")
     rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
     rp.add_argument("--allow-live-output", action="store_true",
                     help="allow --output-topic to be the live output topic")

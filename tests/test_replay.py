@@ -10,7 +10,7 @@ import pytest
 
 from streamer import cli
 from streamer.commands import replay
-from streamer.config import Config
+from streamer.config import Config, with_overrides
 from streamer.config_file import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,27 +58,31 @@ def test_a_bad_override_exits_2_naming_the_key_before_connecting(
     assert no_broker == []  # refused before planning, let alone connecting
 
 
-def test_batching_is_the_configs_unless_overridden(no_broker: list[Config]) -> None:
+def test_a_replay_batches_large_unless_overridden(no_broker: list[Config]) -> None:
+    """Nobody waits on a backfill: REPLAY_BATCH_SIZE rows per call (and per consume) by default,
+    a larger batching.max_size kept, --batch-size and --max-wait-ms as given."""
     cfg = load_config(EXAMPLE)
+    big = with_overrides(cfg, batching={"max_size": 8192})
+    for args in ({}, {"batch_size": 64}, {"batch_size": 64, "max_wait_ms": 5}):
+        with pytest.raises(Planned):
+            replay.run_replay(cfg, replay.When("earliest"), run_id="r", **args)  # type: ignore[arg-type]
     with pytest.raises(Planned):
-        replay.run_replay(cfg, replay.When("earliest"), run_id="r")
-    with pytest.raises(Planned):
-        replay.run_replay(cfg, replay.When("earliest"), run_id="r", batch_size=64)
-    with pytest.raises(Planned):
-        replay.run_replay(cfg, replay.When("earliest"), run_id="r", batch_size=64, max_wait_ms=5)
+        replay.run_replay(big, replay.When("earliest"), run_id="r")
     assert [(c.batching.max_size, c.batching.max_wait_ms) for c in no_broker] == [
-        (cfg.batching.max_size, cfg.batching.max_wait_ms), (64, cfg.batching.max_wait_ms), (64, 5)]
+        (replay.REPLAY_BATCH_SIZE, cfg.batching.max_wait_ms), (64, cfg.batching.max_wait_ms), (64, 5),
+        (8192, cfg.batching.max_wait_ms)]
+    assert no_broker[0].input.consume_max_messages == replay.REPLAY_BATCH_SIZE > cfg.batching.max_size
 
 
-def test_cli_flags_default_to_the_config(no_broker: list[Config]) -> None:
+def test_cli_flags_override_the_replay_defaults(no_broker: list[Config]) -> None:
     with pytest.raises(Planned):
         cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"])
     with pytest.raises(Planned):
-        cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest", "--batch-size", "4096",
+        cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest", "--batch-size", "128",
                   "--max-wait-ms", "200"])
     cfg = load_config(EXAMPLE)
     assert [(c.batching.max_size, c.batching.max_wait_ms) for c in no_broker] == [
-        (cfg.batching.max_size, cfg.batching.max_wait_ms), (4096, 200)]
+        (replay.REPLAY_BATCH_SIZE, cfg.batching.max_wait_ms), (128, 200)]
 
 
 class Marks:

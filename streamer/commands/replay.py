@@ -34,6 +34,9 @@ Bounds = dict[tuple[str, int], tuple[int, int]]
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+# Rows per model call of a replay unless --batch-size: nobody waits on a backfill's latency, so
+# it batches for throughput (a larger batching.max_size in the config is kept).
+REPLAY_BATCH_SIZE = 4096
 
 
 class ReplayFinishedError(ConfigError):
@@ -134,7 +137,9 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
                allow_live_output: bool = False, progress: TextIO | None = None) -> ReplaySummary:
     """Plan (or resume) the run, score its range, and return when every partition is done.
 
-    ``batch_size`` and ``max_wait_ms`` override ``batching`` of ``cfg`` (None: as configured).
+    ``batch_size`` (None: :data:`REPLAY_BATCH_SIZE`, or ``batching.max_size`` when larger) and
+    ``max_wait_ms`` (None: as configured) override ``batching`` of ``cfg``; each consume takes up to
+    a batch of messages.
     The run's config is built, and so validated, before anything talks to the broker: a bad
     override raises :class:`ConfigError` naming ``batching.max_size`` at once.
     """
@@ -144,13 +149,15 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
         raise ConfigError("--output-topic", f"{output_topic!r} is the live output topic; a replay "
                                             "writes to a backfill topic (or pass --allow-live-output)")
     group = f"{cfg.input.group_id}.replay.{run_id}"
+    batch = max(cfg.batching.max_size, REPLAY_BATCH_SIZE) if batch_size is None else batch_size
     rcfg = replace(
-        cfg, input=replace(cfg.input, group_id=group),
+        cfg, input=replace(cfg.input, group_id=group,
+                           consume_max_messages=max(cfg.input.consume_max_messages, batch)),
         output=replace(cfg.output, topic=output_topic),
         model=replace(cfg.model, path=model_path or cfg.model.path,  # one model for the whole run
                       version=model_version or cfg.model.version, reload_check_ms=0),
         batching=replace(cfg.batching,
-                         max_size=cfg.batching.max_size if batch_size is None else batch_size,
+                         max_size=batch,
                          max_wait_ms=cfg.batching.max_wait_ms if max_wait_ms is None else max_wait_ms),
         processing=replace(cfg.processing, dead_letter_topic=f"{output_topic}.dlq"),
         metrics=replace(cfg.metrics, port=0))  # an ephemeral port: the live processor holds metrics.port
