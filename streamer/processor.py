@@ -170,8 +170,7 @@ class Processor:
             self._gate.input_decoded()
         for tp, offsets in by_tp.items():
             self._tracker.consumed(tp, offsets)
-        for error, message in rejects:
-            self._dead_letter(error, message)
+        self._dead_letter(rejects)
         return rows
 
     def _batch(self, rows: Rows) -> None:
@@ -194,8 +193,8 @@ class Processor:
             self._account.final(self.checkpoint.acknowledged(acked))
         refused, now = self._gate.outputs_failed(self.checkpoint.failed(failed), self._assigned)
         self.deliveries.send(now)  # dead letters too large for their topic, cut short
-        for out, err in refused:
-            self._dead_letter(ProduceError(f"the broker refused the prediction: {err}"), out.source)
+        self._dead_letter([(ProduceError(f"the broker refused the prediction: {err}"), out.source)
+                           for out, err in refused])
 
     def _redo_failed_deliveries(self) -> None:
         self.deliveries.send(self._gate.resend())  # nothing, unless a back-off is over
@@ -300,8 +299,7 @@ class Processor:
         self._gate.model_answered()
         stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.run_id, out.degraded)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
-        for error, message in rejects:
-            self._dead_letter(error, message, (out.model, out.version))  # the model that scored it
+        self._dead_letter(rejects, (out.model, out.version))  # named by the model that scored them
         return Predictions(self.cfg.output.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
@@ -334,11 +332,13 @@ class Processor:
         self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
         self._account.stopped(self._failed)
 
-    def _dead_letter(self, error: RecordError, message: Message, scored_by: tuple[str, str] | None = None) -> None:
-        """``scored_by``: name and version of the model that scored the row's batch (default: the serving one)."""
+    def _dead_letter(self, rejects: Sequence[tuple[RecordError, Message]],
+                     scored_by: tuple[str, str] | None = None) -> None:
+        """Dead letters, sent as one unit; ``scored_by``: name and version of the model that scored
+        their batch (default: the serving one)."""
         name, version = scored_by or (self.cfg.model.name, self.serving.version)
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
-                                         model_name=name, model_version=version)])
+                                         model_name=name, model_version=version) for error, message in rejects])
 
     def _on_client_error(self, err: KafkaError) -> None:
         """librdkafka's error callback: a fatal producer error goes to the checkpoint (which replaces it)."""

@@ -24,3 +24,27 @@ def test_dlq_redrive_takes_the_stages_as_its_choices(capsys: pytest.CaptureFixtu
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "invalid choice" in err and all(repr(s) in err for s in STAGES), err
+
+
+def test_a_dead_letters_stack_trace_names_every_frame_without_reading_source() -> None:
+    import linecache
+    import traceback
+
+    from streamer.kafka.deadletter import stack_trace
+
+    def inner() -> None:
+        raise ValueError("row 7 has no amount")
+
+    try:
+        inner()
+    except ValueError as exc:
+        caught = exc
+    linecache.clearcache()
+    trace = stack_trace(caught)
+    assert linecache.cache == {}  # no source file was read for it
+    lines = trace.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[-1] == "builtins.ValueError: row 7 has no amount"
+    frames = traceback.extract_tb(caught.__traceback__)
+    assert lines[1:-1] == [f'  File "{f.filename}", line {f.lineno}, in {f.name}' for f in frames]
+    assert lines[-2].endswith("in inner")

@@ -1,4 +1,4 @@
-"""Bisection of failing batches: poison rows isolated cheaply, a broken model recognised."""
+"""The search of failing batches: poison rows isolated cheaply, a broken model recognised."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
-from streamer.pipeline.isolate import IsolationPolicy, score_isolating
+from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, score_isolating
 from streamer.testing import FunctionRunner, PoisonRunner
 
 SENTINEL = 777.0
@@ -37,6 +39,34 @@ def test_one_poison_row_in_256_costs_at_most_2_log2_n_extra_calls() -> None:
     assert np.isnan(scored.scores[137]).all()
 
 
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 300), data=st.data())
+def test_exactly_the_poison_rows_are_found_and_every_other_row_is_scored(n: int, data: st.DataObject) -> None:
+    rows = data.draw(st.sets(st.integers(0, n - 1), max_size=max(0, n // 2 - 1) if n >= 2 else 1))
+    rate = data.draw(st.floats(0.0, 0.5))
+    x = batch(n, poison=tuple(rows))
+    scored = score_isolating(PoisonRunner(healthy(), SENTINEL), x, poison_rate=rate)
+    assert set(scored.poison) == rows
+    good = np.array(sorted(set(range(n)) - rows), dtype=np.int64)
+    np.testing.assert_allclose(scored.scores[good], healthy().run(x[good]), rtol=1e-6)
+    assert np.isnan(scored.scores[sorted(rows)]).all()
+
+
+def test_1pct_poison_costs_fewer_calls_than_bisection_did() -> None:
+    """Seeded batches of 512 at 1% poison (about 5 rows each), scored one after another by a
+    BatchScorer (which learns the rate): plain bisection made 53.7 calls a batch on these."""
+    rng = np.random.default_rng(1)
+    scorer = BatchScorer(PoisonRunner(healthy(), SENTINEL), IsolationPolicy(), broken_after_failed_batches=3)
+    calls = []
+    for _ in range(200):
+        rows = rng.choice(512, rng.binomial(512, 0.01), replace=False)
+        scored = scorer.score(batch(512, poison=tuple(rows.tolist())))
+        assert set(scored.poison) == set(rows.tolist())
+        calls.append(scored.calls)
+    assert np.mean(calls) < 0.9 * 53.7, np.mean(calls)
+    assert 0.005 < scorer.poison_rate < 0.02
+
+
 def test_several_poison_rows_are_all_found() -> None:
     runner = PoisonRunner(healthy(), SENTINEL)
     scored = score_isolating(runner, batch(64, poison=(0, 31, 32, 63)))
@@ -51,7 +81,7 @@ def test_a_model_failing_everything_is_broken_not_poison() -> None:
     runner = FunctionRunner(fail, n_features=4)
     with pytest.raises(ModelBrokenError, match="the model is failing"):
         score_isolating(runner, batch(256))
-    assert runner.calls == 4  # the batch, its two halves, the warm-up input: not 511 calls
+    assert runner.calls == 3  # the batch, its first half, the warm-up input: not 511 calls
 
 
 def test_a_model_failing_on_real_rows_only_is_broken_past_the_poison_fraction() -> None:

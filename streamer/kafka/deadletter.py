@@ -66,7 +66,7 @@ def dead_letter(error: RecordError, *, dlq_topic: str, key: bytes | None,
     """
     assert error.topic is not None and error.partition is not None and error.offset is not None
     cause = error.__cause__ or error
-    trace = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+    trace = stack_trace(cause)
     ours = {
         "original.topic": error.topic,
         "original.partition": str(error.partition),
@@ -86,6 +86,16 @@ def dead_letter(error: RecordError, *, dlq_topic: str, key: bytes | None,
     return DeadLetter(topic=dlq_topic, key=key, value=error.raw, headers=headers,
                       source_topic=error.topic, source_partition=error.partition,
                       source_offset=error.offset, stage=error.stage)
+
+
+def stack_trace(exc: BaseException) -> str:
+    """``exc``'s traceback as Python prints it, less the source lines: reading those (linecache)
+    was most of a dead letter's cost, paid per row, and file and line say where to look."""
+    lines = ["Traceback (most recent call last):"]
+    lines += [f'  File "{frame.f_code.co_filename}", line {lineno}, in {frame.f_code.co_name}'
+              for frame, lineno in traceback.walk_tb(exc.__traceback__)]
+    lines.append(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+    return "\n".join(lines) + "\n"
 
 
 def letter_for(error: RecordError, message: Any, *, dlq_topic: str, group_id: str, model_name: str,

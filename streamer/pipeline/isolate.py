@@ -1,18 +1,32 @@
-"""Scoring a batch so that one poison row cannot sink it: bisect failures down to single rows.
+"""Scoring a batch so that a few poison rows cannot sink it: group tests find them cheaply.
 
-A failing batch is split in halves and each half retried, recursively, until the failing rows
-stand alone; every other row is scored as usual. One poison row in a batch of n costs at most
-2*log2(n) extra model calls. A failure that looks transient (out of memory, a timeout) is retried
-with back-off first, and on smaller halves after that; a single row that still runs out of a
-resource holds the batch (:class:`ModelBrokenError`) rather than being called poison.
+A batch that fails is searched with generalized binary splitting (Hwang's group testing): with d
+poison rows expected among the r rows not yet settled (d = the poison rate times r, at least
+one), the next r / d-ish rows (a power of two) are tried as one call; a call that succeeds scores
+all its rows, one that fails is halved until its first poison row stands alone, and the search
+goes on after it. Every good row is scored once, by whichever call succeeded with it; the cost is
+the calls, about d * log2(n / d) + 2d. At 1% poison in batches of 512 that is 45 calls a batch
+against plain bisection's 54 (the information bound, log2 C(512, 5), is 38): each poison row
+costs about eight calls however the search goes. ``poison_rate`` comes from the batches before
+(:class:`BatchScorer`, a moving average); with none, one poison row is assumed. A failure that looks transient (out of memory, a timeout) is retried with back-off
+first, and bisected on smaller halves after that (both halves tried: they may both be fine); a
+single row that still runs out of a resource holds the batch (:class:`ModelBrokenError`) rather
+than being called poison.
 
-A broken model is not a poison row: when more than ``max_poison_fraction`` of a batch of two or
-more rows fails, bisection stops and :class:`ModelBrokenError` is raised, so that the processor
-holds the batch and retries instead of flooding the dead-letter topic.
+A broken model is not a poison row: when the first call inside the search fails too and the
+model cannot score the warm-up input, or when more than ``max_poison_fraction`` of a batch of two
+or more rows fails, the search stops and :class:`ModelBrokenError` is raised, so that the
+processor holds the batch and retries instead of flooding the dead-letter topic.
+
+Worked example (n = 16, d = 2, poison rows 5 and 12): the whole fails; r = 16, d = 2: try rows
+0-3 (2^floor(log2(15/2)) = 4): ok, scored; r = 12: try 4-7: fails: halve: 4-5 fails, 4 ok, so 5
+is poison; d = 1, r = 10: try 6-15 (all that is left): fails: 6-10 ok, 11-15 fails: 11-12 fails:
+11 ok, 12 poison; try 13-15: ok. Nine calls, each good row scored once.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,12 +63,14 @@ class IsolationPolicy:
 
 def score_isolating(runner: ModelRunner, features: Batch,
                     policy: IsolationPolicy = IsolationPolicy(),
-                    sleep: Callable[[float], None] = time.sleep) -> Scored:
+                    sleep: Callable[[float], None] = time.sleep, poison_rate: float = 0.0) -> Scored:
     """Score ``features`` [rows, n_features]; isolate failing rows; raise if the model is broken.
+    ``poison_rate``: the share of poison rows to expect (the search's d per row).
 
     Raises:
-        ModelBrokenError: both halves of the batch fail and the model cannot score the warm-up
-            input either, or more than ``max_poison_fraction`` of the rows fail.
+        ModelBrokenError: the first call inside the search fails and the model cannot score the
+            warm-up input either, or more than ``max_poison_fraction`` of the rows fail, or one
+            row alone still runs out of a resource.
     """
     n = len(features)
     limit = int(policy.max_poison_fraction * n) if n >= 2 else n
@@ -74,42 +90,44 @@ def score_isolating(runner: ModelRunner, features: Batch,
                 return exc
         raise AssertionError("unreachable")
 
-    def settle(lo: int, hi: int, got: Any) -> None:
-        if not isinstance(got, InferenceError):
-            outputs[lo] = got
-        elif hi - lo == 1 and isinstance(got, TransientInferenceError):
+    def poison(row: int, got: InferenceError) -> None:
+        if isinstance(got, TransientInferenceError):
             # Out of device memory even for one row: the device, not the row. Hold the batch
             # (the loop retries it later); never dead-letter a row for it.
             raise ModelBrokenError(f"one row still fails for want of a resource: {got}") from got
+        result.poison[row] = got
+        if len(result.poison) > limit:
+            raise ModelBrokenError(f"{len(result.poison)} of {n} rows fail: the model is "
+                                   f"failing, not the rows (last error: {got})") from got
+
+    def bisect(lo: int, hi: int, got: Any) -> None:
+        """A transient failure: halves, both tried (out of memory, both may be fine)."""
+        if not isinstance(got, InferenceError):
+            outputs[lo] = got
         elif hi - lo == 1:
-            result.poison[lo] = got
-            if len(result.poison) > limit:
-                raise ModelBrokenError(f"{len(result.poison)} of {n} rows fail: the model is "
-                                       f"failing, not the rows (last error: {got})") from got
+            poison(lo, got)
         else:
-            split(lo, hi, got)
+            result.bisections += 1
+            mid = (lo + hi) // 2
+            bisect(lo, mid, attempt(lo, mid))
+            bisect(mid, hi, attempt(mid, hi))
 
-    def split(lo: int, hi: int, failure: InferenceError) -> None:
-        result.bisections += 1
-        mid = (lo + hi) // 2
-        left = attempt(lo, mid)
-        if not isinstance(left, InferenceError) and not isinstance(failure, TransientInferenceError):
-            # The whole failed and its left half did not: the right half holds the culprit.
-            # (Not so after running out of memory: the halves may both be fine.)
-            right: Any = failure
-        else:
-            right = attempt(mid, hi)
-            if (lo, hi) == (0, n) and isinstance(right, InferenceError) and not model_answers(runner):
-                result.calls += 1
-                raise ModelBrokenError(f"both halves of a batch of {n} fail and so does the warm-up "
-                                       f"input: the model is failing, not the rows ({failure})") from failure
-        settle(lo, mid, left)
-        settle(mid, hi, right)
+    def broken_check(failure: InferenceError) -> None:
+        """The whole batch and the first call inside it failed: a broken model, or poison?"""
+        if not model_answers(runner):
+            result.calls += 1
+            raise ModelBrokenError(f"a batch of {n} and its first part fail, and so does the warm-up "
+                                   f"input: the model is failing, not the rows ({failure})") from failure
+        result.calls += 1
 
-    settle(0, n, attempt(0, n))
-    if len(outputs) == 1 and 0 in outputs and len(outputs[0]) == n:
-        result.scores = outputs[0]  # the usual case: one call scored the whole batch
+    whole = attempt(0, n)
+    if not isinstance(whole, InferenceError):
+        result.scores = whole  # the usual case: one call scored the whole batch
         return result
+    if n == 1 or isinstance(whole, TransientInferenceError):
+        bisect(0, n, whole)
+    else:
+        _search(n, whole, poison_rate, attempt, outputs, poison, bisect, broken_check, result)
     first = next(iter(outputs.values()), None)
     if isinstance(first, Columns):
         scores: Any = first.blank(n)
@@ -124,6 +142,53 @@ def score_isolating(runner: ModelRunner, features: Batch,
     return result
 
 
+def _search(n: int, whole: InferenceError, rate: float, attempt: Callable[[int, int], Any], outputs: dict[int, Any],
+            poison: Callable[[int, InferenceError], None], bisect: Callable[[int, int, Any], None],
+            broken_check: Callable[[InferenceError], None], result: Scored) -> None:
+    """Generalized binary splitting over rows [0, n), known to fail as a whole (``whole``)."""
+    p, known, checked = 0, (0, n, whole), False
+    while p < n:
+        if known is not None:  # [lo, hi) starts at p and fails: find its first poison row
+            (lo, hi, failure), known = known, None
+        else:
+            r = n - p
+            d = rate * r  # poison rows expected among the r left
+            size = r if d <= 1 else 1 << max(0, int(math.log2(max(1.0, (r - d + 1) / d))))
+            hi = p + min(size, r)
+            got = attempt(p, hi)
+            if not isinstance(got, InferenceError):
+                outputs[p] = got
+                p = hi
+                continue
+            if isinstance(got, TransientInferenceError):
+                bisect(p, hi, got)
+                p = hi
+                continue
+            lo, failure = p, got
+        while hi - lo > 1:  # halve [lo, hi): the first half, if it fails, else the second
+            result.bisections += 1
+            mid = (lo + hi) // 2
+            left = attempt(lo, mid)
+            if not checked:
+                checked = True
+                if isinstance(left, InferenceError) and not isinstance(left, TransientInferenceError):
+                    broken_check(failure)
+            if not isinstance(left, InferenceError):
+                outputs[lo] = left
+                lo = mid
+            elif isinstance(left, TransientInferenceError):
+                bisect(lo, mid, left)
+                lo = hi = mid  # the rest, [mid, hi), is untested again
+                break
+            else:
+                hi, failure = mid, left
+        if hi - lo == 1:
+            poison(lo, failure)
+            p = lo + 1
+        else:
+            p = lo
+
+
 def model_answers(runner: ModelRunner) -> bool:
     """Does the model score one row of zeros (the warm-up input)? Tells poison from a broken model."""
     try:
@@ -131,6 +196,9 @@ def model_answers(runner: ModelRunner) -> bool:
     except InferenceError:
         return False
     return True
+
+
+POISON_RATE_WEIGHT = 0.2  # of the latest batch in the moving average
 
 
 class BatchScorer:
@@ -144,9 +212,12 @@ class BatchScorer:
     def __init__(self, runner: ModelRunner, policy: IsolationPolicy, broken_after_failed_batches: int) -> None:
         self.runner, self.policy, self.broken_after = runner, policy, broken_after_failed_batches
         self.failed_batches = 0  # whole batches failing in a row
+        self.poison_rate = 0.0  # a moving average of the share of poison rows: the search's d
 
     def score(self, features: Batch) -> Scored:
-        scored = score_isolating(self.runner, features, self.policy)
+        scored = score_isolating(self.runner, features, self.policy, poison_rate=self.poison_rate)
+        if len(features):
+            self.poison_rate += POISON_RATE_WEIGHT * (len(scored.poison) / len(features) - self.poison_rate)
         if len(scored.poison) < len(features):
             self.failed_batches = 0
             return scored
