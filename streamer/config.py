@@ -64,6 +64,11 @@ class RegistryConfig:
         if self.basic_auth_user_info is not None and ":" not in self.basic_auth_user_info.value:
             raise ConfigError("registry.basic_auth_user_info", "must be USER:PASSWORD")  # the value stays unsaid
 
+    @property
+    def secret(self) -> str | None:
+        """The credentials' text, for the client and to redact from messages; never to log."""
+        return self.basic_auth_user_info.value if self.basic_auth_user_info is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class InputConfig:

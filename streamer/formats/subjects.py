@@ -34,8 +34,8 @@ def registry_client(reg: RegistryConfig) -> SchemaRegistryClient:
     """confluent-kafka's client for ``reg`` (also its own ``mock://`` URLs, used by unit tests);
     the credentials are unwrapped here and go nowhere else."""
     conf = {"url": reg.url}
-    if reg.basic_auth_user_info is not None:
-        conf["basic.auth.user.info"] = reg.basic_auth_user_info.value
+    if reg.secret is not None:
+        conf["basic.auth.user.info"] = reg.secret
     return SchemaRegistryClient.new_client(conf)
 
 
@@ -68,7 +68,7 @@ def confluent_output_codec(cfg: Config, schema: AvroSchema,
     plain = AvroCodec(schema)
     subject = output_subject(cfg, schema)
     registered = Schema(plain.schema_json, "AVRO")
-    secret = reg.basic_auth_user_info.value if reg.basic_auth_user_info is not None else None
+    secret = reg.secret
     _check_compatible(client, subject, registered, secret)
     try:
         if cfg.output.auto_register:
