@@ -23,7 +23,7 @@ from streamer.config import Config, dead_letter_topic
 from streamer.errors import BrokerError, ProduceError, RecordError
 from streamer.gate import Gate
 from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint, Commit
-from streamer.kafka.clients import KafkaClients, consume_batch
+from streamer.kafka.clients import KafkaClients, consume_batch, queue_limit
 from streamer.kafka.deadletter import letter_for
 from streamer.kafka.delivery import Deliveries, Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
@@ -134,7 +134,7 @@ class Processor:
             on_commit=lambda e, tps: self.checkpoint.commit_reported(e, tps), **stats)
         self.deliveries = Deliveries(make_producer(), on_full=lambda: self._collect_acks(timeout_s=0.05),
                                      make_producer=make_producer,  # a fatal one is replaced
-                                     key_by=self.cfg.output.key)
+                                     key_by=self.cfg.output.key, queue_limit=queue_limit(self.cfg))
         self.checkpoint = kind(self.cfg, self._tracker, self.consumer, self.deliveries, self._clock,
                                self.commit_metadata)
         if self._range is None:

@@ -64,3 +64,58 @@ def test_predictions_keyed_by_a_field_and_an_empty_entity_is_a_null_key() -> Non
     assert p.keyed("entity_id").keys == [b"acct-1", None]
     assert p.keyed("event_id").keys == [b"e1", b"e2"]
     assert p.keyed("input") is p
+
+
+class BatchProducer(FakeProducer):
+    """With produce_batch, as confluent-kafka binds rd_kafka_produce_batch: a refused message gets
+    an ``_error`` and is not queued, the others are, in order; the count queued is returned."""
+
+    def __init__(self, queued: int = 0, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.queued, self.batch_calls = queued, 0  # queued: messages already in the local queue
+
+    def __len__(self) -> int:
+        return self.queued + len(self.pending)
+
+    def produce_batch(self, topic: str, messages: list[dict[str, Any]], on_delivery: Any) -> int:
+        self.batch_calls += 1
+        for m in messages:
+            if m["value"] == self.refuse:
+                m["_error"] = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+                continue
+            self.sent.append((topic, m["value"], m["key"]))
+            self.pending.append(on_delivery)
+        return sum("_error" not in m for m in messages)
+
+
+def predictions(values: list[bytes]) -> Any:
+    from streamer.kafka.delivery import Predictions
+
+    items = [SimpleNamespace(key=lambda i=i: f"k{i}".encode()) for i in range(len(values))]
+    rows = SimpleNamespace(source=SimpleNamespace(items=items), event_times=list(range(len(values))),
+                           take=lambda ok: SimpleNamespace(kept=[v for v, k in zip(values, ok) if k]))
+    return Predictions("scores", values, rows)  # type: ignore[arg-type]
+
+
+def test_a_batch_of_predictions_goes_out_in_one_call_in_order_and_a_refusal_is_its_failure() -> None:
+    producer = BatchProducer(refuse=b"huge")
+    deliveries = Deliveries(producer, on_full=lambda: None)
+    deliveries.send(predictions([b"a", b"huge", b"b"]))
+    assert producer.batch_calls == 1
+    assert producer.sent == [("scores", b"a", b"k0"), ("scores", b"b", b"k2")]
+    acked, failed = deliveries.collect(0)
+    assert acked.batches[0].kept == [b"a", b"b"]
+    assert [(o.value, o.key, e.code()) for o, e in failed] == [(b"huge", b"k1", KafkaError.MSG_SIZE_TOO_LARGE)]
+    assert deliveries.in_flight == 0
+
+
+def test_without_room_for_the_whole_batch_each_prediction_is_produced_alone() -> None:
+    """A full queue could refuse one message of a batch call and queue the next: out of order.
+    So with less room than the batch, one produce each (which waits for room, in order)."""
+    producer = BatchProducer(queued=99_999)
+    deliveries = Deliveries(producer, on_full=lambda: producer.poll(0), queue_limit=100_000)
+    deliveries.send(predictions([b"a", b"b"]))
+    assert producer.batch_calls == 0 and [v for _, v, _ in producer.sent] == [b"a", b"b"]
+    producer.queued = 0
+    deliveries.send(predictions([b"c", b"d"]))
+    assert producer.batch_calls == 1 and [v for _, v, _ in producer.sent] == [b"a", b"b", b"c", b"d"]

@@ -116,6 +116,9 @@ def test_20k_events_scored_exactly_and_committed(bootstrap: str, topics: Topics,
         event = inputs[src]
         assert p["event_id"] == event["event_id"] and p["entity_id"] == event["entity_id"]
         assert m.key() == str(event["entity_id"]).encode()
+        # one produce_batch call per batch: librdkafka's partitioner still runs on each key, as it
+        # did for the producer of the input (same partition count): the same partition
+        assert m.partition() == src[0]
         assert (p["model_name"], p["model_version"]) == ("fraud_mlp", demo_version)
         by_source[src] = p
     assert set(by_source) == set(inputs)

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from streamer.config import Config, Secret, dead_letter_topic, librdkafka_config
 from streamer.errors import BrokerError, ConfigError, StopRequested
+from streamer.kafka.delivery import QUEUE_LIMIT
 from streamer.kafka.topics import create, ensure_like, partitions
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
@@ -115,6 +116,11 @@ def make_producer(cfg: Config, largest_message: int | None = None, **extra: Any)
         given = int(str(librdkafka_config(cfg).get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)))
         extra["message.max.bytes"] = max(given, largest_message)
     return Producer(producer_config(cfg, **extra))
+
+
+def queue_limit(cfg: Config) -> int:
+    """The producer's local queue, in messages (``queue.buffering.max.messages``)."""
+    return int(str(librdkafka_config(cfg).get("queue.buffering.max.messages", QUEUE_LIMIT)))
 
 
 def make_admin(cfg: Config) -> AdminClient:

@@ -1,5 +1,12 @@
 """Producing outputs and collecting their delivery reports: one callback object per batch.
 
+A batch's predictions go to librdkafka in one ``produce_batch`` call (confluent-kafka's binding of
+``rd_kafka_produce_batch``): the partitioner runs per message, as for ``produce``, and the
+messages are queued in their order, so each partition gets them in order. It is used only when
+the local queue has room for the whole batch (``queue.buffering.max.messages``), since a message
+refused by a full queue while later ones were queued would land out of order; otherwise, and for
+single outputs (they have headers, which the batch call does not take), one ``produce`` each.
+
 Outputs go out in units: a batch's predictions (:class:`Predictions`, columns: one value per
 scored row) or single :class:`Output` messages (dead letters, predictions produced again). Every
 message of a unit reports to the same bound method, which only notes an error and counts down;
@@ -24,6 +31,7 @@ from streamer.config import OutputKey
 from streamer.pipeline.records import Rows
 
 Headers = list[tuple[str, bytes]]
+QUEUE_LIMIT = 100_000  # librdkafka's queue.buffering.max.messages default
 
 # A message larger than the topic (or the producer) takes.
 TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
@@ -164,8 +172,10 @@ class Deliveries:
 
     def __init__(self, producer: Any, on_full: Callable[[], None],
                  before_send: Callable[[], None] = lambda: None,
-                 make_producer: Callable[[], Any] | None = None, key_by: OutputKey = "input") -> None:
+                 make_producer: Callable[[], Any] | None = None, key_by: OutputKey = "input",
+                 queue_limit: int = QUEUE_LIMIT) -> None:
         self.producer = producer
+        self.queue_limit = queue_limit  # queue.buffering.max.messages: a batch call needs room for all
         self.key_by = key_by  # output.key
         self._make_producer = make_producer  # for renew(): a producer like the first one
         self._on_full = on_full  # called when the local queue is full, to serve reports
@@ -189,6 +199,9 @@ class Deliveries:
         if isinstance(outputs, Predictions):
             topic = outputs.topic
             keys = outputs.keys or [m.key() for m in outputs.rows.source.items]
+            if len(self.producer) + unit.size <= self.queue_limit and hasattr(self.producer, "produce_batch"):
+                self._produce_batch(unit, topic, outputs.values, keys)
+                return
             for i, (value, key) in enumerate(zip(outputs.values, keys)):
                 try:
                     produce_(topic, value, key, on_delivery=report)
@@ -198,6 +211,14 @@ class Deliveries:
         for i, out in enumerate(outputs):
             out.attempts += 1
             self._produce_hard(unit, i, out.topic, out.value, out.key, out.headers)
+
+    def _produce_batch(self, unit: _Unit, topic: str, values: list[bytes], keys: list[bytes | None]) -> None:
+        """One call for the batch; a message refused (too large, say) is reported as its failure."""
+        messages = [{"value": v, "key": k} for v, k in zip(values, keys)]
+        if self.producer.produce_batch(topic, messages, on_delivery=unit.report) < len(messages):
+            for i, m in enumerate(messages):
+                if "_error" in m:
+                    unit.refused(i, m["_error"])
 
     def _produce_hard(self, unit: _Unit, i: int, topic: str, value: bytes | None, key: bytes | None,
                       headers: Headers | None) -> None:

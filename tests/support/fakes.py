@@ -212,6 +212,12 @@ class FakeProducer:
         assert on_delivery is not None
         self.pending.append((topic, value, on_delivery))
 
+    def produce_batch(self, topic: str, messages: list[dict[str, Any]],
+                      on_delivery: Callable[..., None] | None = None) -> int:
+        for m in messages:
+            self.produce(topic, m.get("value"), m.get("key"), on_delivery=on_delivery)
+        return len(messages)
+
     def poll(self, timeout: float = 0) -> int:
         return 0 if self.hold else self._report()
 
