@@ -27,6 +27,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from streamer.config import InputConfig
+from streamer.pipeline.texts import Texts, ascii_texts
 
 _PAD = b"\0" * 16  # a 10-byte varint gather at a message's end stays inside the buffer
 _WIDTH = {"null": 0, "boolean": 1, "float": 4, "double": 8}
@@ -48,8 +49,8 @@ class DecodedColumns:
 
     rows: np.ndarray  # intp, ascending: values proven to decode and validate as below
     features: np.ndarray  # float32 [len(rows), n_features]
-    event_ids: list[str]
-    entity_ids: list[str]
+    event_ids: Sequence[str]  # a Texts (bytes) for ASCII ids, else a list
+    entity_ids: Sequence[str]
     event_times: np.ndarray  # int64 milliseconds
     fallback: np.ndarray  # intp, ascending: values the caller sends through the reference path
 
@@ -107,11 +108,15 @@ def _string(w: _Walk, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return start, start + n
 
 
-def _texts(w: _Walk, sel: np.ndarray) -> list[Any]:
-    """Strict UTF-8, string by string as fastavro decodes; a row that fails is no longer ok."""
+def _texts(w: _Walk, sel: np.ndarray) -> Sequence[Any]:
+    """Strict UTF-8, string by string as fastavro decodes; a row that fails is no longer ok. All
+    ASCII (the usual ids): kept as bytes (:class:`Texts`), never made into ``str`` here."""
     start, stop = _string(w, sel)
     raw, ok = w.raw, w.ok[sel]
     if ok.all():
+        column = ascii_texts(w.buf, start, stop)
+        if column is not None:
+            return column
         try:
             return [raw[a:b].decode() for a, b in zip(start.tolist(), stop.tolist())]
         except UnicodeDecodeError:
@@ -383,4 +388,4 @@ def _pick(column: tuple[np.ndarray, Any], rows: np.ndarray) -> Any:
     if len(at) == len(rows):
         return values
     idx = np.searchsorted(at, rows)
-    return values[idx] if isinstance(values, np.ndarray) else [values[i] for i in idx.tolist()]
+    return values[idx] if isinstance(values, (np.ndarray, Texts)) else [values[i] for i in idx.tolist()]

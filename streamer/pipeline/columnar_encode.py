@@ -23,6 +23,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from streamer.formats.varint import avro_string, zigzag
+from streamer.pipeline.texts import Texts
 
 _INT64 = (-(1 << 63), 1 << 63)
 _LONGEST = 4096  # bytes: a longer string (id, entity, topic) or constant part is left to the reference
@@ -96,6 +97,8 @@ def _texts(values: Sequence[str], ok: np.ndarray) -> tuple[bytes, np.ndarray]:
     So is a row with a string over ``_LONGEST`` bytes: every row of the matrix is as wide as the
     widest, and one huge id must not make the whole batch's matrix huge.
     """
+    if isinstance(values, Texts) and values.sizes.max(initial=0) <= _LONGEST:
+        return values.blob()  # ASCII bytes as decoded: no str made or encoded
     joined = "".join(values)
     sizes = np.fromiter(map(len, values), np.int64, len(values))
     if joined.isascii() and sizes.max(initial=0) <= _LONGEST:

@@ -109,7 +109,7 @@ def _read(t: _T, w: _Walk, sel: np.ndarray, width: int) -> _Read:
     if kind == "long":
         return _Read(_varint(w, sel), np.zeros(len(sel), bool))
     if kind == "string":
-        return _Read(np.array(_texts(w, sel) + [None], object)[:-1], np.zeros(len(sel), bool))
+        return _Read(np.array([*_texts(w, sel), None], object)[:-1], np.zeros(len(sel), bool))
     if kind == "array":
         count = _varint(w, sel)
         w.ok[sel] &= count == width

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from streamer.pipeline.signature import join_batches
+from streamer.pipeline.texts import Texts
 
 TopicPartition = tuple[str, int]
 
@@ -49,8 +50,10 @@ def _index(idx: np.ndarray | slice) -> np.ndarray | slice:
     return idx if isinstance(idx, slice) or idx.dtype != bool else np.flatnonzero(idx)
 
 
-def _pick(items: list[Any], idx: np.ndarray | slice) -> list[Any]:
-    return items[idx] if isinstance(idx, slice) else [items[i] for i in idx.tolist()]
+def _pick(items: Sequence[Any], idx: np.ndarray | slice) -> Any:
+    if isinstance(idx, slice) or isinstance(items, Texts):
+        return items[idx]
+    return [items[i] for i in idx.tolist()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +126,8 @@ class Rows:
     """Decoded, validated rows as columns, each with the consumed message it came from."""
 
     source: Messages
-    event_ids: list[str]
-    entity_ids: list[str]
+    event_ids: Sequence[str]  # a list, or Texts: the ids' bytes as decoded (pipeline/texts.py)
+    entity_ids: Sequence[str]
     event_times: np.ndarray  # int64 milliseconds: the event's own time
     features: Any  # float32 [rows, n_features] (the legacy contract), or Columns of the model's inputs
     passthrough: list[tuple[Any, ...]] | None = None  # output.include's values per row; None: none kept
@@ -160,7 +163,7 @@ class Rows:
         kept = None if parts[0].passthrough is None else [v for p in parts for v in p.passthrough or ()]
         return Rows(Messages([m for s in src for m in s.items], [t for s in src for t in s.topics],
                              np.concatenate([s.partitions for s in src]), np.concatenate([s.offsets for s in src])),
-                    [e for p in parts for e in p.event_ids], [e for p in parts for e in p.entity_ids],
+                    Texts.join([p.event_ids for p in parts]), Texts.join([p.entity_ids for p in parts]),
                     np.concatenate([p.event_times for p in parts]), join_batches([p.features for p in parts]),
                     kept)
 
