@@ -168,8 +168,9 @@ class Stages:
                                           stamp.model_version, part.source.topics, part.source.partitions,
                                           part.source.offsets, part.event_times, stamp.scored_at_ms,
                                           stamp.run_id, stamp.degraded)
-        if not poison and None not in values:
-            return kept, values, []  # type: ignore[return-value]
+        if None not in values:  # every kept row encoded: the poison rows are the only rejects
+            items = rows.source.items
+            return kept, values, [poison_reject(poison[i], items[i]) for i in sorted(poison)]  # type: ignore[return-value]
         out_rows: list[int] = []
         out_values: list[bytes] = []
         rejects: list[Reject] = []
@@ -214,6 +215,13 @@ def decode_batch(messages: Sequence[Any], decoder: Codec,
     return good, records, rejects
 
 
+def poison_reject(failure: InferenceError, message: Any) -> Reject:
+    """The dead letter's error for a row the model failed on alone (its cause: the model's error)."""
+    error = PoisonRowError(f"the model fails on this row: {failure}")
+    error.__cause__ = failure
+    return error, message
+
+
 def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError], encoder: Codec, stamp: Stamp,
                  include: Sequence[str] = ()) -> tuple[np.ndarray, list[bytes], list[Reject]]:
     """The reference: prediction values one by one; rows the model failed on alone are rejects.
@@ -227,9 +235,7 @@ def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError], enc
     for i in range(len(rows)):
         message = rows.source.items[i]
         if i in poison:
-            error = PoisonRowError(f"the model fails on this row: {poison[i]}")
-            error.__cause__ = poison[i]
-            rejects.append((error, message))
+            rejects.append(poison_reject(poison[i], message))
             continue
         try:
             value = encoder.encode(prediction_fields(rows.record(i), scores[i], stamp, include))
