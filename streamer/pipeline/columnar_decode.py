@@ -24,7 +24,6 @@ from typing import Any, NamedTuple, cast
 
 import fastavro
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from streamer.config import InputConfig
 from streamer.pipeline.texts import Texts, ascii_texts
@@ -55,6 +54,13 @@ class DecodedColumns:
     fallback: np.ndarray  # intp, ascending: values the caller sends through the reference path
 
 
+def byte_windows(buf: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width``-byte window of the uint8 array ``buf``, as rows of one strided view (no
+    copy; writeable when ``buf`` is): what numpy's ``sliding_window_view`` gives, made directly,
+    for ~1 us instead of its ~25 us of checks, paid several times per chunk and per batch."""
+    return np.ndarray((max(0, len(buf) - width + 1), width), np.uint8, buf, 0, (1, 1))
+
+
 class _Walk:
     """The chunk's bytes and, per message, where the walk stands, where the message ends, and ok."""
 
@@ -64,7 +70,7 @@ class _Walk:
 
     def take(self, at: np.ndarray, width: int) -> np.ndarray:
         """``width`` bytes from each position in ``at``, as rows: one strided gather, no index matrix."""
-        return sliding_window_view(self.buf, width)[at]
+        return byte_windows(self.buf, width)[at]
 
     def advance(self, sel: np.ndarray, n: np.ndarray | int) -> np.ndarray:
         """Move ``sel`` past ``n`` bytes each; a row whose message is too short is no longer ok."""

@@ -20,9 +20,9 @@ from typing import Any
 
 import fastavro
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from streamer.formats.varint import avro_string, zigzag
+from streamer.pipeline.columnar_decode import byte_windows
 from streamer.pipeline.texts import Texts
 
 _INT64 = (-(1 << 63), 1 << 63)
@@ -40,15 +40,13 @@ def _varints(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Zigzag varints of int64 ``v``: the bytes, [len(v), widest] left-aligned, and each one's length."""
     u = ((v << 1) ^ (v >> 63)).view(np.uint64)
     widest = max(1, -(-int(u.max(initial=0)).bit_length() // 7))
-    out = np.empty((len(v), widest), np.uint8)
-    length = np.ones(len(v), np.int64)
-    for j in range(widest):
-        low = (u & np.uint64(0x7F)).astype(np.uint8)
-        u = u >> np.uint64(7)
-        more = u != 0
-        out[:, j] = low | (more.astype(np.uint8) << 7)
-        length += more
-    return out, length
+    if widest == 1:  # every value under 64 (partitions, small counts): one byte each, as is
+        return u.astype(np.uint8).reshape(-1, 1), np.ones(len(v), np.int64)
+    shifts = np.arange(widest, dtype=np.uint64) * np.uint64(7)  # all of a row's groups at once
+    groups = u[:, None] >> shifts
+    more = (groups >> np.uint64(7)) != 0  # a group with more after it carries the high bit
+    out = ((groups & np.uint64(0x7F)) | (more.astype(np.uint64) << np.uint64(7))).astype(np.uint8)
+    return out, more.sum(axis=1, dtype=np.int64) + 1
 
 
 def _type(t: Any) -> Any:
@@ -79,7 +77,7 @@ class _Rows:
         Any bytes beyond ``length`` land where the next field goes and are overwritten by it, or
         past the row's end, where no slice reaches.
         """
-        sliding_window_view(self.flat, data.shape[1], writeable=True)[self.base + self.length] = data
+        byte_windows(self.flat, data.shape[1])[self.base + self.length] = data
         self.length += length
 
     def text(self, blob: bytes, size: np.ndarray) -> None:
