@@ -127,9 +127,12 @@ class _Unit:
         self.errors: list[tuple[int | bytes | None, KafkaError]] = []
 
     def report(self, err: KafkaError | None, msg: Any) -> None:
+        """Called once per message, from poll(): kept to a decrement (the count inline, not a call)."""
         if err is not None:
             self.errors.append((msg.value() if msg is not None else None, err))
-        self._count()
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.finished.append(self)
 
     def refused(self, index: int, err: KafkaError) -> None:
         """Refused before sending (too large, say): reported at once, by index."""
