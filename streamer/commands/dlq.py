@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 
-from streamer.kafka import clients
 from streamer.config import Config, dead_letter_topic
-from streamer.kafka.deadletter import REDRIVE_HEADER, header, is_cut_short, original_headers, redrive_count
 from streamer.errors import STAGES, BrokerError
+from streamer.kafka import clients
+from streamer.kafka.deadletter import REDRIVE_HEADER, header, is_cut_short, original_headers, redrive_count
 from streamer.kafka.topics import partitions
 
 
@@ -118,7 +118,7 @@ def _redriven_below(cfg: Config, topic: str, parts: list[int],
     for stage, futures in asked.items():
         try:
             (answer,) = [f.result(timeout_s) for f in futures.values()]
-        except Exception as exc:  # noqa: BLE001  KafkaException, or the future's own timeout
+        except Exception as exc:
             raise BrokerError(f"redrive: reading the progress of {_group(cfg, stage)} failed: {exc}") from exc
         committed[stage] = {tp.partition: max(tp.offset, 0) for tp in answer.topic_partitions}
     return {p: {stage: max(committed[stage].get(p, 0), committed[None].get(p, 0)) for stage in committed}

@@ -24,7 +24,7 @@ import numpy as np
 class Texts(Sequence[str]):
     """Strings as spans of one uint8 buffer; behaves as a read-only sequence of ``str``."""
 
-    __slots__ = ("buf", "starts", "sizes")
+    __slots__ = ("buf", "sizes", "starts")
 
     def __init__(self, buf: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
         self.buf, self.starts, self.sizes = buf, starts.astype(np.int64, copy=False), sizes.astype(np.int64, copy=False)
