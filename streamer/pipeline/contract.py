@@ -264,9 +264,9 @@ class Contract:
     def collect(self, raw: Sequence[Any], rows: int) -> Any:
         """The session's outputs (in :attr:`output_names` order) as the batch's result: a float32
         matrix of 'scores' for the legacy contract, else Columns named by prediction field."""
-        by_name = dict(zip(self.output_names, raw, strict=True))
-        if self.legacy_output:
-            out = np.asarray(by_name[self.outputs[0].spec.name], dtype=np.float32)
+        if self.legacy_output:  # the session was asked for its one output: no lookup by name
+            (first,) = raw
+            out = np.asarray(first, dtype=np.float32)
             if out.ndim < 2:
                 out = out.reshape(-1, 1)
             if out.ndim != 2:
@@ -274,6 +274,7 @@ class Contract:
             if len(out) != rows:
                 raise InferenceError(f"model returned {len(out)} output rows for {rows} input rows")
             return out
+        by_name = dict(zip(self.output_names, raw, strict=True))
         return Columns({p.field: p.take(by_name[p.spec.name], rows) for p in self.outputs})
 
     def avro_fields(self) -> list[dict[str, Any]]:
