@@ -119,3 +119,16 @@ def test_without_room_for_the_whole_batch_each_prediction_is_produced_alone() ->
     producer.queued = 0
     deliveries.send(predictions([b"c", b"d"]))
     assert producer.batch_calls == 1 and [v for _, v, _ in producer.sent] == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_batch_call_refused_whole_falls_back_to_one_produce_each() -> None:
+    class Refusing(BatchProducer):
+        def produce_batch(self, topic: str, messages: list[dict[str, Any]], on_delivery: Any) -> int:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "Invalid topic"))
+
+    producer = Refusing()
+    deliveries = Deliveries(producer, on_full=lambda: None)
+    deliveries.send(predictions([b"a", b"b"]))
+    assert [v for _, v, _ in producer.sent] == [b"a", b"b"]
+    acked, failed = deliveries.collect(0)
+    assert acked.batches and not failed and deliveries.units_in_flight == 0

@@ -44,7 +44,24 @@ def test_a_dead_letters_stack_trace_names_every_frame_without_reading_source() -
     assert linecache.cache == {}  # no source file was read for it
     lines = trace.splitlines()
     assert lines[0] == "Traceback (most recent call last):"
-    assert lines[-1] == "builtins.ValueError: row 7 has no amount"
+    assert lines[-1] == "ValueError: row 7 has no amount"  # as Python prints a builtin
     frames = traceback.extract_tb(caught.__traceback__)
     assert lines[1:-1] == [f'  File "{f.filename}", line {f.lineno}, in {f.name}' for f in frames]
     assert lines[-2].endswith("in inner")
+
+
+def test_a_dead_letters_stack_trace_keeps_the_chain_of_causes() -> None:
+    from streamer.errors import DeserializeError
+    from streamer.kafka.deadletter import stack_trace
+
+    try:
+        try:
+            b"\xff".decode()
+        except UnicodeDecodeError as exc:
+            raise DeserializeError("not UTF-8") from exc
+    except DeserializeError as exc:
+        caught = exc
+    trace = stack_trace(caught)
+    first, joint, last = trace.index("UnicodeDecodeError: 'utf-8' codec"), trace.index("direct cause"), \
+        trace.index("streamer.errors.DeserializeError: not UTF-8")
+    assert first < joint < last and trace.count("Traceback (most recent call last):") == 2

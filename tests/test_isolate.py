@@ -137,3 +137,17 @@ def test_out_of_memory_down_to_one_row_holds_the_batch_and_dead_letters_nothing(
         score_isolating(FunctionRunner(no_memory, 4), batch(8), IsolationPolicy(), lambda s: None)
     with pytest.raises(ModelBrokenError, match="for want of a resource"):  # one row alone
         score_isolating(FunctionRunner(no_memory, 4), batch(1), IsolationPolicy(), lambda s: None)
+
+
+def test_a_model_out_of_memory_on_big_batches_and_failing_on_the_rest_is_broken_at_once() -> None:
+    """The whole batch runs out of memory, its halves fail outright, and so does the warm-up
+    input: a broken model after four calls (with the retries), not a search through 512 rows."""
+    def broken(x: np.ndarray) -> np.ndarray:
+        if len(x) > 256:
+            raise TransientInferenceError("CUDA out of memory")
+        raise InferenceError("the device went away")
+
+    runner = FunctionRunner(broken, 4)
+    with pytest.raises(ModelBrokenError, match="the model is failing"):
+        score_isolating(runner, batch(512), IsolationPolicy(), lambda s: None)
+    assert runner.calls == 3 + 2 + 1  # the whole (and its 2 retries), the halves, the warm-up

@@ -406,3 +406,14 @@ def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fai
     assert old_breaker.state == Breaker.OPEN and serving.breaker is not old_breaker
     assert serving.breaker.state == Breaker.CLOSED
     assert serving.score(rows(BATCH)).degraded is None  # the new model scores at once
+
+
+def test_a_file_that_cannot_be_read_for_its_digest_is_refused_by_a_reload(tmp_path: Path) -> None:
+    from streamer.pipeline.serving import file_version
+
+    gone = tmp_path / "gone.onnx"
+    runner = FunctionRunner(lambda x: x[:, :1], N)  # declares no version
+    assert file_version("1", gone, None, runner) == "1"  # at start: a runner not from a file
+    with pytest.raises(OSError):
+        file_version("1", gone, None, runner, strict=True)  # a reload: refused, never "1"
+    assert file_version("1", gone, "7", runner, strict=True) == "7"  # a version folder names it

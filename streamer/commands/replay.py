@@ -159,7 +159,9 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
         batching=replace(cfg.batching,
                          max_size=batch,
                          max_wait_ms=cfg.batching.max_wait_ms if max_wait_ms is None else max_wait_ms),
-        processing=replace(cfg.processing, dead_letter_topic=f"{output_topic}.dlq"),
+        # its own dead-letter topic, created like its output topic (whatever create_dead_letter_topic
+        # says of the live one): a replay's topics are its own
+        processing=replace(cfg.processing, dead_letter_topic=f"{output_topic}.dlq", create_dead_letter_topic=True),
         metrics=replace(cfg.metrics, port=0))  # an ephemeral port: the live processor holds metrics.port
     bounds, resumed = _plan(rcfg, run_id, start, end or When("latest"), force)
     clients.ensure_topic(rcfg, output_topic, like=cfg.input.topics[0])

@@ -89,13 +89,32 @@ def dead_letter(error: RecordError, *, dlq_topic: str, key: bytes | None,
 
 
 def stack_trace(exc: BaseException) -> str:
-    """``exc``'s traceback as Python prints it, less the source lines: reading those (linecache)
-    was most of a dead letter's cost, paid per row, and file and line say where to look."""
-    lines = ["Traceback (most recent call last):"]
-    lines += [f'  File "{frame.f_code.co_filename}", line {lineno}, in {frame.f_code.co_name}'
-              for frame, lineno in traceback.walk_tb(exc.__traceback__)]
-    lines.append(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+    """``exc``'s traceback as Python prints it, its chain of causes included, less the source
+    lines: reading those (linecache) was most of a dead letter's cost, paid per row, and file and
+    line say where to look."""
+    chain: list[tuple[BaseException, str]] = []
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        cause = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+        chain.append((link, _DIRECT if link.__cause__ is not None else _DURING))
+        link = cause
+    lines: list[str] = []
+    for i, (link, joint) in enumerate(reversed(chain)):  # the first cause first, as Python prints
+        if i:
+            lines += ["", chain[len(chain) - 1 - i][1], ""]
+        lines.append("Traceback (most recent call last):")
+        lines += [f'  File "{frame.f_code.co_filename}", line {lineno}, in {frame.f_code.co_name}'
+                  for frame, lineno in traceback.walk_tb(link.__traceback__)]
+        kind = type(link)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        lines.append(f"{name}: {link}" if str(link) else name)
     return "\n".join(lines) + "\n"
+
+
+_DIRECT = "The above exception was the direct cause of the following exception:"
+_DURING = "During handling of the above exception, another exception occurred:"
 
 
 def letter_for(error: RecordError, message: Any, *, dlq_topic: str, group_id: str, model_name: str,

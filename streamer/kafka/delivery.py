@@ -137,12 +137,7 @@ class _Unit:
     def refused(self, index: int, err: KafkaError) -> None:
         """Refused before sending (too large, say): reported at once, by index."""
         self.errors.append((index, err))
-        self._count()
-
-    def _count(self) -> None:
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.finished.append(self)
+        self.report(None, None)
 
     def sort(self) -> tuple[Acked, list[tuple[Output, KafkaError]]]:
         """Acked and failed, with each failure mapped back to its output by index or by value."""
@@ -202,8 +197,8 @@ class Deliveries:
         if isinstance(outputs, Predictions):
             topic = outputs.topic
             keys = outputs.keys or [m.key() for m in outputs.rows.source.items]
-            if len(self.producer) + unit.size <= self.queue_limit and hasattr(self.producer, "produce_batch"):
-                self._produce_batch(unit, topic, outputs.values, keys)
+            if (len(self.producer) + unit.size <= self.queue_limit and hasattr(self.producer, "produce_batch")
+                    and self._produce_batch(unit, topic, outputs.values, keys)):
                 return
             for i, (value, key) in enumerate(zip(outputs.values, keys)):
                 try:
@@ -215,13 +210,21 @@ class Deliveries:
             out.attempts += 1
             self._produce_hard(unit, i, out.topic, out.value, out.key, out.headers)
 
-    def _produce_batch(self, unit: _Unit, topic: str, values: list[bytes], keys: list[bytes | None]) -> None:
-        """One call for the batch; a message refused (too large, say) is reported as its failure."""
+    def _produce_batch(self, unit: _Unit, topic: str, values: list[bytes], keys: list[bytes | None]) -> bool:
+        """One call for the batch; a message refused (too large, say) is reported as its failure.
+        False when the call refused the whole batch before queueing any (the caller produces one by
+        one). A message refused by ``queue.buffering.max.kbytes`` (the room check counts messages)
+        is a failure produced again later, after later ones: as any retried output."""
         messages = [{"value": v, "key": k} for v, k in zip(values, keys)]
-        if self.producer.produce_batch(topic, messages, on_delivery=unit.report) < len(messages):
+        try:
+            queued = self.producer.produce_batch(topic, messages, on_delivery=unit.report)
+        except (KafkaException, BufferError, TypeError, ValueError):  # raised before any is queued
+            return False
+        if queued < len(messages):
             for i, m in enumerate(messages):
                 if "_error" in m:
                     unit.refused(i, m["_error"])
+        return True
 
     def _produce_hard(self, unit: _Unit, i: int, topic: str, value: bytes | None, key: bytes | None,
                       headers: Headers | None) -> None:

@@ -51,16 +51,20 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
-def file_version(prefix: str, file: Path, place: str | None, runner: ModelRunner) -> str:
+def file_version(prefix: str, file: Path, place: str | None, runner: ModelRunner, strict: bool = False) -> str:
     """The version predictions of ``file`` carry, whenever it is loaded: ``place`` (its version
     folder's number), else its declared ONNX metadata ``version``, else ``<prefix>+<digest>``, the
-    first 8 hex digits of its SHA-256 (``prefix`` alone when the file cannot be read)."""
+    first 8 hex digits of its SHA-256. A file that cannot be read: ``prefix`` alone (a runner that
+    is not a file's), or with ``strict`` (a reload) the OSError, so the candidate is refused
+    rather than served under a label another file may carry."""
     declared = place or getattr(runner, "declared_version", None)
     if declared:
         return str(declared)
     try:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()[:8]
     except OSError:
+        if strict:
+            raise
         return prefix
     return f"{prefix}+{digest}" if prefix else digest
 
@@ -187,7 +191,6 @@ class Reload:
     seconds: float  # from the change first seen (or SIGHUP) to the swap, or to the refusal
     runner: ModelRunner | None = None
     refused: str | None = None
-    state: tuple[str, int, int, int] = ("", 0, 0, 0)  # of the file it came from
 
 
 class Beside(Protocol):
@@ -342,12 +345,12 @@ class Serving:
             since = now if self._asked else self._changed_at
             self._asked, self._seen, self._changed = False, state, None
             self._since = since
-            self._start(state)
+            self._start()
         elif state != self._seen:
             self._changed, self._changed_at = state, now  # loaded at the next look if it holds still
         return None
 
-    def _start(self, state: tuple[str, int, int, int]) -> None:
+    def _start(self) -> None:
         if self._load is None:
             log.warning("model reload asked for, but this processor cannot load models")
             return
@@ -356,12 +359,11 @@ class Serving:
         if self._last is not None:  # a matrix is copied: the loop reuses nothing, but a fake might
             probes.append(self._last if isinstance(self._last, Columns) else np.array(self._last, copy=True))
         log.info("loading %s beside the serving model (version %s)", file, self.version)
-        self._loading = threading.Thread(target=self._candidate, args=(file, version, probes, state),
+        self._loading = threading.Thread(target=self._candidate, args=(file, version, probes),
                                          name="model-reload", daemon=True)
         self._loading.start()
 
-    def _candidate(self, file: Path, place: str | None, probes: list[Batch],
-                   state: tuple[str, int, int, int]) -> None:
+    def _candidate(self, file: Path, place: str | None, probes: list[Batch]) -> None:
         """In the loading thread: load, warm up and check one candidate; never raises."""
         assert self._load is not None
         runner: ModelRunner | None = None
@@ -369,11 +371,11 @@ class Serving:
         try:
             runner = self._load(file)
             refused = self._check(runner, probes)
-            version = file_version(self._m.version, file, place, runner)
+            version = file_version(self._m.version, file, place, runner, strict=True)
         except Exception as exc:  # noqa: BLE001 - whatever a broken file does, the old model stays
             refused = f"{type(exc).__name__}: {exc}"
         self._loaded = Reload(file, version or "?", 0.0,  # the seconds are the swap's: _finish
-                              runner=None if refused else runner, refused=refused, state=state)
+                              runner=None if refused else runner, refused=refused)
 
     def _check(self, runner: ModelRunner, probes: list[Batch]) -> str | None:
         return check_candidate(runner, self.runner, probes, self._rows, self._width)

@@ -2,7 +2,8 @@
 
 An event's ids are read from its Avro bytes and written into its prediction's Avro bytes; as
 Python strings each one cost a decode, a ``str`` object and an encode. :class:`Texts` holds them
-as one byte buffer (the decoded chunk's own), a start and a size per string: taking rows,
+as one byte buffer (the column's bytes, gathered once from the chunk), a start and a size per
+string: taking rows,
 joining batches and handing the encoder its bytes are numpy operations, and a string is decoded
 only where a per-row path asks for one (``texts[i]``, iteration). Only ASCII spans are held so:
 every one is valid UTF-8 on its own, as fastavro's strict decoding requires; the decoder gives a
@@ -66,6 +67,9 @@ class Texts(Sequence[str]):
         if total == 0:
             return b"", self.sizes
         begin = np.cumsum(self.sizes) - self.sizes  # where each string starts in the blob
+        first = int(self.starts[0])
+        if (self.starts - begin == first).all():  # back to back already (a column as decoded)
+            return self.buf[first:first + total].tobytes(), self.sizes
         where = np.arange(total, dtype=np.int64) + np.repeat(self.starts - begin, self.sizes)
         return self.buf[where].tobytes(), self.sizes
 
@@ -80,7 +84,9 @@ class Texts(Sequence[str]):
 
 
 def ascii_texts(buf: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> Texts | None:
-    """The spans ``[starts, stops)`` of ``buf`` as Texts, or None when one holds a non-ASCII byte."""
-    column = Texts(buf, starts, stops - starts)
-    blob, _ = column.blob()
-    return column if blob.isascii() else None
+    """The spans ``[starts, stops)`` of ``buf`` as Texts over a buffer of their own (the chunk's
+    is not kept alive by its ids), or None when one holds a non-ASCII byte."""
+    blob, sizes = Texts(buf, starts, stops - starts).blob()
+    if not blob.isascii():
+        return None
+    return Texts(np.frombuffer(blob, np.uint8), np.cumsum(sizes) - sizes, sizes)

@@ -44,7 +44,7 @@ imagePullSecrets:
 {{/* files.models and files.schemas: one source each (ConfigMap, PVC or a download into an emptyDir) */}}
 {{- define "streamer.fileSources" -}}
 {{- range $what, $f := .Values.files }}
-{{- $n := add (ternary 1 0 (ne $f.configMap "")) (ternary 1 0 (ne $f.claimName "")) (ternary 1 0 (not (empty $f.download))) }}
+{{- $n := add (ternary 1 0 (not (empty $f.configMap))) (ternary 1 0 (not (empty $f.claimName))) (ternary 1 0 (not (empty $f.download))) }}
 {{- if gt (int $n) 1 }}
 {{- fail (printf "files.%s: set one of configMap, claimName and download, not %d" $what (int $n)) }}
 {{- end }}
