@@ -146,7 +146,8 @@ class Processor:
         self._running = not self._stop_asked  # a SIGTERM during start-up is not forgotten
 
     def _consume(self) -> list[Message]:
-        wait = min(self.cfg.input.consume_timeout_ms / 1000.0, self._inference.poll_s)  # results due soon
+        wait = min(self.cfg.input.consume_timeout_ms / 1000.0, self._inference.poll_s,  # results due soon
+                   self.deliveries.poll_s)  # acknowledgements to collect
         if not self._gate.blocked and self._inference.behind(wait):  # waited for the model, read nothing
             return []
         if (remaining := self._batcher.remaining_s()) is not None and not self._gate.blocked:

@@ -250,6 +250,32 @@ def test_an_open_batch_is_flushed_within_max_wait_when_the_consume_timeout_is_lo
     assert 0.1 <= waited <= 0.1 + 0.05, waited  # max_wait, and a few 10 ms passes of the loop
 
 
+def test_while_outputs_wait_for_their_acks_the_loop_polls_for_them_often() -> None:
+    """Acks are served between two consumes: with outputs unacknowledged a consume waits at most
+    ACK_POLL_S, not the whole consume timeout, so an ack is seen (and its latency measured) soon."""
+    from streamer.kafka.delivery import ACK_POLL_S
+
+    h = Harness(with_overrides(config(max_wait_ms=0), input={"consume_timeout_ms": 5_000}))
+    h.consumer.clock = h.clock
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(0)])
+    h.producer.hold = True  # produced, not acknowledged
+    marks: list[float] = []
+
+    def held(s: Stats) -> bool:
+        if h.processor.deliveries.in_flight:
+            marks.append(h.clock())
+        return len(marks) >= 20
+
+    def acked(s: Stats) -> bool:
+        h.producer.hold = False
+        return s.predictions == 1
+
+    h.run(held, acked)
+    steps = np.diff(marks)
+    assert steps.max() <= 0.01 + ACK_POLL_S + 1e-9, steps.max()  # a pass, and at most one short wait
+
+
 def test_a_failed_commit_is_retried() -> None:
     h = Harness(config(max_wait_ms=0, commit_interval_ms=20))
     h.consumer.rebalance("assign", [P0, P1])

@@ -32,6 +32,11 @@ from streamer.pipeline.records import Rows
 
 Headers = list[tuple[str, bytes]]
 QUEUE_LIMIT = 100_000  # librdkafka's queue.buffering.max.messages default
+# While outputs wait for their acks, the loop blocks in consume for at most this long: their
+# reports are served by producer.poll between two consumes, and the end-to-end latency (and the
+# commit) of a prediction runs to the moment its ack is collected. A whole consume timeout (100 ms)
+# in between put p50 at 200 ms for a 7,000 events/s trickle.
+ACK_POLL_S = 0.005
 
 # A message larger than the topic (or the producer) takes.
 TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
@@ -250,6 +255,11 @@ class Deliveries:
             acked.extend(ok)
             failed.extend(bad)
         return acked, failed
+
+    @property
+    def poll_s(self) -> float:
+        """How long the loop may block in consume: briefly while outputs wait for their acks."""
+        return ACK_POLL_S if self.in_flight else float("inf")
 
     def discard(self) -> None:
         """Write off everything sent so far (an aborted transaction): its reports are ignored."""
