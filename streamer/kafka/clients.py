@@ -158,10 +158,11 @@ def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_W
     address and the time waited; then a BrokerError names the address and the key. ``stopping``
     (a SIGTERM came) ends the wait with :class:`StopRequested`."""
     bootstrap = str(librdkafka_config(cfg)["bootstrap.servers"])
+    admin = make_admin(cfg)  # one client: it keeps trying to connect between the asks
     started = time.monotonic()
     while True:
         try:
-            topics = make_admin(cfg).list_topics(timeout=timeout_s).topics
+            topics = admin.list_topics(timeout=timeout_s).topics
             break
         except KafkaException as exc:
             waited = time.monotonic() - started
@@ -177,7 +178,7 @@ def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_W
                 time.sleep(0.1)
     missing = {n: t for n, t in enumerate(cfg.input.topics) if t not in topics or topics[t].error is not None}
     if missing and cfg.input.create_topics:
-        create(make_admin(cfg), {t: -1 for t in missing.values()}, timeout_s=timeout_s)
+        create(admin, {t: -1 for t in missing.values()}, timeout_s=timeout_s)
         log.info("created the input topics %s (input.create_topics)", sorted(missing.values()))
     elif missing:
         n, topic = next(iter(missing.items()))

@@ -103,7 +103,7 @@ def stack_trace(exc: BaseException) -> str:
     lines: list[str] = []
     for i, (link, joint) in enumerate(reversed(chain)):  # the first cause first, as Python prints
         if i:
-            lines += ["", chain[len(chain) - 1 - i][1], ""]
+            lines += ["", joint, ""]  # how this one came of the one above it
         lines.append("Traceback (most recent call last):")
         lines += [f'  File "{frame.f_code.co_filename}", line {lineno}, in {frame.f_code.co_name}'
                   for frame, lineno in traceback.walk_tb(link.__traceback__)]

@@ -8,10 +8,11 @@ goes on after it. Every good row is scored once, by whichever call succeeded wit
 the calls, about d * log2(n / d) + 2d. At 1% poison in batches of 512 that is 44 calls a batch
 against plain bisection's 54 (the information bound, log2 C(512, 5), is 38): each poison row
 costs about eight calls however the search goes. ``poison_rate`` comes from the batches before
-(:class:`BatchScorer`, a moving average); with none, one poison row is assumed. A failure that looks transient (out of memory, a timeout) is retried with back-off
-first, and bisected on smaller halves after that (both halves tried: they may both be fine); a
-single row that still runs out of a resource holds the batch (:class:`ModelBrokenError`) rather
-than being called poison.
+(:class:`BatchScorer`, a moving average); with none, one poison row is assumed. A failure that
+looks transient (out of memory, a timeout) is retried with back-off first, and bisected on
+smaller halves after that (both halves tried: they may both be fine); a single row that still
+runs out of a resource holds the batch (:class:`ModelBrokenError`) rather than being called
+poison.
 
 A broken model is not a poison row: when the first call inside the search fails too and the
 model cannot score the warm-up input, or when more than ``max_poison_fraction`` of a batch of two
@@ -123,6 +124,50 @@ def score_isolating(runner: ModelRunner, features: Batch,
             raise ModelBrokenError(f"a batch of {n} and its first part fail, and so does the warm-up "
                                    f"input: the model is failing, not the rows ({failure})") from failure
 
+    def search(whole: InferenceError) -> None:
+        """Generalized binary splitting over rows [0, n), known to fail as a whole (``whole``)."""
+        p, known, checked = 0, (0, n, whole), False
+        while p < n:
+            if known is not None:  # [lo, hi) starts at p and fails: find its first poison row
+                (lo, hi, failure), known = known, None
+            else:
+                r = n - p
+                d = poison_rate * r  # poison rows expected among the r left
+                size = r if d <= 1 else 1 << max(0, int(math.log2(max(1.0, (r - d + 1) / d))))
+                hi = p + min(size, r)
+                got = attempt(p, hi)
+                if not isinstance(got, InferenceError):
+                    outputs[p] = got
+                    p = hi
+                    continue
+                if isinstance(got, TransientInferenceError):
+                    bisect(p, hi, got)
+                    p = hi
+                    continue
+                lo, failure = p, got
+            while hi - lo > 1:  # halve [lo, hi): the first half, if it fails, else the second
+                result.bisections += 1
+                mid = (lo + hi) // 2
+                left = attempt(lo, mid)
+                if not checked:
+                    checked = True
+                    if isinstance(left, InferenceError) and not isinstance(left, TransientInferenceError):
+                        broken_check(failure)
+                if not isinstance(left, InferenceError):
+                    outputs[lo] = left
+                    lo = mid
+                elif isinstance(left, TransientInferenceError):
+                    bisect(lo, mid, left)
+                    lo = hi = mid  # the rest, [mid, hi), is untested again
+                    break
+                else:
+                    hi, failure = mid, left
+            if hi - lo == 1:
+                poison(lo, failure)
+                p = lo + 1
+            else:
+                p = lo
+
     whole = attempt(0, n)
     if not isinstance(whole, InferenceError):
         result.scores = whole  # the usual case: one call scored the whole batch
@@ -130,7 +175,7 @@ def score_isolating(runner: ModelRunner, features: Batch,
     if n == 1 or isinstance(whole, TransientInferenceError):
         bisect(0, n, whole)
     else:
-        _search(n, whole, poison_rate, attempt, outputs, poison, bisect, broken_check, result)
+        search(whole)
     first = next(iter(outputs.values()), None)
     if isinstance(first, Columns):
         scores: Any = first.blank(n)
@@ -143,53 +188,6 @@ def score_isolating(runner: ModelRunner, features: Batch,
             scores[lo:lo + len(block)] = block
     result.scores = scores
     return result
-
-
-def _search(n: int, whole: InferenceError, rate: float, attempt: Callable[[int, int], Any], outputs: dict[int, Any],
-            poison: Callable[[int, InferenceError], None], bisect: Callable[[int, int, Any], None],
-            broken_check: Callable[[InferenceError], None], result: Scored) -> None:
-    """Generalized binary splitting over rows [0, n), known to fail as a whole (``whole``)."""
-    p, known, checked = 0, (0, n, whole), False
-    while p < n:
-        if known is not None:  # [lo, hi) starts at p and fails: find its first poison row
-            (lo, hi, failure), known = known, None
-        else:
-            r = n - p
-            d = rate * r  # poison rows expected among the r left
-            size = r if d <= 1 else 1 << max(0, int(math.log2(max(1.0, (r - d + 1) / d))))
-            hi = p + min(size, r)
-            got = attempt(p, hi)
-            if not isinstance(got, InferenceError):
-                outputs[p] = got
-                p = hi
-                continue
-            if isinstance(got, TransientInferenceError):
-                bisect(p, hi, got)
-                p = hi
-                continue
-            lo, failure = p, got
-        while hi - lo > 1:  # halve [lo, hi): the first half, if it fails, else the second
-            result.bisections += 1
-            mid = (lo + hi) // 2
-            left = attempt(lo, mid)
-            if not checked:
-                checked = True
-                if isinstance(left, InferenceError) and not isinstance(left, TransientInferenceError):
-                    broken_check(failure)
-            if not isinstance(left, InferenceError):
-                outputs[lo] = left
-                lo = mid
-            elif isinstance(left, TransientInferenceError):
-                bisect(lo, mid, left)
-                lo = hi = mid  # the rest, [mid, hi), is untested again
-                break
-            else:
-                hi, failure = mid, left
-        if hi - lo == 1:
-            poison(lo, failure)
-            p = lo + 1
-        else:
-            p = lo
 
 
 def model_answers(runner: ModelRunner) -> bool:

@@ -3,9 +3,8 @@
 An event's ids are read from its Avro bytes and written into its prediction's Avro bytes; as
 Python strings each one cost a decode, a ``str`` object and an encode. :class:`Texts` holds them
 as one byte buffer (the column's bytes, gathered once from the chunk), a start and a size per
-string: taking rows,
-joining batches and handing the encoder its bytes are numpy operations, and a string is decoded
-only where a per-row path asks for one (``texts[i]``, iteration). Only ASCII spans are held so:
+string: taking rows, joining batches and handing the encoder its bytes are numpy operations, and
+a string is decoded only where a per-row path asks for one (``texts[i]``, iteration). Only ASCII spans are held so:
 every one is valid UTF-8 on its own, as fastavro's strict decoding requires; the decoder gives a
 list of ``str`` otherwise.
 
