@@ -7,8 +7,11 @@ loop calls the same methods whichever it runs and never asks which:
   contiguous done prefix of each partition is committed through the consumer (see offsets.py
   for the worked example: done 34 35 36 40 commits 37). The periodic commit goes out in the
   background, so scoring does not stall for its round trip; its answer comes through the
-  consumer's commit callback and :meth:`settled` reports it. A revoke or a stop commits
-  synchronously: the partitions must be committed before they go.
+  consumer's commit callback and :meth:`settled` reports it. A position on its way is not sent
+  again until it is answered or its deadline passes (the ack timeout, at least two commit
+  intervals): an answer that never comes (a coordinator that moved, a lost request) must not
+  hold the committed offset still for ever. A revoke or a stop commits synchronously: the
+  partitions must be committed before they go.
 - :class:`Transactional` (exactly-once, KIP-447): outputs are produced inside a transaction and
   the consumed positions are added to it with the consumer's group metadata; the consumer never
   commits by itself. A failed output or an abortable error aborts the transaction, and the
@@ -174,7 +177,13 @@ class AtLeastOnce(_Base):
     def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
                  clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
         super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
-        self._sent: dict[TopicPartition, int] = {}  # background commits not answered yet
+        self._sent: dict[TopicPartition, tuple[int, float]] = {}  # unanswered: offset, when sent
+        # A commit is one round trip to the coordinator, and the ack timeout is how long we already
+        # wait for a broker's answer to our outputs: an answer later than that is taken as lost (a
+        # coordinator that moved, a dropped request) and the position goes again; committing an
+        # offset twice is harmless. At least two intervals, so that a short ack timeout does not
+        # resend at every commit what a slow but healthy coordinator is about to answer.
+        self._answer_s = max(2 * self._interval_s, self._ack_timeout_s)
 
     @staticmethod
     def producer_settings(cfg: Config) -> dict[str, Any]:
@@ -193,8 +202,8 @@ class AtLeastOnce(_Base):
         if self._broken is not None:
             return self._renew(self._broken)
         positions = self.tracker.committable(tps)
-        if background:  # what is already on its way is not sent again
-            positions = {tp: off for tp, off in positions.items() if self._sent.get(tp) != off}
+        if background:
+            positions = self._not_on_its_way(positions)
         if not positions:
             return Commit()
         offsets = [self._position(tp, off) for tp, off in positions.items()]
@@ -203,7 +212,7 @@ class AtLeastOnce(_Base):
                 self._consumer.commit(offsets=offsets, asynchronous=True)
             except KafkaException as exc:
                 return Commit(error=CommitError({"all": str(exc.args[0])}), failed_partitions=len(offsets))
-            self._sent.update(positions)
+            self._sent.update((tp, (off, self._last)) for tp, off in positions.items())
             return Commit(attempted=True)
         try:
             with deadline(2 * self._ack_timeout_s + 10, "offset commit"):
@@ -225,11 +234,16 @@ class AtLeastOnce(_Base):
         accepted: dict[TopicPartition, int] = {}
         failures: dict[str, str] = {}
         for err, partitions in reports:
-            for tp in partitions:
+            if err is not None and not partitions:  # it names nothing: all on its way may be lost
+                self._sent.clear()
+                failures["all"] = str(err)
+            for tp in partitions or ():
                 key = (tp.topic, tp.partition)
-                if self._sent.get(key) == tp.offset:
+                ok = err is None and tp.error is None
+                # A failure frees its partition whatever offset it names: a resend is harmless.
+                if key in self._sent and (self._sent[key][0] == tp.offset or not ok):
                     del self._sent[key]
-                if err is None and tp.error is None:
+                if ok:
                     accepted[key] = tp.offset
                 else:
                     failures[f"{tp.topic}[{tp.partition}]"] = str(tp.error or err)
@@ -238,6 +252,24 @@ class AtLeastOnce(_Base):
             self._renewals = 0
         return Commit(committed=accepted, error=CommitError(failures) if failures else None,
                       failed_partitions=len(failures))
+
+    def _not_on_its_way(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The positions to send: what is on its way is not sent again, unless unanswered too long."""
+        out: dict[TopicPartition, int] = {}
+        overdue: list[str] = []
+        now = self._clock()
+        for tp, off in positions.items():
+            sent = self._sent.get(tp)
+            if sent is not None and sent[0] == off:
+                if now - sent[1] < self._answer_s:
+                    continue
+                del self._sent[tp]  # given up on: warned once, however the resend fares
+                overdue.append(f"{tp[0]}[{tp[1]}] at {off}")
+            out[tp] = off
+        if overdue:
+            log.warning("no answer to the background commit of %s within %.0f s: sending it again",
+                        ", ".join(overdue), self._answer_s)
+        return out
 
     def lost(self, tps: set[TopicPartition]) -> Commit:
         return Commit()

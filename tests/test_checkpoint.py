@@ -1,0 +1,91 @@
+"""The at-least-once checkpoint's background commits, on a fake clock: no broker, no loop.
+
+The test plays the loop (``settled`` then, when due, ``commit(background=True)``) and decides
+when librdkafka answers: a fake consumer hands its answers to ``on_commit`` only inside
+``consume()``, so an answer the test never consumes is one that never came.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
+
+from streamer.config import with_overrides
+from streamer.config_file import load_config
+from streamer.kafka.checkpoint import AtLeastOnce
+from streamer.kafka.offsets import OffsetTracker
+from streamer.testing import FakeClock
+from tests.support.fakes import FakeConsumer
+
+ROOT = Path(__file__).resolve().parent.parent
+P0 = ("features", 0)
+DEADLINE_S = 30.0  # the ack timeout below; more than two commit intervals
+
+
+def at_least_once() -> tuple[FakeClock, FakeConsumer, AtLeastOnce]:
+    """A checkpoint committing every second, P0 done up to 10 (the position to commit)."""
+    cfg = load_config(ROOT / "deploy" / "config" / "example.yaml",
+                      env={"KAFKA_BOOTSTRAP": "fake:9092", "INPUT_TOPIC": P0[0], "OUTPUT_TOPIC": "scores",
+                           "GROUP_ID": "g"})
+    cfg = with_overrides(cfg, processing={"commit_interval_ms": 1000}, output={"ack_timeout_ms": 30_000})
+    clock, consumer, tracker = FakeClock(), FakeConsumer(), OffsetTracker()
+    tracker.consumed(P0, np.arange(10))
+    tracker.done(P0, np.arange(10))
+    checkpoint = AtLeastOnce(cfg, tracker, consumer, None, clock, None)  # type: ignore[arg-type]
+    consumer.configure(on_commit=checkpoint.commit_reported)
+    return clock, consumer, checkpoint
+
+
+def due_commit(clock: FakeClock, checkpoint: AtLeastOnce) -> None:
+    """One commit interval later: the loop's settle and background commit."""
+    clock.advance(1.0)
+    checkpoint.settled()
+    assert checkpoint.commit_due()
+    checkpoint.commit(background=True)
+
+
+def test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock, consumer, checkpoint = at_least_once()
+    assert checkpoint.commit(background=True).attempted
+    # Its answer never comes (a coordinator that moved): nothing is consumed, nothing reported.
+    for _ in range(int(DEADLINE_S) - 1):
+        due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}]  # on its way: not sent again yet
+    with caplog.at_level(logging.WARNING, logger="streamer.kafka.checkpoint"):
+        for _ in range(int(DEADLINE_S)):  # at the deadline it goes again, then waits a deadline more
+            due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}, {P0: 10}]
+    lost = [r.getMessage() for r in caplog.records if "no answer" in r.getMessage()]
+    assert lost == ["no answer to the background commit of features[0] at 10 within 30 s: sending it again"]
+    due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}, {P0: 10}, {P0: 10}]
+
+
+def test_an_answered_background_commit_is_not_sent_again() -> None:
+    clock, consumer, checkpoint = at_least_once()
+    checkpoint.commit(background=True)
+    clock.advance(DEADLINE_S - 1)
+    consumer.consume(1, 0)  # late, but inside the deadline: the answer reaches on_commit
+    assert checkpoint.settled().committed == {P0: 10}
+    for _ in range(3 * int(DEADLINE_S)):
+        due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}]
+
+
+@pytest.mark.parametrize("partitions", [[], None, [TopicPartition(P0[0], P0[1], OFFSET_INVALID)]],
+                         ids=["no-partitions", "partitions-none", "invalid-offset"])
+def test_a_failed_answer_that_does_not_name_the_offset_lets_the_position_go_again(
+        partitions: list[TopicPartition] | None) -> None:
+    clock, consumer, checkpoint = at_least_once()
+    checkpoint.commit(background=True)
+    checkpoint.commit_reported(KafkaError(KafkaError.NOT_COORDINATOR), partitions)  # type: ignore[arg-type]
+    clock.advance(1.0)
+    settled = checkpoint.settled()
+    checkpoint.commit(background=True)  # the next due commit, long before the deadline
+    assert consumer.commits == [{P0: 10}, {P0: 10}]
+    assert settled.error is not None and settled.committed == {}  # reported, not swallowed
