@@ -22,12 +22,15 @@ against the bound max_wait_ms + 2 batch times + 5 ms (a batch time = batch / (c)
     scikit-learn ColumnTransformer model (models/build_converter_models.py, 5 inputs) with a label
     and a probability mapped out: reported, no baseline.
 `--figures a,c,i` runs only those.
-Each figure runs ``--repeat`` times (3): the median and the min are printed, ratios are of medians,
+Each figure runs ``--repeat`` times (3), in a shuffled order each round (seeded by the round): the
+median and the min are printed, ratios are of medians,
 with the process CPU time per event of each (this process: the client, librdkafka's threads
 included; the broker is another process). ``--pin`` puts the broker (and the latency run's paced
 producer) on one core and this process on another (``sched_setaffinity``, as ``taskset`` does), so
 the two do not take each other's time and CPU figures compare across runs. Kafka rates run from the first consumed
-message to the last ack, so group joins are not counted. A benchmark, not a test: the
+message to the last ack, so group joins are not counted. The input's events, which this process
+keeps, are frozen out of the garbage collector's way once produced (streamer/heap.py), as every
+processor freezes its own start-up heap: no figure pays full collections that walk them. A benchmark, not a test: the
 figures are only comparable within one run on one machine.
 """
 
@@ -37,6 +40,7 @@ import argparse
 import io
 import json
 import os
+import random
 import tempfile
 import subprocess
 import sys
@@ -52,6 +56,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from streamer import heap  # noqa: E402
 from streamer.kafka import clients  # noqa: E402
 from streamer.commands.run import build_processor, input_codec, model_runner, output_codec  # noqa: E402
 from streamer.kafka.broker import kafka_cluster  # noqa: E402
@@ -370,10 +375,15 @@ def main() -> None:
         poisoned_topic = f"{base.input.topics[0]}-poisoned"
         create_topics(bootstrap, {poisoned_topic: 3})
         produce_events(bootstrap, poisoned_topic, encoded_events(codec, poisoned_copy(events, 100)))
+        # The input's 100,000 events stay in this process: frozen, as a processor freezes its own
+        # start-up heap (streamer/heap.py), so no figure pays full collections walking them.
+        heap.settle()
         figures: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
         for round_ in range(args.repeat):
-            for tag, fn in runs.items():
+            order = list(runs.items())
+            random.Random(round_).shuffle(order)  # a slow spell of the machine hits no figure each round
+            for tag, fn in order:
                 if tag == "d" and round_:
                     continue  # the naive loop is only the floor: once is enough
                 cfg = fresh(base, tag)

@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
+from streamer import heap
 from streamer.config import Config, dead_letter_topic
 from streamer.errors import BrokerError, ProduceError, RecordError
 from streamer.gate import Gate
@@ -143,6 +144,7 @@ class Processor:
         else:
             self.consumer.assign(self._range.assignment())
             self._on_assign(self.consumer, self._range.assignment())
+        heap.settle()  # what start-up built stays: out of the collector's way (heap.py)
         self._running = not self._stop_asked  # a SIGTERM during start-up is not forgotten
 
     def _consume(self) -> list[Message]:

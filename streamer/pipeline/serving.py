@@ -40,6 +40,7 @@ from typing import Protocol
 
 import numpy as np
 
+from streamer import heap
 from streamer.config import Config, ModelConfig, model_versions
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
@@ -387,6 +388,7 @@ class Serving:
                         done.file, self.version, done.refused)
             return done
         self._current = self._model(done.runner, done.version)  # with a closed breaker of its own
+        heap.settle()  # the old model is garbage now: collected before the heap is frozen again
         log.warning("model version %s swapped in from %s, %.2f s after the change", done.version, done.file,
                     done.seconds)
         return done
