@@ -85,8 +85,7 @@ class Processor:
 
     def run(self, until: Callable[[Stats], bool] | None = None, bounds: Bounds | None = None) -> None:
         """Process until :meth:`stop` is called (or ``until(stats)`` is true), then shut down. With
-        ``bounds`` (a replay), read exactly ``[start, end)`` of each of those partitions, assigned
-        directly rather than through the group protocol, and stop once all are done."""
+        ``bounds`` (a replay), read exactly ``[start, end)`` of each partition, assigned directly, until done."""
         self._range = ReadRange(bounds) if bounds is not None else None
         self._open()
         try:
@@ -99,7 +98,7 @@ class Processor:
                 self._collect_acks(timeout_s=0.0)
                 self._redo_failed_deliveries()
                 self._pause_or_resume()
-                self._commit_if_due()
+                self._commit_if_due(quiet=not messages)
                 self._watch_progress()
                 if (until is not None and until(self.stats)) or self._bounds_done():
                     self._running = False
@@ -212,9 +211,9 @@ class Processor:
         self._account.gauges(held=self._gate.reason, paused=paused, assigned=len(self._assigned),
                              in_flight_rows=self._tracker.in_flight())
 
-    def _commit_if_due(self) -> None:
+    def _commit_if_due(self, quiet: bool) -> None:  # quiet: a whole consume wait read nothing
         self._apply(self.checkpoint.settled())  # background commits answered since the last pass
-        if self.checkpoint.commit_due():
+        if self.checkpoint.commit_due(quiet):
             self._apply(self.checkpoint.commit(background=True))
 
     def _commit(self, tps: Iterable[tuple[str, int]] | None = None) -> None:
@@ -337,8 +336,7 @@ class Processor:
 
     def _dead_letter(self, rejects: Sequence[tuple[RecordError, Message]],
                      scored_by: tuple[str, str] | None = None) -> None:
-        """Dead letters, sent as one unit; ``scored_by``: name and version of the model that scored
-        their batch (default: the serving one)."""
+        """Dead letters as one unit, named by ``scored_by``, the model that scored them (default: serving)."""
         name, version = scored_by or (self.cfg.model.name, self.serving.version)
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
                                          model_name=name, model_version=version) for error, message in rejects])

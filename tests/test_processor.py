@@ -276,6 +276,49 @@ def test_while_outputs_wait_for_their_acks_the_loop_polls_for_them_often() -> No
     assert steps.max() <= 0.01 + ACK_POLL_S + 1e-9, steps.max()  # a pass, and at most one short wait
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_burst_is_committed_once_the_input_goes_quiet_not_an_interval_later(guarantee: str) -> None:
+    """A pass whose whole consume wait read nothing, with nothing in flight, commits what is done
+    (exactly-once readers see the outputs only then); while input keeps coming, only the
+    interval commits (60 s here: never within the test)."""
+    h = Harness(config(guarantee, max_wait_ms=0, commit_interval_ms=60_000, transaction_timeout_ms=120_000))
+    h.consumer.clock = h.clock  # an empty poll takes its whole timeout (100 ms) of the fake clock
+    h.consumer.rebalance("assign", [P0])
+
+    def committed() -> dict:
+        if guarantee == "exactly_once":
+            return h.producer.sent_offsets[-1] if "commit" in h.producer.transactions else {}
+        return h.consumer.committed
+
+    def streaming(s: Stats) -> bool:
+        assert committed() == {}, "committed while the input kept coming"
+        if s.events < 30:
+            h.consumer.append(P0, [event(s.events)])  # one event a pass: never quiet
+            return False
+        return True
+
+    h.run(streaming, lambda s: committed() == {P0: 30})
+    assert h.clock() < 1.0  # 30 passes of 10 ms and one quiet consume: far from the interval
+
+
+def test_exactly_once_a_quiet_input_waits_for_the_acks_before_it_commits() -> None:
+    """Quiet but with outputs unacknowledged, the transaction is not committed (its commit would
+    block on them, and again at every quiet pass); once they are acknowledged it is."""
+    h = Harness(config("exactly_once", max_wait_ms=0, commit_interval_ms=60_000, transaction_timeout_ms=120_000))
+    h.consumer.clock = h.clock
+    h.producer.hold = True  # sent, no delivery report yet
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(5)])
+
+    def held(s: Stats) -> bool:
+        assert "commit" not in h.producer.transactions, "committed while outputs were unacknowledged"
+        h.producer.hold = h.clock() < 1.0
+        return not h.producer.hold
+
+    h.run(held, lambda s: h.producer.sent_offsets[-1:] == [{P0: 5}])
+    assert h.clock() < 2.0  # quiet and acknowledged: committed at once, not after the interval
+
+
 def test_a_failed_commit_is_retried() -> None:
     h = Harness(config(max_wait_ms=0, commit_interval_ms=20))
     h.consumer.rebalance("assign", [P0, P1])

@@ -84,8 +84,9 @@ class Checkpoint(Protocol):
     def failed(self, failed: Failures) -> Failures:
         """Note failed deliveries; return those the loop must dead-letter or produce again."""
 
-    def commit_due(self) -> bool:
-        """Is a commit due (the interval passed, or a failure waits to abort)?"""
+    def commit_due(self, quiet: bool = False) -> bool:
+        """Is a commit due: the interval passed, a failure waits to abort, or (``quiet``: the last
+        consume read nothing) nothing is in flight and progress waits that no commit carried yet?"""
 
     def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
@@ -157,8 +158,14 @@ class _Base:
     def settled(self) -> Commit:
         return Commit()
 
-    def commit_due(self) -> bool:
+    def commit_due(self, quiet: bool = False) -> bool:
         return self._broken is not None or self._clock() - self._last >= self._interval_s
+
+    def _settled_down(self, quiet: bool) -> bool:
+        """The input read nothing and every offset consumed is done: the last outputs of a burst
+        are committed now, not up to an interval later (exactly-once readers see them only then,
+        and the lag reads 0). At most once a quiet spell: quiet is a whole consume wait unread."""
+        return quiet and not self.tracker.in_flight()
 
     def _position(self, tp: TopicPartition, offset: int) -> KafkaTopicPartition:
         if self._metadata is None:
@@ -253,6 +260,10 @@ class AtLeastOnce(_Base):
         return Commit(committed=accepted, error=CommitError(failures) if failures else None,
                       failed_partitions=len(failures))
 
+    def commit_due(self, quiet: bool = False) -> bool:  # settled down: positions not yet sent
+        return super().commit_due() or self._settled_down(quiet) and any(
+            self._sent.get(tp, (None,))[0] != off for tp, off in self.tracker.committable().items())
+
     def _not_on_its_way(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """The positions to send: what is on its way is not sent again, unless unanswered too long."""
         out: dict[TopicPartition, int] = {}
@@ -324,8 +335,8 @@ class Transactional(_Base):
             self._failure = f"cannot write to {out.topic}: {err.str()}"
         return []
 
-    def commit_due(self) -> bool:
-        return self._failure is not None or super().commit_due()
+    def commit_due(self, quiet: bool = False) -> bool:  # settled down: the open transaction
+        return self._failure is not None or super().commit_due() or self._settled_down(quiet) and self._txn.open
 
     def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
