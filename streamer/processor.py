@@ -84,8 +84,8 @@ class Processor:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self, until: Callable[[Stats], bool] | None = None, bounds: Bounds | None = None) -> None:
-        """Process until :meth:`stop` is called (or ``until(stats)`` is true), then shut down. With
-        ``bounds`` (a replay), read exactly ``[start, end)`` of each partition, assigned directly, until done."""
+        """Process until :meth:`stop` (or ``until(stats)``), then shut down. With ``bounds`` (a replay),
+        read exactly ``[start, end)`` of each of those partitions, assigned directly, then stop."""
         self._range = ReadRange(bounds) if bounds is not None else None
         self._open()
         try:
@@ -143,7 +143,7 @@ class Processor:
         else:
             self.consumer.assign(self._range.assignment())
             self._on_assign(self.consumer, self._range.assignment())
-        heap.settle()  # what start-up built stays: out of the collector's way (heap.py)
+        heap.freeze()  # what start-up built stays: out of the collector's way (heap.py)
         self._running = not self._stop_asked  # a SIGTERM during start-up is not forgotten
 
     def _consume(self) -> list[Message]:
@@ -305,8 +305,7 @@ class Processor:
         return Predictions(self.cfg.output.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
-        """Flush the open batch, wait for every ack (up to the ack timeout), commit. Blocked, or
-        after a failure, only what is acknowledged is committed: the rest is read again."""
+        """Flush the open batch (unless blocked or failed), wait for the acks, commit what they acked."""
         if not (self._failed or self._gate.blocked):
             self._inference.add(self._batcher.flush(reason) or [])
             self._infer_and_produce()
@@ -333,6 +332,7 @@ class Processor:
         self._inference.close()
         self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
         self._account.stopped(self._failed)
+        heap.thaw()
 
     def _dead_letter(self, rejects: Sequence[tuple[RecordError, Message]],
                      scored_by: tuple[str, str] | None = None) -> None:

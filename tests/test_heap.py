@@ -10,6 +10,7 @@ import pytest
 
 from streamer import heap
 from streamer.errors import InferenceError
+from streamer.observe.stats import Stats
 from streamer.testing import FunctionRunner
 from tests.support.fakes import event
 from tests.test_processor import P0, Harness, config
@@ -59,14 +60,21 @@ def test_a_cycle_that_dies_among_frozen_objects_is_freed_by_the_next_settle() ->
     assert ref() is None
 
 
-def test_a_processor_settles_the_heap_once_started(monkeypatch: pytest.MonkeyPatch) -> None:
-    settled: list[bool] = []
+def test_a_processor_freezes_the_heap_once_started_and_thaws_it_when_it_stops() -> None:
     h = Harness(config(max_wait_ms=0))
-    monkeypatch.setattr(heap, "settle", lambda: settled.append(h.processor.deliveries is not None))
     h.consumer.rebalance("assign", [P0])
     h.consumer.append(P0, [event(i) for i in range(3)])
-    h.run(lambda s: s.predictions == 3)
-    assert settled == [True], "not settled once, after the clients were built"
+    gc.unfreeze()
+    frozen: list[int] = []
+
+    def running(s: Stats) -> bool:
+        frozen.append(gc.get_freeze_count())
+        return s.predictions == 3
+
+    h.run(running)
+    assert min(frozen) > 0, "the start-up heap was not frozen while the loop ran"
+    assert not any(o is h.processor._stages for o in gc.get_objects()) or gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0, "the heap stays frozen after the processor stopped"
 
 
 def test_a_model_swap_settles_the_heap_and_a_refused_one_does_not(tmp_path: Path,
