@@ -25,7 +25,9 @@ against the bound max_wait_ms + 2 batch times + 5 ms (a batch time = batch / (c)
 Each figure runs ``--repeat`` times (3), in a shuffled order each round (seeded by the round): the
 median and the min are printed, ratios are of medians,
 with the process CPU time per event of each (this process: the client, librdkafka's threads
-included; the broker is another process). ``--pin`` puts the broker (and the latency run's paced
+included; the broker is another process), over the window its rate is measured on: from the first
+event to the last output for (a), (c), (e), (f), (i), (j) (start-up and shutdown left out), the whole
+call for the others. ``--pin`` puts the broker (and the latency run's paced
 producer) on one core and this process on another (``sched_setaffinity``, as ``taskset`` does), so
 the two do not take each other's time and CPU figures compare across runs. Kafka rates run from the first consumed
 message to the last ack, so group joins are not counted. The input's events, which this process
@@ -63,6 +65,7 @@ from streamer.kafka.broker import kafka_cluster  # noqa: E402
 from streamer.kafka.delivery import produce  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.config import Config, InputSource, OutputTarget  # noqa: E402
+from streamer.observe.stats import Stats  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.varint import avro_string, zigzag  # noqa: E402
@@ -128,7 +131,9 @@ def pass_through(cfg: Config, n: int) -> float:
         for m in consumer.consume(cfg.input.consume_max_messages, 0.1):
             if m.error():
                 continue
-            started = started or time.perf_counter()
+            if started is None:
+                started = time.perf_counter()
+                WINDOW.start()
             produce(producer, lambda: producer.poll(0.05), cfg.output.topic, m.value(), m.key(),
                     on_delivery=ack)
             positions[(m.topic(), m.partition())] = m.offset() + 1
@@ -138,6 +143,7 @@ def pass_through(cfg: Config, n: int) -> float:
     consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()],
                     asynchronous=False)
     elapsed = time.perf_counter() - (started or 0)
+    WINDOW.stop()
     consumer.close()
     assert acked[0] >= n, f"pass-through: only {acked[0]} of {n} acknowledged"
     return n / elapsed
@@ -158,7 +164,15 @@ def model_only(cfg: Config, n: int) -> float:
 def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
     runner = PoisonRunner(model_runner(cfg), POISON) if poisoned else None
     processor = build_processor(cfg, runner=runner)
-    processor.run(until=lambda s: s.outputs >= n)
+
+    def until(s: Stats) -> bool:
+        if s.events:
+            WINDOW.start()
+        if s.outputs >= n:
+            WINDOW.stop()
+        return s.outputs >= n
+
+    processor.run(until=until)
     assert processor.stats.predictions == n - poisoned
     assert processor.stats.dead_letters["infer"] == poisoned
     return processor.stats.events_per_s()
@@ -314,11 +328,35 @@ def mixed_inputs(base: Config, bootstrap: str, n: int, folder: Path) -> Config:
     return cfg
 
 
+class CpuWindow:
+    """The process CPU time between a figure's first event and its last output, the window its
+    rate is measured over: start-up (a model session, a heap settled, a group joined) and shutdown
+    are left out of both. A figure that marks nothing is timed whole."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.stopped: float | None = None
+
+    def start(self) -> None:
+        if self.started is None:
+            self.started = time.process_time()
+
+    def stop(self) -> None:
+        if self.stopped is None:
+            self.stopped = time.process_time()
+
+
+WINDOW = CpuWindow()
+
+
 def timed(fn: Callable[[], float], n: int) -> tuple[float, float]:
-    """``fn()`` (events/s) and the process CPU time it took per event, in microseconds."""
-    cpu = time.process_time()
+    """``fn()`` (events/s) and the process CPU time per event of its window, in microseconds."""
+    global WINDOW
+    WINDOW = CpuWindow()
+    before = time.process_time()
     rate = fn()
-    return rate, (time.process_time() - cpu) / n * 1e6
+    after = time.process_time()
+    return rate, ((WINDOW.stopped or after) - (WINDOW.started or before)) / n * 1e6
 
 
 def main() -> None:
