@@ -14,14 +14,17 @@
 Then the processor again with `model.intra_op_threads` 0 (ONNX Runtime's own pool) and 2, against
 the default 1; and a latency run: a paced producer at half of (c)'s rate, then at a tenth, for
 5 s each, with the p50/p99 from event time (stamped when produced) to acknowledged prediction,
-against the bound max_wait_ms + 2 batch times + 5 ms (a batch time = batch / (c)).
+against the bound max_wait_ms + 2 batch times + 5 ms (a batch time = batch / (c)), and from event
+time to the event read and to it scored (the transport's share apart from the processor's). The
+pacer produces with librdkafka's default linger.ms (5 ms) and its connection made first; with the
+0 ms it had, the broker took a request per event, and the events of its first 0.7 s waited.
 (h) The same job as an idiomatic faust-streaming agent (benchmarks/faust_peer.py); c/h.
 (i) The processor on the same 32 features sent as 32 named float fields (model.inputs stacks
     them into the same model's input); i/c is the cost of named fields (columnar_fields.py).
 (j) A mixed-type 12-field event (strings, a nullable float, a long, an enum, a boolean) into a
     scikit-learn ColumnTransformer model (models/build_converter_models.py, 5 inputs) with a label
     and a probability mapped out: reported, no baseline.
-`--figures a,c,i` runs only those.
+`--figures a,c,i` runs only those (`--latency` adds the latency runs; they need c).
 Each figure runs ``--repeat`` times (3), in a shuffled order each round (seeded by the round): the
 median and the min are printed, ratios are of medians,
 with the process CPU time per event of each (this process: the client, librdkafka's threads
@@ -31,7 +34,7 @@ call for the others. ``--pin`` puts the broker (and the latency run's paced
 producer) on one core and this process on another (``sched_setaffinity``, as ``taskset`` does), so
 the two do not take each other's time and CPU figures compare across runs. Kafka rates run from the first consumed
 message to the last ack, so group joins are not counted. The input's events, which this process
-keeps, are frozen out of the garbage collector's way once produced (streamer/heap.py), as every
+keeps, are frozen out of the garbage collector's way before each figure (streamer/heap.py), as every
 processor freezes its own start-up heap: no figure pays full collections that walk them. A benchmark, not a test: the
 figures are only comparable within one run on one machine.
 """
@@ -50,6 +53,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 from dataclasses import replace
 from pathlib import Path
 
@@ -178,9 +182,48 @@ def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
     return processor.stats.events_per_s()
 
 
-def latency_run(cfg: Config, rate: float, seconds: float = 5.0) -> tuple[float, float]:
-    """p50 and p99 (ms), event time to acknowledged prediction, at a paced ``rate`` events/s."""
+class StageTimes:
+    """Event time to each stage, per event (ms): read (decoded from the consumed chunk) and scored
+    (its prediction encoded); the end, acknowledged, is the processor's own latency figure. The
+    processor's instance methods are wrapped (a benchmark's probe: the loop calls them on self)."""
+
+    def __init__(self, processor: Any) -> None:
+        self.read: list[float] = []
+        self.scored: list[float] = []
+        decode, predictions = processor._decode, processor._predictions
+
+        def read(messages: Any) -> Any:
+            rows = decode(messages)
+            self.read.extend((time.time() * 1000 - rows.event_times).tolist())
+            return rows
+
+        def scored(done: Any) -> Any:
+            out = predictions(done)
+            if out is not None:
+                self.scored.extend((time.time() * 1000 - out.rows.event_times).tolist())
+            return out
+
+        processor._decode, processor._predictions = read, scored
+
+
+def paced(cfg: Config, rate: float, seconds: float) -> int:
+    """Run the paced producer into the input topic; how many events it sent. It runs in a process
+    of its own: in this one it would share the GIL with the client it measures."""
+    pacer = subprocess.run([sys.executable, __file__, "--pace", cfg.kafka["bootstrap.servers"],  # type: ignore[list-item]
+                            cfg.input.topics[0], str(rate), str(seconds)], capture_output=True, text=True,
+                           check=True, preexec_fn=PINNED.beside_broker)
+    return int(pacer.stdout.split()[-1])
+
+
+def percentiles(**stages: list[float]) -> dict[str, tuple[float, float]]:
+    return {name: (float(np.percentile(v, 50)), float(np.percentile(v, 99))) for name, v in stages.items()}
+
+
+def latency_run(cfg: Config, rate: float, seconds: float = 5.0) -> dict[str, tuple[float, float]]:
+    """p50 and p99 (ms) from event time to each stage (read, scored, acknowledged), at a paced
+    ``rate`` events/s: the transport's share (to read) apart from the processor's."""
     processor = build_processor(cfg)
+    stages = StageTimes(processor)
     stop = threading.Event()
     thread = threading.Thread(target=processor.run, kwargs={"until": lambda s: stop.is_set()}, daemon=True)
     thread.start()
@@ -188,19 +231,56 @@ def latency_run(cfg: Config, rate: float, seconds: float = 5.0) -> tuple[float, 
     while not processor.status().ready:
         assert time.monotonic() < deadline, "the processor did not join the group"
         time.sleep(0.05)
-    # The paced producer runs in a process of its own: in this one it would share the GIL with
-    # the processor and halve the rate the processor can reach.
     started = time.monotonic()
-    pacer = subprocess.run([sys.executable, __file__, "--pace", cfg.kafka["bootstrap.servers"],  # type: ignore[list-item]
-                            cfg.input.topics[0], str(rate), str(seconds)], capture_output=True, text=True,
-                           check=True, preexec_fn=PINNED.beside_broker)
-    sent = int(pacer.stdout.split()[-1])
+    sent = paced(cfg, rate, seconds)
     while processor.stats.outputs < sent and time.monotonic() - started < seconds + 60:
         time.sleep(0.05)
     stop.set()
     thread.join(60)
-    p50, p99 = np.percentile(processor.stats.latencies_ms, [50, 99])
-    return float(p50), float(p99)
+    return percentiles(read=stages.read, scored=stages.scored, acknowledged=processor.stats.latencies_ms)
+
+
+def pass_through_latency(cfg: Config, rate: float, seconds: float = 5.0) -> dict[str, tuple[float, float]]:
+    """The same paced run through (a)'s pass-through: p50 and p99 (ms) from the event's timestamp
+    (set by the pacer's produce call) to read, and to its copy acknowledged. What Kafka and this
+    machine take without the processor: the floor under the processor's figures."""
+    consumer = Consumer(clients.consumer_config(cfg))
+    producer = Producer(clients.producer_config(cfg))
+    consumer.subscribe(list(cfg.input.topics))
+    read: list[float] = []
+    acked: list[float] = []
+
+    def ack(err: object, m: Any) -> None:
+        if err is None:
+            acked.append(time.time() * 1000 - m.timestamp()[1])
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            for m in consumer.consume(cfg.input.consume_max_messages, 0.005):
+                if m.error():
+                    continue
+                read.append(time.time() * 1000 - m.timestamp()[1])
+                produce(producer, lambda: producer.poll(0.05), cfg.output.topic, m.value(), m.key(),
+                        timestamp=m.timestamp()[1], on_delivery=ack)
+            producer.poll(0)
+        producer.flush(30)
+
+    deadline = time.monotonic() + 60
+    while not consumer.assignment():
+        assert time.monotonic() < deadline, "the pass-through did not join the group"
+        consumer.poll(0.05)
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    sent = paced(cfg, rate, seconds)
+    while len(acked) < sent and time.monotonic() - started < seconds + 60:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(60)
+    consumer.close()
+    return percentiles(read=read, acknowledged=acked)
 
 
 def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
@@ -210,16 +290,21 @@ def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
     join with the varint of now, so the pacer costs little CPU next to the processor it measures.
     """
     codec = AvroCodec(load_schema(Path(__file__).resolve().parent.parent / "schemas" / "feature_event.avsc"))
-    producer = clients.plain_producer(bootstrap, linger_ms=0)
+    producer = clients.plain_producer(bootstrap, linger_ms=5)  # librdkafka's default: a producer as users run it
     pieces = []
     for e in synthetic_events(1000, 32, seed=9):
         whole = codec.encode({**e, "event_time": 0})
         head = avro_string(str(e["event_id"])) + avro_string(str(e["entity_id"]))
         assert whole[:len(head) + 1] == head + b"\0", "the event's fields are not in the expected order"
         pieces.append((head, whole[len(head) + 1:], str(e["entity_id"]).encode()))
-    sent, started = 0, time.monotonic()
+    # One event first, waited for: the producer's connection, metadata and idempotent id are set
+    # up before pacing starts (the first 0.7 s of events waited for them, and made the p99).
+    head, tail, key = pieces[0]
+    produce(producer, lambda: producer.poll(0.05), topic, b"".join((head, zigzag(int(time.time() * 1000)), tail)), key)
+    assert producer.flush(30) == 0
+    sent, started = 1, time.monotonic()
     while (elapsed := time.monotonic() - started) < seconds:
-        due = int(elapsed * rate) - sent
+        due = int(elapsed * rate) + 1 - sent
         if due > 0:
             stamp = zigzag(int(time.time() * 1000))
             for _ in range(due):  # pacing a load generator
@@ -369,6 +454,7 @@ def main() -> None:
     ap.add_argument("--no-faust", action="store_true", help="leave out (h), the faust-streaming agent")
     ap.add_argument("--figures", help="comma-separated figures to run (default: all, a to j)")
     ap.add_argument("--pin", action="store_true", help="the broker on one core, this process on another")
+    ap.add_argument("--latency", action="store_true", help="the latency runs with --figures too (needs c)")
     ap.add_argument("--pace", nargs=4, help=argparse.SUPPRESS)  # the latency run's producer process
     args = ap.parse_args()
     if args.pace:
@@ -413,8 +499,9 @@ def main() -> None:
         poisoned_topic = f"{base.input.topics[0]}-poisoned"
         create_topics(bootstrap, {poisoned_topic: 3})
         produce_events(bootstrap, poisoned_topic, encoded_events(codec, poisoned_copy(events, 100)))
-        # The input's 100,000 events stay in this process: frozen, as a processor freezes its own
-        # start-up heap (streamer/heap.py), so no figure pays full collections walking them.
+        # The input's 100,000 events stay in this process: frozen before each figure, as a processor
+        # freezes its start-up heap (streamer/heap.py) and thaws it when it stops, so no figure pays
+        # full collections walking them.
         heap.settle()
         figures: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
@@ -428,6 +515,7 @@ def main() -> None:
                 if tag == "e":
                     cfg = replace(cfg, input=replace(cfg.input, topics=(poisoned_topic,)))
                 create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
+                heap.freeze()
                 rate, us = timed(lambda: fn(cfg), args.naive_events if tag == "d" else args.events)
                 figures.setdefault(tag, []).append(rate)
                 cpu.setdefault(tag, []).append(us)
@@ -437,13 +525,18 @@ def main() -> None:
             create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
             figures[f"c{threads}"] = [processor_run(cfg, args.events)]
         peak = float(np.median(figures["c"])) if "c" in figures else 0.0
-        latency = {}
-        for share in (0.5, 0.1) if args.figures is None else ():
+        latency, floor = {}, {}
+        for share in (0.5, 0.1) if args.figures is None or args.latency else ():
             cfg = fresh(base, f"lat{share}")
             topic = f"{cfg.input.topics[0]}-lat-{cfg.input.group_id}"
             cfg = replace(cfg, input=replace(cfg.input, topics=(topic,)))
             create_topics(bootstrap, {topic: 3, cfg.output.topic: 3, f"{topic}.dlq": 1})
             latency[share] = latency_run(cfg, share * peak)
+            cfg = fresh(cfg, f"lat{share}a")  # the pass-through, paced into a topic of its own
+            topic = f"{topic}-a"
+            cfg = replace(cfg, input=replace(cfg.input, topics=(topic,)))
+            create_topics(bootstrap, {topic: 3, cfg.output.topic: 3})
+            floor[share] = pass_through_latency(cfg, share * peak)
     names = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
              "e": "processor, 1% poison", "f": "processor, exactly-once", "g": "replay",
              "h": "faust-streaming agent", "i": "32 named float fields", "j": "mixed 12-field event"}
@@ -467,10 +560,14 @@ def main() -> None:
         print(f"intra_op_threads 0: {med['c0']:,.0f} events/s ({med['c0'] / peak:.2f} of 1), "
               f"2: {med['c2']:,.0f} events/s ({med['c2'] / peak:.2f} of 1)")
     batch_ms = 1000 * args.batch / peak
-    for share, (p50, p99) in latency.items():
+    for share, split in latency.items():
         bound = base.batching.max_wait_ms + (2 if share == 0.5 else 1) * batch_ms + 5
+        p50, p99 = split["acknowledged"]
+        steps = ", ".join(f"{k} {a:.0f}/{b:.0f}" for k, (a, b) in split.items() if k != "acknowledged")
         print(f"latency at {share:.0%} of peak ({share * peak:,.0f} events/s): p50 {p50:.0f} ms, "
-              f"p99 {p99:.0f} ms, bound {bound:.0f} ms")
+              f"p99 {p99:.0f} ms, bound {bound:.0f} ms (p50/p99 from event time to {steps})")
+        (r50, r99), (a50, a99) = floor[share]["read"], floor[share]["acknowledged"]
+        print(f"  the pass-through at the same rate: p50 {a50:.0f} ms, p99 {a99:.0f} ms (to read {r50:.0f}/{r99:.0f})")
 
 
 if __name__ == "__main__":
