@@ -153,13 +153,15 @@ class Stages:
         """Prediction values for the scored rows: ``(kept, values, rejects)``, where ``values[j]``
         is the prediction of row j of ``kept``; rows the model failed on alone are rejects.
         ``scores``: the legacy score matrix, or Columns of named output fields."""
-        kept, values, rejects = self._encode(rows, scores, poison, stamp)
-        return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects
-
-    def _encode(self, rows: Rows, scores: Any, poison: dict[int, InferenceError],
-                stamp: Stamp) -> tuple[np.ndarray, list[bytes], list[Reject]]:
         if self.fast_encoder is None or isinstance(scores, Columns):
-            return encode_batch(rows, scores, poison, self.encoder, stamp, self.include)
+            kept, values, rejects = encode_batch(rows, scores, poison, self.encoder, stamp, self.include)
+            return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects
+        return self._encode_fast(rows, scores, poison, stamp)
+
+    def _encode_fast(self, rows: Rows, scores: Any, poison: dict[int, InferenceError],
+                     stamp: Stamp) -> tuple[Rows, list[bytes], list[Reject]]:
+        """The columnar encoder; the rows it refuses (and the poison rows) one by one by the
+        reference. The kept rows are taken once, for the encoder and for the caller."""
         keep = np.ones(len(rows), bool)
         keep[list(poison)] = False
         kept = np.flatnonzero(keep)
@@ -170,7 +172,7 @@ class Stages:
                                           stamp.run_id, stamp.degraded)
         if None not in values:  # every kept row encoded: the poison rows are the only rejects
             items = rows.source.items
-            return kept, values, [poison_reject(poison[i], items[i]) for i in sorted(poison)]  # type: ignore[return-value]
+            return part, values, [poison_reject(poison[i], items[i]) for i in sorted(poison)]
         out_rows: list[int] = []
         out_values: list[bytes] = []
         rejects: list[Reject] = []
@@ -187,7 +189,8 @@ class Stages:
                 value = vals[0]
             out_rows.append(i)
             out_values.append(value)
-        return np.array(out_rows, np.intp), out_values, rejects
+        taken = rows if len(out_rows) == len(rows) else rows.take(np.array(out_rows, np.intp))
+        return taken, out_values, rejects
 
 
 def decode_batch(messages: Sequence[Any], decoder: Codec,
