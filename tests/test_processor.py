@@ -301,6 +301,27 @@ def test_a_burst_is_committed_once_the_input_goes_quiet_not_an_interval_later(gu
     assert h.clock() < 1.0  # 30 passes of 10 ms and one quiet consume: far from the interval
 
 
+def test_gaps_shorter_than_a_consume_timeout_are_not_quiet() -> None:
+    """Events every 50 ms, the passes between them reading nothing: no commit before the interval
+    (a transaction per gap would cost the broker a marker per partition each time); once they stop
+    for a consume timeout (100 ms), one."""
+    h = Harness(config("exactly_once", max_wait_ms=0, commit_interval_ms=60_000, transaction_timeout_ms=120_000))
+    h.consumer.rebalance("assign", [P0])
+    passes, fed = [0], [0.0]
+
+    def gappy(s: Stats) -> bool:
+        assert "commit" not in h.producer.transactions, "committed in a 50 ms gap"
+        passes[0] += 1
+        if passes[0] % 5 == 0:  # a pass is 10 ms of the fake clock
+            h.consumer.append(P0, [event(s.events)])
+            fed[0] = h.clock()
+        return s.events >= 20
+
+    h.run(gappy, lambda s: "commit" in h.producer.transactions)
+    assert 0.1 <= h.clock() - fed[0] <= 0.15, h.clock() - fed[0]
+    assert h.producer.sent_offsets == [{P0: 20}]
+
+
 def test_exactly_once_a_quiet_input_waits_for_the_acks_before_it_commits() -> None:
     """Quiet but with outputs unacknowledged, the transaction is not committed (its commit would
     block on them, and again at every quiet pass); once they are acknowledged it is."""

@@ -7,11 +7,10 @@ loop calls the same methods whichever it runs and never asks which:
   contiguous done prefix of each partition is committed through the consumer (see offsets.py
   for the worked example: done 34 35 36 40 commits 37). The periodic commit goes out in the
   background, so scoring does not stall for its round trip; its answer comes through the
-  consumer's commit callback and :meth:`settled` reports it. A position on its way is not sent
-  again until it is answered or its deadline passes (the ack timeout, at least two commit
-  intervals): an answer that never comes (a coordinator that moved, a lost request) must not
-  hold the committed offset still for ever. A revoke or a stop commits synchronously: the
-  partitions must be committed before they go.
+  consumer's commit callback and :meth:`settled` reports it. A position on its way is sent again
+  only once its answer is overdue (the ack timeout, at least two intervals): one that never comes
+  (a coordinator that moved) must not hold the committed offset still for ever. A revoke or a
+  stop commits synchronously: the partitions must be committed before they go.
 - :class:`Transactional` (exactly-once, KIP-447): outputs are produced inside a transaction and
   the consumed positions are added to it with the consumer's group metadata; the consumer never
   commits by itself. A failed output or an abortable error aborts the transaction, and the
@@ -85,8 +84,8 @@ class Checkpoint(Protocol):
         """Note failed deliveries; return those the loop must dead-letter or produce again."""
 
     def commit_due(self, quiet: bool = False) -> bool:
-        """Is a commit due: the interval passed, a failure waits to abort, or (``quiet``: the last
-        consume read nothing) nothing is in flight and progress waits that no commit carried yet?"""
+        """Is a commit due: the interval passed, a failure waits, or the input went quiet (``quiet``:
+        this pass read nothing) for a consume timeout, all done, with progress uncommitted? Each pass."""
 
     def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
@@ -118,7 +117,8 @@ class _Base:
         self._consumer, self._deliveries, self._clock, self._metadata = consumer, deliveries, clock, metadata
         self._interval_s = cfg.processing.commit_interval_ms / 1000.0
         self._ack_timeout_s = cfg.output.ack_timeout_ms / 1000.0
-        self._last = clock()
+        self._last = self._heard_at = clock()  # the last commit; the last pass that read something
+        self._quiet_s = cfg.input.consume_timeout_ms / 1000.0
         self._reports: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
         self._broken: ProducerFatalError | None = None  # the producer is fatal: renew at the commit
         self._renewals = 0  # in a row, without a commit in between
@@ -159,13 +159,20 @@ class _Base:
         return Commit()
 
     def commit_due(self, quiet: bool = False) -> bool:
-        return self._broken is not None or self._clock() - self._last >= self._interval_s
+        settled = self._settled_down(quiet) and self._uncommitted()  # every pass: it times the quiet
+        return settled or self._broken is not None or self._clock() - self._last >= self._interval_s
 
     def _settled_down(self, quiet: bool) -> bool:
-        """The input read nothing and every offset consumed is done: the last outputs of a burst
-        are committed now, not up to an interval later (exactly-once readers see them only then,
-        and the lag reads 0). At most once a quiet spell: quiet is a whole consume wait unread."""
-        return quiet and not self.tracker.in_flight()
+        """Quiet for a consume timeout, all consumed done: a burst's last outputs commit now, not an
+        interval later (read_committed readers see them only then). Shorter gaps wait for the
+        interval: a transaction a gap costs a marker per partition each. Once a quiet spell."""
+        now = self._clock()
+        if not quiet:
+            self._heard_at = now
+        return now - self._heard_at >= self._quiet_s and not self.tracker.in_flight()
+
+    def _uncommitted(self) -> bool:  # progress no commit carries yet: each guarantee's own
+        return False
 
     def _position(self, tp: TopicPartition, offset: int) -> KafkaTopicPartition:
         if self._metadata is None:
@@ -185,11 +192,9 @@ class AtLeastOnce(_Base):
                  clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
         super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
         self._sent: dict[TopicPartition, tuple[int, float]] = {}  # unanswered: offset, when sent
-        # A commit is one round trip to the coordinator, and the ack timeout is how long we already
-        # wait for a broker's answer to our outputs: an answer later than that is taken as lost (a
-        # coordinator that moved, a dropped request) and the position goes again; committing an
-        # offset twice is harmless. At least two intervals, so that a short ack timeout does not
-        # resend at every commit what a slow but healthy coordinator is about to answer.
+        # Unanswered for the ack timeout (how long a broker's answer to outputs is waited for; at
+        # least two intervals, so a slow, healthy coordinator is not asked twice), a background
+        # commit is taken as lost and goes again: committing an offset twice is harmless.
         self._answer_s = max(2 * self._interval_s, self._ack_timeout_s)
 
     @staticmethod
@@ -246,8 +251,7 @@ class AtLeastOnce(_Base):
                 failures["all"] = str(err)
             for tp in partitions or ():
                 key = (tp.topic, tp.partition)
-                ok = err is None and tp.error is None
-                # A failure frees its partition whatever offset it names: a resend is harmless.
+                ok = err is None and tp.error is None  # a failure frees it whatever offset it names
                 if key in self._sent and (self._sent[key][0] == tp.offset or not ok):
                     del self._sent[key]
                 if ok:
@@ -260,19 +264,17 @@ class AtLeastOnce(_Base):
         return Commit(committed=accepted, error=CommitError(failures) if failures else None,
                       failed_partitions=len(failures))
 
-    def commit_due(self, quiet: bool = False) -> bool:  # settled down: positions not yet sent
-        return super().commit_due() or self._settled_down(quiet) and any(
-            self._sent.get(tp, (None,))[0] != off for tp, off in self.tracker.committable().items())
+    def _uncommitted(self) -> bool:  # positions not yet sent
+        return any(self._sent.get(tp, (None,))[0] != off for tp, off in self.tracker.committable().items())
 
     def _not_on_its_way(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """The positions to send: what is on its way is not sent again, unless unanswered too long."""
         out: dict[TopicPartition, int] = {}
         overdue: list[str] = []
-        now = self._clock()
         for tp, off in positions.items():
             sent = self._sent.get(tp)
             if sent is not None and sent[0] == off:
-                if now - sent[1] < self._answer_s:
+                if self._clock() - sent[1] < self._answer_s:
                     continue
                 del self._sent[tp]  # given up on: warned once, however the resend fares
                 overdue.append(f"{tp[0]}[{tp[1]}] at {off}")
@@ -335,8 +337,11 @@ class Transactional(_Base):
             self._failure = f"cannot write to {out.topic}: {err.str()}"
         return []
 
-    def commit_due(self, quiet: bool = False) -> bool:  # settled down: the open transaction
-        return self._failure is not None or super().commit_due() or self._settled_down(quiet) and self._txn.open
+    def commit_due(self, quiet: bool = False) -> bool:
+        return super().commit_due(quiet) or self._failure is not None
+
+    def _uncommitted(self) -> bool:  # the open transaction
+        return self._txn.open
 
     def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
