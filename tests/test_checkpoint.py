@@ -89,3 +89,13 @@ def test_a_failed_answer_that_does_not_name_the_offset_lets_the_position_go_agai
     checkpoint.commit(background=True)  # the next due commit, long before the deadline
     assert consumer.commits == [{P0: 10}, {P0: 10}]
     assert settled.error is not None and settled.committed == {}  # reported, not swallowed
+
+
+def test_a_lost_partition_is_not_held_as_on_its_way_when_it_comes_back() -> None:
+    """Its unanswered background commit is forgotten with it: given back, the position goes out
+    at the next commit, not only once the old one is overdue."""
+    clock, consumer, checkpoint = at_least_once()
+    assert checkpoint.commit(background=True).attempted
+    checkpoint.lost({P0})
+    due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}, {P0: 10}]

@@ -322,6 +322,27 @@ def test_gaps_shorter_than_a_consume_timeout_are_not_quiet() -> None:
     assert h.producer.sent_offsets == [{P0: 20}]
 
 
+def test_a_failing_quiet_commit_is_not_retried_every_pass() -> None:
+    """A quiet spell commits once: a commit that fails for good (authorization, say) waits for
+    the interval, not one attempt (and warning) a pass."""
+    h = Harness(config(max_wait_ms=0, commit_interval_ms=60_000, transaction_timeout_ms=120_000))
+    h.consumer.clock = h.clock
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(3)])
+    h.consumer.commit_errors = [{P0: KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)}] * 100
+    since: list[float] = []
+    tried: list[int] = []
+
+    def quiet_for_2_s(s: Stats) -> bool:
+        if s.predictions == 3 and not since:
+            since.append(h.clock())
+        tried.append(100 - len(h.consumer.commit_errors))
+        return bool(since) and h.clock() - since[0] > 2.0
+
+    h.run(quiet_for_2_s)  # (the shutdown's own commit comes after)
+    assert tried[-1] == 1, f"the quiet spell's commit was tried {tried[-1]} times"
+
+
 def test_exactly_once_a_quiet_input_waits_for_the_acks_before_it_commits() -> None:
     """Quiet but with outputs unacknowledged, the transaction is not committed (its commit would
     block on them, and again at every quiet pass); once they are acknowledged it is."""

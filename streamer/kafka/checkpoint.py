@@ -47,6 +47,7 @@ from streamer.config import Config, transactional_id
 from streamer.errors import CommitError, ProducerFatalError, TransactionAbortedError
 from streamer.kafka.delivery import Acked, Deliveries, Output
 from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.quiet import MIN_QUIET_MS, QuietSpell
 from streamer.kafka.transactions import Transactions, fatal_error
 from streamer.kafka.watchdog import deadline
 
@@ -117,8 +118,8 @@ class _Base:
         self._consumer, self._deliveries, self._clock, self._metadata = consumer, deliveries, clock, metadata
         self._interval_s = cfg.processing.commit_interval_ms / 1000.0
         self._ack_timeout_s = cfg.output.ack_timeout_ms / 1000.0
-        self._last = self._heard_at = clock()  # the last commit; the last pass that read something
-        self._quiet_s = cfg.input.consume_timeout_ms / 1000.0
+        self._last = clock()
+        self._quiet = QuietSpell(max(cfg.input.consume_timeout_ms, MIN_QUIET_MS) / 1000.0, clock)
         self._reports: list[tuple[KafkaError | None, list[KafkaTopicPartition]]] = []
         self._broken: ProducerFatalError | None = None  # the producer is fatal: renew at the commit
         self._renewals = 0  # in a row, without a commit in between
@@ -159,17 +160,10 @@ class _Base:
         return Commit()
 
     def commit_due(self, quiet: bool = False) -> bool:
-        settled = self._settled_down(quiet) and self._uncommitted()  # every pass: it times the quiet
+        settled = self._quiet.passed(not quiet) and not self.tracker.in_flight() and self._uncommitted()
+        if settled:
+            self._quiet.spend()  # once a spell (quiet.py): a failed one waits for the interval
         return settled or self._broken is not None or self._clock() - self._last >= self._interval_s
-
-    def _settled_down(self, quiet: bool) -> bool:
-        """Quiet for a consume timeout, all consumed done: a burst's last outputs commit now, not an
-        interval later (read_committed readers see them only then). Shorter gaps wait for the
-        interval: a transaction a gap costs a marker per partition each. Once a quiet spell."""
-        now = self._clock()
-        if not quiet:
-            self._heard_at = now
-        return now - self._heard_at >= self._quiet_s and not self.tracker.in_flight()
 
     def _uncommitted(self) -> bool:  # progress no commit carries yet: each guarantee's own
         return False
@@ -233,6 +227,7 @@ class AtLeastOnce(_Base):
             return Commit(error=CommitError({"all": str(exc.args[0])}), failed_partitions=len(offsets))
         failures = {f"{tp.topic}[{tp.partition}]": str(tp.error) for tp in result if tp.error}
         accepted = {(tp.topic, tp.partition): tp.offset for tp in result if not tp.error}
+        self._sent = {tp: sent for tp, sent in self._sent.items() if tp not in accepted}  # answered here
         self.tracker.mark_committed(accepted)
         if accepted:
             self._renewals = 0
@@ -285,6 +280,7 @@ class AtLeastOnce(_Base):
         return out
 
     def lost(self, tps: set[TopicPartition]) -> Commit:
+        self._sent = {tp: sent for tp, sent in self._sent.items() if tp not in tps}  # back later: sent anew
         return Commit()
 
     def close(self) -> None:
