@@ -321,6 +321,7 @@ class Processor:
 
     def _close(self) -> None:
         self._running = False
+        heap.thaw()  # first: whatever closing raises, the heap is the collector's again
         if self.consumer is not None:
             self.consumer.close()  # runs the revoke callback: nothing is left to flush by then
             self.consumer = None
@@ -332,7 +333,6 @@ class Processor:
         self._inference.close()
         self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
         self._account.stopped(self._failed)
-        heap.thaw()
 
     def _dead_letter(self, rejects: Sequence[tuple[RecordError, Message]],
                      scored_by: tuple[str, str] | None = None) -> None:

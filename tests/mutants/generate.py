@@ -111,8 +111,8 @@ mut("16-renew-fatal-producer-forever", "a producer still fatal after MAX_RENEWAL
 mut("17-quiet-commit-in-flight", "a quiet input commits while outputs still wait for their acks",
     U + "test_exactly_once_a_quiet_input_waits_for_the_acks_before_it_commits",
     ("streamer/kafka/checkpoint.py",
-     "        return now - self._heard_at >= self._quiet_s and not self.tracker.in_flight()\n",
-     "        return now - self._heard_at >= self._quiet_s\n"))
+     "        settled = self._quiet.passed(not quiet) and not self.tracker.in_flight() and self._uncommitted()\n",
+     "        settled = self._quiet.passed(not quiet) and self._uncommitted()\n"))
 mut("18-unanswered-commit-never-resent", "a background commit whose answer never comes is never sent again",
     "tests/test_checkpoint.py::test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before",
     ("streamer/kafka/checkpoint.py",
@@ -121,13 +121,13 @@ mut("18-unanswered-commit-never-resent", "a background commit whose answer never
 mut("19-auto-pipelines-on-search", "auto pipelining times batches searched for poison rows (their Python moves scoring to a thread)",
     "tests/test_inference.py::test_auto_does_not_time_batches_searched_for_poison_rows",
     ("streamer/pipeline/inference.py",
-     "        if done.out is None or done.out.calls > 1 or len(done.batch.rows) * 2 < self._rows:\n",
+     "        if done.out is None or done.out.calls != 1 or len(done.batch.rows) * 2 < self._rows:\n",
      "        if done.out is None or len(done.batch.rows) * 2 < self._rows:\n"))
 mut("20-heap-never-thawed", "a stopped processor leaves the heap frozen (what it left is never collected)",
     "tests/test_heap.py::test_a_processor_freezes_the_heap_once_started_and_thaws_it_when_it_stops",
     ("streamer/processor.py",
-     "        self._account.stopped(self._failed)\n        heap.thaw()\n",
-     "        self._account.stopped(self._failed)\n"))
+     "        heap.thaw()  # first: whatever closing raises, the heap is the collector's again\n",
+     ""))
 
 out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests" / "mutants"
 for name, desc, kills, edits in M:
