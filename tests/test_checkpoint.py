@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
 from streamer.config import with_overrides
 from streamer.config_file import load_config
+from streamer.kafka import watchdog
 from streamer.kafka.checkpoint import AtLeastOnce
 from streamer.kafka.offsets import OffsetTracker
 from streamer.testing import FakeClock
@@ -48,22 +49,38 @@ def due_commit(clock: FakeClock, checkpoint: AtLeastOnce) -> None:
     checkpoint.commit(background=True)
 
 
+class GaveUp(Exception):
+    pass
+
+
 def test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sent again at the deadline; the resend unanswered for a deadline more: the consumer is
+    wedged (seen after a coordinator's broker came back), and the process exits 70."""
+    gave_up: list[tuple[str, float]] = []
+
+    def give_up(what: str, seconds: float) -> None:
+        gave_up.append((what, seconds))
+        raise GaveUp
+
+    monkeypatch.setattr(watchdog, "give_up", give_up)
     clock, consumer, checkpoint = at_least_once()
     assert checkpoint.commit(background=True).attempted
     # Its answer never comes (a coordinator that moved): nothing is consumed, nothing reported.
     for _ in range(int(DEADLINE_S) - 1):
         due_commit(clock, checkpoint)
     assert consumer.commits == [{P0: 10}]  # on its way: not sent again yet
-    with caplog.at_level(logging.WARNING, logger="streamer.kafka.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="streamer.kafka.pending"):
         for _ in range(int(DEADLINE_S)):  # at the deadline it goes again, then waits a deadline more
             due_commit(clock, checkpoint)
     assert consumer.commits == [{P0: 10}, {P0: 10}]
     lost = [r.getMessage() for r in caplog.records if "no answer" in r.getMessage()]
     assert lost == ["no answer to the background commit of features[0] at 10 within 30 s: sending it again"]
-    due_commit(clock, checkpoint)
-    assert consumer.commits == [{P0: 10}, {P0: 10}, {P0: 10}]
+    assert gave_up == []
+    with pytest.raises(GaveUp):
+        due_commit(clock, checkpoint)
+    assert gave_up == [("the commit of features[0] at 10", 2 * DEADLINE_S)]
+    assert consumer.commits == [{P0: 10}, {P0: 10}]
 
 
 def test_an_answered_background_commit_is_not_sent_again() -> None:

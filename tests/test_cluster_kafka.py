@@ -110,10 +110,12 @@ def test_the_input_leader_dies_under_load_and_nothing_is_lost(cluster: LocalClus
     check(result, guarantee, bootstrap, topics)
 
 
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(600)
 def test_a_rolling_restart_of_every_broker_loses_nothing(cluster: LocalCluster, tmp_path: Path) -> None:
     """Each node in turn: SIGKILL, then back on the same data, while events arrive; the processor
-    (at-least-once) runs throughout and must write every input."""
+    (at-least-once) runs throughout and must write every input. Once in a few runs librdkafka's
+    group state wedges after the coordinator's node comes back (no fetch, no commit answered, for
+    good): the processor then exits 70 (kafka/pending.py) and is started again, as by a supervisor."""
     bootstrap = cluster.bootstrap
     topics = cluster_topics(bootstrap)
     n = 24_000
@@ -125,10 +127,9 @@ def test_a_rolling_restart_of_every_broker_loses_nothing(cluster: LocalCluster, 
             cluster.kill(node)
             cluster.restart(node)
             # Progress, or nothing left to make progress on (the feed may be read to its end).
-            wait_until(lambda b=before: committed_total(bootstrap, topics) > b
-                       or caught_up(bootstrap, topics.group, topics.input), 120,
-                       f"committed progress after node {node} restarted", p.tail)
-            assert p.proc is not None and p.proc.poll() is None, "the processor exited:\n" + p.tail()
+            progress_restarting_on_watchdog(p, lambda b=before: committed_total(bootstrap, topics) > b
+                                            or caught_up(bootstrap, topics.group, topics.input),
+                                            may_restart=True)
     except BaseException:
         feeder.stop()
         raise

@@ -7,10 +7,9 @@ loop calls the same methods whichever it runs and never asks which:
   contiguous done prefix of each partition is committed through the consumer (see offsets.py
   for the worked example: done 34 35 36 40 commits 37). The periodic commit goes out in the
   background, so scoring does not stall for its round trip; its answer comes through the
-  consumer's commit callback and :meth:`settled` reports it. A position on its way is sent again
-  only once its answer is overdue (the ack timeout, at least two intervals): one that never comes
-  (a coordinator that moved) must not hold the committed offset still for ever. A revoke or a
-  stop commits synchronously: the partitions must be committed before they go.
+  consumer's commit callback and :meth:`settled` reports it; one whose answer is overdue goes
+  again, and one whose resend is unanswered too ends the process for a restart (pending.py). A
+  revoke or a stop commits synchronously: the partitions must be committed before they go.
 - :class:`Transactional` (exactly-once, KIP-447): outputs are produced inside a transaction and
   the consumed positions are added to it with the consumer's group metadata; the consumer never
   commits by itself. A failed output or an abortable error aborts the transaction, and the
@@ -49,6 +48,7 @@ from streamer.kafka.delivery import Acked, Deliveries, Output
 from streamer.kafka.offsets import OffsetTracker
 from streamer.kafka.quiet import MIN_QUIET_MS, QuietSpell
 from streamer.kafka.transactions import Transactions, fatal_error
+from streamer.kafka.pending import OnItsWay
 from streamer.kafka.watchdog import deadline
 
 log = logging.getLogger(__name__)
@@ -185,11 +185,9 @@ class AtLeastOnce(_Base):
     def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
                  clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
         super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
-        self._sent: dict[TopicPartition, tuple[int, float]] = {}  # unanswered: offset, when sent
         # Unanswered for the ack timeout (how long a broker's answer to outputs is waited for; at
-        # least two intervals, so a slow, healthy coordinator is not asked twice), a background
-        # commit is taken as lost and goes again: committing an offset twice is harmless.
-        self._answer_s = max(2 * self._interval_s, self._ack_timeout_s)
+        # least two intervals, so a slow, healthy coordinator is not asked twice): overdue.
+        self._on_its_way = OnItsWay(max(2 * self._interval_s, self._ack_timeout_s), clock)
 
     @staticmethod
     def producer_settings(cfg: Config) -> dict[str, Any]:
@@ -209,7 +207,7 @@ class AtLeastOnce(_Base):
             return self._renew(self._broken)
         positions = self.tracker.committable(tps)
         if background:
-            positions = self._not_on_its_way(positions)
+            positions = self._on_its_way.sendable(positions)
         if not positions:
             return Commit()
         offsets = [self._position(tp, off) for tp, off in positions.items()]
@@ -218,7 +216,7 @@ class AtLeastOnce(_Base):
                 self._consumer.commit(offsets=offsets, asynchronous=True)
             except KafkaException as exc:
                 return Commit(error=CommitError({"all": str(exc.args[0])}), failed_partitions=len(offsets))
-            self._sent.update((tp, (off, self._last)) for tp, off in positions.items())
+            self._on_its_way.sent(positions)
             return Commit(attempted=True)
         try:
             with deadline(2 * self._ack_timeout_s + 10, "offset commit"):
@@ -227,7 +225,7 @@ class AtLeastOnce(_Base):
             return Commit(error=CommitError({"all": str(exc.args[0])}), failed_partitions=len(offsets))
         failures = {f"{tp.topic}[{tp.partition}]": str(tp.error) for tp in result if tp.error}
         accepted = {(tp.topic, tp.partition): tp.offset for tp in result if not tp.error}
-        self._sent = {tp: sent for tp, sent in self._sent.items() if tp not in accepted}  # answered here
+        self._on_its_way.forget(accepted)  # answered here
         self.tracker.mark_committed(accepted)
         if accepted:
             self._renewals = 0
@@ -242,13 +240,12 @@ class AtLeastOnce(_Base):
         failures: dict[str, str] = {}
         for err, partitions in reports:
             if err is not None and not partitions:  # it names nothing: all on its way may be lost
-                self._sent.clear()
+                self._on_its_way.forget()
                 failures["all"] = str(err)
             for tp in partitions or ():
                 key = (tp.topic, tp.partition)
-                ok = err is None and tp.error is None  # a failure frees it whatever offset it names
-                if key in self._sent and (self._sent[key][0] == tp.offset or not ok):
-                    del self._sent[key]
+                ok = err is None and tp.error is None
+                self._on_its_way.answered(key, tp.offset, ok)
                 if ok:
                     accepted[key] = tp.offset
                 else:
@@ -260,27 +257,10 @@ class AtLeastOnce(_Base):
                       failed_partitions=len(failures))
 
     def _uncommitted(self) -> bool:  # positions not yet sent
-        return any(self._sent.get(tp, (None,))[0] != off for tp, off in self.tracker.committable().items())
-
-    def _not_on_its_way(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """The positions to send: what is on its way is not sent again, unless unanswered too long."""
-        out: dict[TopicPartition, int] = {}
-        overdue: list[str] = []
-        for tp, off in positions.items():
-            sent = self._sent.get(tp)
-            if sent is not None and sent[0] == off:
-                if self._clock() - sent[1] < self._answer_s:
-                    continue
-                del self._sent[tp]  # given up on: warned once, however the resend fares
-                overdue.append(f"{tp[0]}[{tp[1]}] at {off}")
-            out[tp] = off
-        if overdue:
-            log.warning("no answer to the background commit of %s within %.0f s: sending it again",
-                        ", ".join(overdue), self._answer_s)
-        return out
+        return self._on_its_way.unsent(self.tracker.committable())
 
     def lost(self, tps: set[TopicPartition]) -> Commit:
-        self._sent = {tp: sent for tp, sent in self._sent.items() if tp not in tps}  # back later: sent anew
+        self._on_its_way.forget(tps)  # back later, their positions go anew
         return Commit()
 
     def close(self) -> None:

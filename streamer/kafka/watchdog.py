@@ -25,16 +25,18 @@ EXIT_CODE = EXIT_WATCHDOG  # 70, EX_SOFTWARE: the supervisor should restart us
 def deadline(seconds: float, what: str) -> Iterator[None]:
     """Run the block; if it has not finished after ``seconds``, log and exit the process."""
 
-    def expire() -> None:
-        log.critical("%s blocked for %.0f s: exiting (code %d) so that a restart recovers",
-                     what, seconds, EXIT_CODE)
-        logging.shutdown()
-        os._exit(EXIT_CODE)
-
-    timer = threading.Timer(seconds, expire)
+    timer = threading.Timer(seconds, give_up, (what, seconds))
     timer.daemon = True
     timer.start()
     try:
         yield
     finally:
         timer.cancel()
+
+
+def give_up(what: str, seconds: float) -> None:
+    """Log and exit the process (code 70): a librdkafka request or call got no answer in time."""
+    log.critical("%s blocked for %.0f s: exiting (code %d) so that a restart recovers",
+                 what, seconds, EXIT_CODE)
+    logging.shutdown()
+    os._exit(EXIT_CODE)
