@@ -98,7 +98,7 @@ class Processor:
                 self._collect_acks(timeout_s=0.0)
                 self._redo_failed_deliveries()
                 self._pause_or_resume()
-                self._commit_if_due(quiet=not messages)
+                self._commit_if_due(read=bool(messages))
                 self._watch_progress()
                 if (until is not None and until(self.stats)) or self._bounds_done():
                     self._running = False
@@ -211,9 +211,9 @@ class Processor:
         self._account.gauges(held=self._gate.reason, paused=paused, assigned=len(self._assigned),
                              in_flight_rows=self._tracker.in_flight())
 
-    def _commit_if_due(self, quiet: bool) -> None:  # quiet: a whole consume wait read nothing
+    def _commit_if_due(self, read: bool) -> None:  # read: this pass's consume returned events
         self._apply(self.checkpoint.settled())  # background commits answered since the last pass
-        if self.checkpoint.commit_due(quiet):
+        if self.checkpoint.commit_due(read):
             self._apply(self.checkpoint.commit(background=True))
 
     def _commit(self, tps: Iterable[tuple[str, int]] | None = None) -> None:

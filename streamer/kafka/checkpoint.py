@@ -46,9 +46,9 @@ from streamer.config import Config, transactional_id
 from streamer.errors import CommitError, ProducerFatalError, TransactionAbortedError
 from streamer.kafka.delivery import Acked, Deliveries, Output
 from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.pending import OnItsWay
 from streamer.kafka.quiet import MIN_QUIET_MS, QuietSpell
 from streamer.kafka.transactions import Transactions, fatal_error
-from streamer.kafka.pending import OnItsWay
 from streamer.kafka.watchdog import deadline
 
 log = logging.getLogger(__name__)
@@ -84,9 +84,9 @@ class Checkpoint(Protocol):
     def failed(self, failed: Failures) -> Failures:
         """Note failed deliveries; return those the loop must dead-letter or produce again."""
 
-    def commit_due(self, quiet: bool = False) -> bool:
-        """Is a commit due: the interval passed, a failure waits, or the input went quiet (``quiet``:
-        this pass read nothing) for a consume timeout, all done, with progress uncommitted? Each pass."""
+    def commit_due(self, read: bool = True) -> bool:
+        """Is a commit due: the interval passed, a failure waits, or the input went quiet (``read``:
+        this pass read events) for a consume timeout, all done, with progress uncommitted? Each pass."""
 
     def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
@@ -159,8 +159,8 @@ class _Base:
     def settled(self) -> Commit:
         return Commit()
 
-    def commit_due(self, quiet: bool = False) -> bool:
-        settled = self._quiet.passed(not quiet) and not self.tracker.in_flight() and self._uncommitted()
+    def commit_due(self, read: bool = True) -> bool:
+        settled = self._quiet.passed(heard=read) and not self.tracker.in_flight() and self._uncommitted()
         if settled:
             self._quiet.spend()  # once a spell (quiet.py): a failed one waits for the interval
         return settled or self._broken is not None or self._clock() - self._last >= self._interval_s
@@ -313,8 +313,8 @@ class Transactional(_Base):
             self._failure = f"cannot write to {out.topic}: {err.str()}"
         return []
 
-    def commit_due(self, quiet: bool = False) -> bool:
-        return super().commit_due(quiet) or self._failure is not None
+    def commit_due(self, read: bool = True) -> bool:
+        return super().commit_due(read) or self._failure is not None
 
     def _uncommitted(self) -> bool:  # the open transaction
         return self._txn.open

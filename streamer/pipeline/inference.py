@@ -92,9 +92,9 @@ class Inference:
 
     def _timed(self, done: Scoring) -> None:
         """Auto: time full-ish batches scored inline in one model call (not the fallback's, which
-        makes none); pipeline once their median is heavy. A batch searched for poison rows is not timed: its many small calls are mostly the
-        search's Python, which holds the GIL, so a thread would only take turns with the loop
-        (1% poison ran 2.3x the CPU an event pipelined, on a model of 0.01 ms a row)."""
+        makes none); pipeline once their median is heavy. A batch searched for poison rows is not
+        timed: its many small calls are mostly the search's Python, which holds the GIL, so a
+        thread would only take turns with the loop (every 1%-poison benchmark run went pipelined)."""
         if done.out is None or done.out.calls != 1 or len(done.batch.rows) * 2 < self._rows:
             return
         self._timings.append(done.seconds)

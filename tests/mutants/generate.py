@@ -111,8 +111,8 @@ mut("16-renew-fatal-producer-forever", "a producer still fatal after MAX_RENEWAL
 mut("17-quiet-commit-in-flight", "a quiet input commits while outputs still wait for their acks",
     U + "test_exactly_once_a_quiet_input_waits_for_the_acks_before_it_commits",
     ("streamer/kafka/checkpoint.py",
-     "        settled = self._quiet.passed(not quiet) and not self.tracker.in_flight() and self._uncommitted()\n",
-     "        settled = self._quiet.passed(not quiet) and self._uncommitted()\n"))
+     "        settled = self._quiet.passed(heard=read) and not self.tracker.in_flight() and self._uncommitted()\n",
+     "        settled = self._quiet.passed(heard=read) and self._uncommitted()\n"))
 mut("18-unanswered-commit-never-resent", "a background commit whose answer never comes is never sent again",
     "tests/test_checkpoint.py::test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before",
     ("streamer/kafka/pending.py",
