@@ -6,6 +6,7 @@ partition, offset) and its raw bytes, so the record can be dead-lettered exactly
 
 from __future__ import annotations
 
+import traceback
 
 # Exit codes: a contract for whatever supervises the process (systemd, Kubernetes, `--workers`).
 EXIT_OK = 0  # stopped cleanly (a signal; a replay or the demo finished)
@@ -151,3 +152,36 @@ class StopRequested(StreamerError):
 
 class LocalBrokerError(StreamerError):
     """The project's own local Kafka broker could not be resolved, started or reached."""
+
+
+Frame = tuple[str, int, str]  # file, line, function
+_FRAMES = "_streamer_frames"  # where detach() keeps an exception's frames
+
+
+def detach(exc: BaseException) -> BaseException:
+    """``exc`` with its tracebacks (its own and its causes') replaced by their frames' file, line
+    and function (:func:`frames`), for an exception kept after it was caught; returns ``exc``.
+
+    A traceback holds the frames it passed through, each of those its caller (``f_back``), and every
+    frame its locals: code that keeps failures in its locals (the poison search's ``whole``,
+    ``failure``, ``result``) makes each a reference cycle, the batch's features caught in it, which
+    only the garbage collector frees. A dead letter's trace needs no more than where (deadletter.py).
+    """
+    link: BaseException | None = exc
+    seen: set[int] = set()
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if link.__traceback__ is not None:
+            setattr(link, _FRAMES, [(frame.f_code.co_filename, line, frame.f_code.co_name)
+                                    for frame, line in traceback.walk_tb(link.__traceback__)])
+            link.__traceback__ = None
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    return exc
+
+
+def frames(exc: BaseException) -> list[Frame]:
+    """Where ``exc`` passed, outermost first: from its traceback, or as :func:`detach` kept it."""
+    if exc.__traceback__ is None:
+        return list(getattr(exc, _FRAMES, ()))
+    return [(frame.f_code.co_filename, line, frame.f_code.co_name)
+            for frame, line in traceback.walk_tb(exc.__traceback__)]

@@ -65,3 +65,25 @@ def test_a_dead_letters_stack_trace_keeps_the_chain_of_causes() -> None:
     first, joint, last = trace.index("UnicodeDecodeError: 'utf-8' codec"), trace.index("direct cause"), \
         trace.index("streamer.errors.DeserializeError: not UTF-8")
     assert first < joint < last and trace.count("Traceback (most recent call last):") == 2
+
+
+def test_a_detached_error_keeps_where_it_was_raised_and_its_causes_but_no_frames() -> None:
+    from streamer.errors import InferenceError, detach, frames
+    from streamer.kafka.deadletter import stack_trace
+
+    def model() -> None:
+        raise RuntimeError("kernel failed")
+
+    try:
+        try:
+            model()
+        except RuntimeError as exc:
+            raise InferenceError("the model failed") from exc
+    except InferenceError as exc:
+        caught = exc
+    before, where = stack_trace(caught), frames(caught.__cause__)
+    assert where[-1][2] == "model"
+    assert detach(caught) is caught
+    assert caught.__traceback__ is None and caught.__cause__.__traceback__ is None
+    assert frames(caught.__cause__) == where
+    assert stack_trace(caught) == before  # a dead letter's trace reads the same

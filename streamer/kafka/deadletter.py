@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from streamer.errors import RecordError
+from streamer.errors import RecordError, frames
 from streamer.kafka.delivery import Output
 
 Headers = list[tuple[str, bytes]]
@@ -105,8 +104,7 @@ def stack_trace(exc: BaseException) -> str:
         if i:
             lines += ["", joint, ""]  # how this one came of the one above it
         lines.append("Traceback (most recent call last):")
-        lines += [f'  File "{frame.f_code.co_filename}", line {lineno}, in {frame.f_code.co_name}'
-                  for frame, lineno in traceback.walk_tb(link.__traceback__)]
+        lines += [f'  File "{file}", line {line}, in {function}' for file, line, function in frames(link)]
         kind = type(link)
         name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
         lines.append(f"{name}: {link}" if str(link) else name)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
+from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError, detach
 from streamer.pipeline.runner import Batch, ModelRunner, blank_batch
 from streamer.pipeline.signature import Columns
 
@@ -74,65 +74,106 @@ def score_isolating(runner: ModelRunner, features: Batch,
             warm-up input either, or more than ``max_poison_fraction`` of the rows fail, or one
             row alone still runs out of a resource.
     """
-    n = len(features)
-    limit = int(policy.max_poison_fraction * n) if n >= 2 else n
-    result = Scored(scores=np.empty((0, 0), np.float32))
-    outputs: dict[int, Any] = {}
+    return _Search(runner, features, policy, sleep, poison_rate).run()
 
-    def attempt(lo: int, hi: int) -> Any:
+
+class _Search:
+    """One batch's scoring and, when it fails, its search. An object, not closures over the call:
+    closures that call each other (and ``bisect`` itself) are a reference cycle per batch, which
+    held the batch's features and results until the garbage collector came by."""
+
+    def __init__(self, runner: ModelRunner, features: Batch, policy: IsolationPolicy,
+                 sleep: Callable[[float], None], poison_rate: float) -> None:
+        self.runner, self.features, self.policy, self.sleep = runner, features, policy, sleep
+        self.poison_rate = poison_rate
+        self.n = n = len(features)
+        self.limit = int(policy.max_poison_fraction * n) if n >= 2 else n
+        self.result = Scored(scores=np.empty((0, 0), np.float32))
+        self.outputs: dict[int, Any] = {}  # scored blocks by their first row
+
+    def run(self) -> Scored:
+        n, result, outputs = self.n, self.result, self.outputs
+        whole = self.attempt(0, n)
+        if not isinstance(whole, InferenceError):
+            result.scores = whole  # the usual case: one call scored the whole batch
+            return result
+        if n == 1 or isinstance(whole, TransientInferenceError):
+            self.bisect(0, n, whole)
+        else:
+            self.search(whole)
+        first = next(iter(outputs.values()), None)
+        if isinstance(first, Columns):
+            scores: Any = first.blank(n)
+            for lo, block in outputs.items():
+                scores.put(lo, block)
+        else:
+            width = first.shape[1] if first is not None else 1
+            scores = np.full((n, width), np.nan, dtype=np.float32)
+            for lo, block in outputs.items():
+                scores[lo:lo + len(block)] = block
+        result.scores = scores
+        return result
+
+    def attempt(self, lo: int, hi: int) -> Any:
+        """Rows [lo, hi) in one call: the result, or the error (transient ones retried first),
+        detached from its traceback (errors.detach: the search keeps failures in its locals)."""
+        policy = self.policy
         for k in range(policy.transient_retries + 1):
-            result.calls += 1
+            self.result.calls += 1
             try:
-                return runner.run(features[lo:hi])
+                return self.runner.run(self.features[lo:hi])
             except TransientInferenceError as exc:
                 if k == policy.transient_retries:
-                    return exc  # still failing: smaller halves next
-                sleep(policy.transient_backoff_s * 2 ** k)
+                    return detach(exc)  # still failing: smaller halves next
+                self.sleep(policy.transient_backoff_s * 2 ** k)
             except InferenceError as exc:
-                return exc
+                return detach(exc)
         raise AssertionError("unreachable")
 
-    def poison(row: int, got: InferenceError) -> None:
+    def poison(self, row: int, got: InferenceError) -> None:
         if isinstance(got, TransientInferenceError):
             # Out of device memory even for one row: the device, not the row. Hold the batch
             # (the loop retries it later); never dead-letter a row for it.
             raise ModelBrokenError(f"one row still fails for want of a resource: {got}") from got
-        result.poison[row] = got
-        if len(result.poison) > limit:
-            raise ModelBrokenError(f"{len(result.poison)} of {n} rows fail: the model is "
+        poison = self.result.poison
+        poison[row] = got
+        if len(poison) > self.limit:
+            raise ModelBrokenError(f"{len(poison)} of {self.n} rows fail: the model is "
                                    f"failing, not the rows (last error: {got})") from got
 
-    def bisect(lo: int, hi: int, got: Any) -> None:
+    def bisect(self, lo: int, hi: int, got: Any) -> None:
         """A transient failure: halves, both tried (out of memory, both may be fine)."""
         if not isinstance(got, InferenceError):
-            outputs[lo] = got
+            self.outputs[lo] = got
         elif hi - lo == 1:
-            poison(lo, got)
+            self.poison(lo, got)
         else:
-            result.bisections += 1
+            self.result.bisections += 1
             mid = (lo + hi) // 2
-            left, right = attempt(lo, mid), attempt(mid, hi)
-            if (lo, hi) == (0, n) and isinstance(left, InferenceError) and isinstance(right, InferenceError):
-                broken_check(got)  # both halves of the whole batch fail too: the model, or the rows?
-            bisect(lo, mid, left)
-            bisect(mid, hi, right)
+            left, right = self.attempt(lo, mid), self.attempt(mid, hi)
+            whole = (lo, hi) == (0, self.n)
+            if whole and isinstance(left, InferenceError) and isinstance(right, InferenceError):
+                self.broken_check(got)  # both halves of the whole batch fail too: the model, or the rows?
+            self.bisect(lo, mid, left)
+            self.bisect(mid, hi, right)
 
-    def broken_check(failure: InferenceError) -> None:
+    def broken_check(self, failure: InferenceError) -> None:
         """The whole batch and the first call inside it failed: a broken model, or poison?"""
-        result.calls += 1
-        if not model_answers(runner):
-            raise ModelBrokenError(f"a batch of {n} and its first part fail, and so does the warm-up "
+        self.result.calls += 1
+        if not model_answers(self.runner):
+            raise ModelBrokenError(f"a batch of {self.n} and its first part fail, and so does the warm-up "
                                    f"input: the model is failing, not the rows ({failure})") from failure
 
-    def search(whole: InferenceError) -> None:
+    def search(self, whole: InferenceError) -> None:
         """Generalized binary splitting over rows [0, n), known to fail as a whole (``whole``)."""
+        n, result, outputs, attempt = self.n, self.result, self.outputs, self.attempt
         p, known, checked = 0, (0, n, whole), False
         while p < n:
             if known is not None:  # [lo, hi) starts at p and fails: find its first poison row
                 (lo, hi, failure), known = known, None
             else:
                 r = n - p
-                d = poison_rate * r  # poison rows expected among the r left
+                d = self.poison_rate * r  # poison rows expected among the r left
                 size = r if d <= 1 else 1 << max(0, int(math.log2(max(1.0, (r - d + 1) / d))))
                 hi = p + min(size, r)
                 got = attempt(p, hi)
@@ -141,7 +182,7 @@ def score_isolating(runner: ModelRunner, features: Batch,
                     p = hi
                     continue
                 if isinstance(got, TransientInferenceError):
-                    bisect(p, hi, got)
+                    self.bisect(p, hi, got)
                     p = hi
                     continue
                 lo, failure = p, got
@@ -152,42 +193,21 @@ def score_isolating(runner: ModelRunner, features: Batch,
                 if not checked:
                     checked = True
                     if isinstance(left, InferenceError) and not isinstance(left, TransientInferenceError):
-                        broken_check(failure)
+                        self.broken_check(failure)
                 if not isinstance(left, InferenceError):
                     outputs[lo] = left
                     lo = mid
                 elif isinstance(left, TransientInferenceError):
-                    bisect(lo, mid, left)
+                    self.bisect(lo, mid, left)
                     lo = hi = mid  # the rest, [mid, hi), is untested again
                     break
                 else:
                     hi, failure = mid, left
             if hi - lo == 1:
-                poison(lo, failure)
+                self.poison(lo, failure)
                 p = lo + 1
             else:
                 p = lo
-
-    whole = attempt(0, n)
-    if not isinstance(whole, InferenceError):
-        result.scores = whole  # the usual case: one call scored the whole batch
-        return result
-    if n == 1 or isinstance(whole, TransientInferenceError):
-        bisect(0, n, whole)
-    else:
-        search(whole)
-    first = next(iter(outputs.values()), None)
-    if isinstance(first, Columns):
-        scores: Any = first.blank(n)
-        for lo, block in outputs.items():
-            scores.put(lo, block)
-    else:
-        width = first.shape[1] if first is not None else 1
-        scores = np.full((n, width), np.nan, dtype=np.float32)
-        for lo, block in outputs.items():
-            scores[lo:lo + len(block)] = block
-    result.scores = scores
-    return result
 
 
 def model_answers(runner: ModelRunner) -> bool:

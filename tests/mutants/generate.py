@@ -84,8 +84,8 @@ mut("11-dead-letter-short", "a dead letter loses the last byte of the original v
 mut("12-no-bisection", "a failing batch is not searched: every row of it is dead-lettered",
     "tests/test_isolate.py tests/test_deadletter_kafka.py::test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic",
     ("streamer/pipeline/isolate.py",
-     "    else:\n        search(whole)\n",
-     "    else:\n        for i in range(n):\n            result.poison[i] = whole\n"))
+     "        else:\n            self.search(whole)\n",
+     "        else:\n            for i in range(n):\n                result.poison[i] = whole\n"))
 mut("13-eos-committed-before-commit", "exactly-once: positions marked committed before the commit call, so an "
     "aborted commit rewinds past its own input",
     U + "test_exactly_once_an_aborted_commit_reads_again_from_the_last_committed_transaction",
