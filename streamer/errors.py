@@ -7,6 +7,7 @@ partition, offset) and its raw bytes, so the record can be dead-lettered exactly
 from __future__ import annotations
 
 import traceback
+from typing import TypeVar
 
 # Exit codes: a contract for whatever supervises the process (systemd, Kubernetes, `--workers`).
 EXIT_OK = 0  # stopped cleanly (a signal; a replay or the demo finished)
@@ -156,16 +157,18 @@ class LocalBrokerError(StreamerError):
 
 Frame = tuple[str, int, str]  # file, line, function
 _FRAMES = "_streamer_frames"  # where detach() keeps an exception's frames
+E = TypeVar("E", bound=BaseException)
 
 
-def detach(exc: BaseException) -> BaseException:
+def detach(exc: E) -> E:
     """``exc`` with its tracebacks (its own and its causes') replaced by their frames' file, line
     and function (:func:`frames`), for an exception kept after it was caught; returns ``exc``.
 
     A traceback holds the frames it passed through, each of those its caller (``f_back``), and every
     frame its locals: code that keeps failures in its locals (the poison search's ``whole``,
-    ``failure``, ``result``) makes each a reference cycle, the batch's features caught in it, which
-    only the garbage collector frees. A dead letter's trace needs no more than where (deadletter.py).
+    ``failure``, ``result``) or in a list its frame holds (a decode's ``rejects``) makes each a
+    reference cycle, the batch caught in it, which only the garbage collector frees. A dead
+    letter's trace needs no more than where (deadletter.py).
     """
     link: BaseException | None = exc
     seen: set[int] = set()

@@ -127,3 +127,32 @@ def test_encode_keeps_order_and_turns_poison_into_dead_letters(kinds: list[str],
         [o for i, o in enumerate(rows.source.offsets.tolist()) if i not in poison]
     assert got[1] == want[1]  # byte for byte
     assert [(type(e), m.offset()) for e, m in got[2]] == [(type(e), m.offset()) for e, m in want[2]]
+
+
+def test_rejected_rows_leave_no_reference_cycle_behind() -> None:
+    """A reject's error is kept for its dead letter without the frames it passed through (the
+    decode's, which hold the reject list): kept as raised, each bad row was a cycle holding the
+    chunk's records until the garbage collector came by."""
+    import gc
+    import types
+
+    from streamer.kafka.deadletter import stack_trace
+
+    for fmt in ("avro", "json"):
+        chunk, decoder, cfg = messages(fmt, ["good", "nan", "short", "wide", "trailing"] * 4)
+        stages = Stages(decoder, PREDICTION, cfg, N)
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            rows, rejects = stages.decode(chunk)
+            assert len(rejects) == 16 and len(rows) == 4
+            assert all(e.__traceback__ is None for e, _ in rejects)
+            assert 'File "' in stack_trace(rejects[0][0]), fmt  # the dead letter still says where
+            del rows, rejects
+            gc.collect()
+            assert [o for o in gc.garbage if isinstance(o, types.FrameType)] == [], fmt
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()

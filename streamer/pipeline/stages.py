@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from streamer.config import Config, InputConfig
-from streamer.errors import DeserializeError, InferenceError, PoisonRowError, RecordError
+from streamer.errors import DeserializeError, InferenceError, PoisonRowError, RecordError, detach
 from streamer.formats.avro import AvroCodec
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
@@ -211,7 +211,7 @@ def decode_batch(messages: Sequence[Any], decoder: Codec,
             record = validator.to_record(payload, m.topic(), m.partition(), m.offset(), m.key(),
                                          m.timestamp()[1])
         except RecordError as exc:
-            rejects.append((exc, m))
+            rejects.append((detach(exc), m))  # kept: without the frames (errors.detach)
             continue
         good.append(i)
         records.append(record)
@@ -243,7 +243,7 @@ def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError], enc
         try:
             value = encoder.encode(prediction_fields(rows.record(i), scores[i], stamp, include))
         except RecordError as exc:
-            rejects.append((exc, message))
+            rejects.append((detach(exc), message))
             continue
         kept.append(i)
         values.append(value)
