@@ -35,7 +35,9 @@ producer) on one core and this process on another (``sched_setaffinity``, as ``t
 the two do not take each other's time and CPU figures compare across runs. Kafka rates run from the first consumed
 message to the last ack, so group joins are not counted. The input's events, which this process
 keeps, are frozen out of the garbage collector's way before each figure (streamer/heap.py), as every
-processor freezes its own start-up heap: no figure pays full collections that walk them. A benchmark, not a test: the
+processor freezes its own start-up heap: no figure pays full collections that walk them. ``--kafka
+KEY=VALUE`` sets a librdkafka property for every figure's clients, the pass-through's included (a
+tuning compared on the same footing). A benchmark, not a test: the
 figures are only comparable within one run on one machine.
 """
 
@@ -455,6 +457,8 @@ def main() -> None:
     ap.add_argument("--figures", help="comma-separated figures to run (default: all, a to j)")
     ap.add_argument("--pin", action="store_true", help="the broker on one core, this process on another")
     ap.add_argument("--latency", action="store_true", help="the latency runs with --figures too (needs c)")
+    ap.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE",
+                    help="a librdkafka property for every figure's clients (repeatable), as under kafka:")
     ap.add_argument("--pace", nargs=4, help=argparse.SUPPRESS)  # the latency run's producer process
     args = ap.parse_args()
     if args.pace:
@@ -465,6 +469,7 @@ def main() -> None:
     with kafka_cluster() as bootstrap, tempfile.TemporaryDirectory() as scratch:
         PINNED.client_side()
         base = demo_config(bootstrap, uuid.uuid4().hex[:6], args.batch)
+        base = replace(base, kafka={**base.kafka, **dict(kv.split("=", 1) for kv in args.kafka)})
         create_topics(bootstrap, {base.input.topics[0]: 3})
         codec = input_codec(base)
         events = synthetic_events(args.events, 32)
@@ -543,7 +548,7 @@ def main() -> None:
     med = {k: float(np.median(v)) for k, v in figures.items()}
     print(f"events {args.events} (naive {args.naive_events}), batch {args.batch}, "
           f"provider {model_runner(base).provider}, median and min of {args.repeat} runs "
-          f"(the naive loop: one run), {PINNED}")
+          f"(the naive loop: one run), {PINNED}" + "".join(f", kafka {kv}" for kv in args.kafka))
     for k in sorted(runs):
         cpu_note = f"   {np.median(cpu[k]):6.1f} us CPU/event"
         print(f"({k}) {names[k]:<22} median {med[k]:>12,.0f}   min {min(figures[k]):>12,.0f} events/s{cpu_note}")
