@@ -186,6 +186,8 @@ class PredictionEncoder:
                              f"for {k} rows")
         if k == 0:
             return []
+        if topics is not None and isinstance(topics[0], str) and topics.count(topics[0]) == k:
+            source_topic, topics = topics[0], None  # one topic (the usual case): a constant part
         ok = np.ones(k, bool)
         try:
             head = avro_string(model_name) + avro_string(model_version)
