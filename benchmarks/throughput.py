@@ -125,7 +125,7 @@ def fresh(base: Config, tag: str) -> Config:
 def pass_through(cfg: Config, n: int) -> float:
     """Consume and re-produce the same bytes, commit after the acks; events/s from the first message."""
     consumer = Consumer(clients.consumer_config(cfg))
-    producer = Producer(clients.producer_config(cfg))
+    producer = Producer(clients.producer_config(cfg, **WAKEUPS.settings()))
     consumer.subscribe(list(cfg.input.topics))
     done, acked, started = 0, [0], None
     positions: dict[tuple[str, int], int] = {}
@@ -169,7 +169,7 @@ def model_only(cfg: Config, n: int) -> float:
 
 def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
     runner = PoisonRunner(model_runner(cfg), POISON) if poisoned else None
-    processor = build_processor(cfg, runner=runner)
+    processor = build_processor(cfg, runner=runner, clients=probed(cfg))
 
     def until(s: Stats) -> bool:
         if s.events:
@@ -436,14 +436,49 @@ class CpuWindow:
 WINDOW = CpuWindow()
 
 
-def timed(fn: Callable[[], float], n: int) -> tuple[float, float]:
-    """``fn()`` (events/s) and the process CPU time per event of its window, in microseconds."""
-    global WINDOW
-    WINDOW = CpuWindow()
+class Wakeups:
+    """The producers' broker-thread wake-ups (librdkafka's statistics, ``brokers.*.wakeups``) per
+    event of a figure, printed beside each run's CPU per event. An idempotent producer's broker
+    thread can wake in a busy loop while a partition waits for its request in flight: librdkafka
+    counts the messages in flight against a cap of five requests, so a partition with a batch out
+    has no room, and once linger.ms has passed for its queued messages the thread's next wake-up
+    is now, until the response comes (rdkafka_broker.c, rd_kafka_toppar_producer_serve). That is
+    hundreds of thousands of wake-ups per 100,000 messages against ~1,000, and 1-3 us of CPU an
+    event, in some runs and not in others. Statistics come every 100 ms: the last 100 ms of a
+    figure may be missing from its count. (g) builds its own clients and reports none."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, int] = {}  # by producer instance
+
+    def settings(self) -> dict[str, Any]:
+        return {"statistics.interval.ms": 100, "stats_cb": self.on_stats}
+
+    def on_stats(self, stats_json: str) -> None:
+        stats = json.loads(stats_json)
+        self.latest[stats["name"]] = sum(int(b.get("wakeups", 0)) for b in stats.get("brokers", {}).values())
+
+    def total(self) -> int:
+        return sum(self.latest.values())
+
+
+WAKEUPS = Wakeups()
+
+
+def probed(cfg: Config) -> clients.KafkaClients:
+    """The config's clients, their producers reporting wake-ups to WAKEUPS."""
+    return replace(clients.KafkaClients.from_config(cfg),
+                   producer=lambda **extra: clients.make_producer(cfg, **{**WAKEUPS.settings(), **extra}))
+
+
+def timed(fn: Callable[[], float], n: int) -> tuple[float, float, float]:
+    """``fn()`` (events/s), the process CPU time per event of its window, in microseconds, and
+    the producers' wake-ups per event."""
+    global WINDOW, WAKEUPS
+    WINDOW, WAKEUPS = CpuWindow(), Wakeups()
     before = time.process_time()
     rate = fn()
     after = time.process_time()
-    return rate, ((WINDOW.stopped or after) - (WINDOW.started or before)) / n * 1e6
+    return rate, ((WINDOW.stopped or after) - (WINDOW.started or before)) / n * 1e6, WAKEUPS.total() / n
 
 
 def main() -> None:
@@ -510,6 +545,7 @@ def main() -> None:
         heap.settle()
         figures: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
+        wakeups: dict[str, list[float]] = {}
         for round_ in range(args.repeat):
             order = list(runs.items())
             random.Random(round_).shuffle(order)  # a slow spell of the machine hits no figure each round
@@ -521,9 +557,10 @@ def main() -> None:
                     cfg = replace(cfg, input=replace(cfg.input, topics=(poisoned_topic,)))
                 create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
                 heap.freeze()
-                rate, us = timed(lambda: fn(cfg), args.naive_events if tag == "d" else args.events)
+                rate, us, woke = timed(lambda: fn(cfg), args.naive_events if tag == "d" else args.events)
                 figures.setdefault(tag, []).append(rate)
                 cpu.setdefault(tag, []).append(us)
+                wakeups.setdefault(tag, []).append(woke)
         for threads in (0, 2) if args.figures is None else ():
             cfg = fresh(base, f"t{threads}")
             cfg = replace(cfg, model=replace(cfg.model, intra_op_threads=threads))
@@ -551,6 +588,9 @@ def main() -> None:
           f"(the naive loop: one run), {PINNED}" + "".join(f", kafka {kv}" for kv in args.kafka))
     for k in sorted(runs):
         cpu_note = f"   {np.median(cpu[k]):6.1f} us CPU/event"
+        if any(wakeups.get(k, ())):  # each run's CPU beside its producers' wake-ups (Wakeups)
+            cpu_note += "   runs (us, wake-ups)/event " + " ".join(
+                f"{u:.1f},{w:.1f}" for u, w in zip(cpu[k], wakeups[k], strict=True))
         print(f"({k}) {names[k]:<22} median {med[k]:>12,.0f}   min {min(figures[k]):>12,.0f} events/s{cpu_note}")
     ratios = [("c/a", "c", "a", 3), ("c/b", "c", "b", 3), ("c/d", "c", "d", 1), ("e/c", "e", "c", 3),
               ("f/c", "f", "c", 3), ("g/a", "g", "a", 3), ("g/b", "g", "b", 4), ("c/h", "c", "h", 1),
