@@ -36,8 +36,8 @@ the two do not take each other's time and CPU figures compare across runs. Kafka
 message to the last ack, so group joins are not counted. The input's events, which this process
 keeps, are frozen out of the garbage collector's way before each figure (streamer/heap.py), as every
 processor freezes its own start-up heap: no figure pays full collections that walk them. ``--kafka
-KEY=VALUE`` sets a librdkafka property for every figure's clients, the pass-through's included (a
-tuning compared on the same footing). A benchmark, not a test: the
+KEY=VALUE`` sets a librdkafka property for the clients of every figure, the pass-through's included
+(a tuning compared on the same footing), but faust's (h) and the latency runs' pacer. A benchmark, not a test: the
 figures are only comparable within one run on one machine.
 """
 
@@ -445,7 +445,8 @@ class Wakeups:
     is now, until the response comes (rdkafka_broker.c, rd_kafka_toppar_producer_serve). That is
     hundreds of thousands of wake-ups per 100,000 messages against ~1,000, and 1-3 us of CPU an
     event, in some runs and not in others. Statistics come every 100 ms: the last 100 ms of a
-    figure may be missing from its count. (g) builds its own clients and reports none."""
+    figure may be missing from its count, and its count starts when its producer does (the group
+    join included), its CPU at its first event. (g) builds its own clients and reports none."""
 
     def __init__(self) -> None:
         self.latest: dict[str, int] = {}  # by producer instance
@@ -493,9 +494,12 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true", help="the broker on one core, this process on another")
     ap.add_argument("--latency", action="store_true", help="the latency runs with --figures too (needs c)")
     ap.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE",
-                    help="a librdkafka property for every figure's clients (repeatable), as under kafka:")
+                    help="a librdkafka property (repeatable), as under kafka:, for the clients of every "
+                         "figure but faust's (h) and the latency runs' pacer")
     ap.add_argument("--pace", nargs=4, help=argparse.SUPPRESS)  # the latency run's producer process
     args = ap.parse_args()
+    if bad := [kv for kv in args.kafka if "=" not in kv or not kv.split("=", 1)[0]]:
+        ap.error(f"--kafka takes KEY=VALUE, got {bad}")
     if args.pace:
         pace(args.pace[0], args.pace[1], float(args.pace[2]), float(args.pace[3]))
         return

@@ -161,24 +161,30 @@ E = TypeVar("E", bound=BaseException)
 
 
 def detach(exc: E) -> E:
-    """``exc`` with its tracebacks (its own and its causes') replaced by their frames' file, line
-    and function (:func:`frames`), for an exception kept after it was caught; returns ``exc``.
+    """``exc`` with its tracebacks (its own, its causes' and its contexts', shown or hidden)
+    replaced by their frames' file, line and function (:func:`frames`), for an exception kept
+    after it was caught; returns ``exc``.
 
     A traceback holds the frames it passed through, each of those its caller (``f_back``), and every
     frame its locals: code that keeps failures in its locals (the poison search's ``whole``,
     ``failure``, ``result``) or in a list its frame holds (a decode's ``rejects``) makes each a
     reference cycle, the batch caught in it, which only the garbage collector frees. A dead
-    letter's trace needs no more than where (deadletter.py).
+    letter's trace needs no more than where (deadletter.py). A context Python does not print
+    (``raise ... from None``: ``json`` raises its decode error so, over a StopIteration) holds
+    frames all the same, so every link is walked.
     """
-    link: BaseException | None = exc
+    todo: list[BaseException] = [exc]
     seen: set[int] = set()
-    while link is not None and id(link) not in seen:
+    while todo:
+        link = todo.pop()
+        if id(link) in seen:
+            continue
         seen.add(id(link))
         if link.__traceback__ is not None:
             setattr(link, _FRAMES, [(frame.f_code.co_filename, line, frame.f_code.co_name)
                                     for frame, line in traceback.walk_tb(link.__traceback__)])
             link.__traceback__ = None
-        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+        todo.extend(e for e in (link.__cause__, link.__context__) if e is not None)
     return exc
 
 

@@ -87,3 +87,23 @@ def test_a_detached_error_keeps_where_it_was_raised_and_its_causes_but_no_frames
     assert caught.__traceback__ is None and caught.__cause__.__traceback__ is None
     assert frames(caught.__cause__) == where
     assert stack_trace(caught) == before  # a dead letter's trace reads the same
+
+
+def test_detach_clears_a_context_python_does_not_print() -> None:
+    """``raise ... from None`` hides the context from the printed trace, not from memory: its
+    traceback holds frames too (json's decode error is raised so over a StopIteration)."""
+    import json
+
+    from streamer.errors import detach
+    from streamer.kafka.deadletter import stack_trace
+
+    try:
+        json.loads("not json")
+    except ValueError as exc:
+        caught = exc
+    hidden = caught.__context__
+    assert caught.__suppress_context__ and hidden is not None and hidden.__traceback__ is not None
+    before = stack_trace(caught)
+    detach(caught)
+    assert hidden.__traceback__ is None
+    assert stack_trace(caught) == before
