@@ -181,8 +181,7 @@ def detach(exc: E) -> E:
             continue
         seen.add(id(link))
         if link.__traceback__ is not None:
-            setattr(link, _FRAMES, [(frame.f_code.co_filename, line, frame.f_code.co_name)
-                                    for frame, line in traceback.walk_tb(link.__traceback__)])
+            setattr(link, _FRAMES, frames(link))  # read off the traceback, before it goes
             link.__traceback__ = None
         todo.extend(e for e in (link.__cause__, link.__context__) if e is not None)
     return exc

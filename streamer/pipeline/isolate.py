@@ -151,8 +151,8 @@ class _Search:
             self.result.bisections += 1
             mid = (lo + hi) // 2
             left, right = self.attempt(lo, mid), self.attempt(mid, hi)
-            whole = (lo, hi) == (0, self.n)
-            if whole and isinstance(left, InferenceError) and isinstance(right, InferenceError):
+            all_rows = (lo, hi) == (0, self.n)
+            if all_rows and isinstance(left, InferenceError) and isinstance(right, InferenceError):
                 self.broken_check(got)  # both halves of the whole batch fail too: the model, or the rows?
             self.bisect(lo, mid, left)
             self.bisect(mid, hi, right)
