@@ -34,10 +34,11 @@ class OnItsWay:
         """``positions`` less those on their way and not overdue yet."""
         out: dict[TopicPartition, int] = {}
         overdue: list[str] = []
+        now = self._clock()
         for tp, off in positions.items():
             sent = self._sent.get(tp)
             if sent is not None and sent[0] == off:
-                if self._clock() - sent[1] < self.deadline_s:
+                if now - sent[1] < self.deadline_s:
                     continue
                 if self._resent.get(tp) == off:  # the resend got none either: the consumer is wedged
                     watchdog.give_up(f"the commit of {tp[0]}[{tp[1]}] at {off}", 2 * self.deadline_s)
