@@ -97,7 +97,10 @@ def test_the_input_leader_dies_under_load_and_nothing_is_lost(cluster: LocalClus
         restarts = progress_restarting_on_watchdog(p, lambda: committed_total(bootstrap, topics) > at_kill,
                                                    guarantee == "exactly_once")
         recovery_s = time.monotonic() - killed
-        assert leader(bootstrap, topics.input, 0) != victim
+        # Progress on the other partitions may come before the controller fences the dead broker
+        # (broker.session.timeout.ms), which is when partition 0's leader moves.
+        wait_until(lambda: leader(bootstrap, topics.input, 0) != victim, 60, "partition 0's leader to move",
+                   p.tail)
     except BaseException:
         feeder.stop()
         raise
