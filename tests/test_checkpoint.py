@@ -75,7 +75,8 @@ def test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_be
             due_commit(clock, checkpoint)
     assert consumer.commits == [{P0: 10}, {P0: 10}]
     lost = [r.getMessage() for r in caplog.records if "no answer" in r.getMessage()]
-    assert lost == ["no answer to the background commit of features[0] at 10 within 30 s: sending it again"]
+    assert lost == ["no answer to the background commit of features[0] at 10 within 30 s: sending the "
+                    "position again"]
     assert gave_up == []
     with pytest.raises(GaveUp):
         due_commit(clock, checkpoint)
@@ -116,3 +117,47 @@ def test_a_lost_partition_is_not_held_as_on_its_way_when_it_comes_back() -> None
     checkpoint.lost({P0})
     due_commit(clock, checkpoint)
     assert consumer.commits == [{P0: 10}, {P0: 10}]
+
+
+def done_up_to(checkpoint: AtLeastOnce, start: int, end: int) -> None:
+    checkpoint.tracker.consumed(P0, np.arange(start, end))
+    checkpoint.tracker.done(P0, np.arange(start, end))
+
+
+def test_a_newer_position_waits_for_the_answer_to_the_one_on_its_way() -> None:
+    """The broker keeps the last commit it applies: two commits of one partition in flight can
+    land in either order across a coordinator's failover, so the second waits for the first."""
+    clock, consumer, checkpoint = at_least_once()
+    checkpoint.commit(background=True)
+    done_up_to(checkpoint, 10, 25)
+    for _ in range(3):  # the interval passes, the answer has not come: 25 is held back
+        due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}]
+    consumer.consume(1, 0)  # the answer to 10
+    due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}, {P0: 25}]
+
+
+def test_an_overdue_commit_is_followed_by_the_partition_s_current_position() -> None:
+    clock, consumer, checkpoint = at_least_once()
+    checkpoint.commit(background=True)
+    done_up_to(checkpoint, 10, 25)
+    for _ in range(int(DEADLINE_S)):
+        due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}, {P0: 25}]
+
+
+def test_an_older_position_answered_after_a_newer_one_sends_the_newer_again() -> None:
+    """What the cluster test caught: the new coordinator applied 25, then a retried request of
+    10; holding 25 as committed (the highest answer), the processor sent nothing more and the
+    group stayed behind once the input ended. The last answer is the broker's offset."""
+    clock, consumer, checkpoint = at_least_once()
+    done_up_to(checkpoint, 10, 25)
+    checkpoint.commit_reported(None, [TopicPartition(P0[0], P0[1], 25)])
+    assert checkpoint.settled().committed == {P0: 25}
+    assert checkpoint.tracker.committable() == {}
+    checkpoint.commit_reported(None, [TopicPartition(P0[0], P0[1], 10)])  # a later pass
+    assert checkpoint.settled().committed == {P0: 10}
+    assert checkpoint.tracker.committable() == {P0: 25}
+    due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 25}]

@@ -121,11 +121,14 @@ class OffsetTracker:
         return out
 
     def mark_committed(self, positions: dict[TopicPartition, int]) -> None:
-        """Record positions the broker accepted (it handles one group's commits in order)."""
+        """Record positions the broker accepted, in the order it answered. An older position
+        answered after a newer one is the broker's committed offset now (it keeps the last commit
+        it applies, not the highest: a request retried across a coordinator's failover lands
+        late), so the newer position becomes committable again and goes out once more."""
         for tp, pos in positions.items():
             state = self._parts.get(tp)
-            if state is not None:  # an older answer arriving late never moves it back
-                state.committed = pos if state.committed is None else max(state.committed, pos)
+            if state is not None:
+                state.committed = pos
 
     def rewind(self) -> dict[TopicPartition, int]:
         """Forget everything not committed; return where each partition must be read again.

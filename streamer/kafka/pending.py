@@ -1,14 +1,25 @@
-"""Background offset commits on their way: not sent twice, sent again when their answer is
-overdue, and given up on (exit 70, for a restart) when the resend goes unanswered too.
+"""Background offset commits on their way: one a partition at a time, sent again when its answer
+is overdue, and given up on (exit 70, for a restart) when the resend goes unanswered too.
+
+One a partition at a time, because the broker keeps the last commit it applies, not the highest:
+a commit held up by a coordinator's failover (librdkafka retries it on the new coordinator) can
+be applied after a newer one sent meanwhile, and the partition's committed offset goes back for
+good. Seen in the cluster test: p2 committed at 4762 by the new coordinator, then at 3204 by the
+retried older request 66 ms later; the processor, holding 4762 as committed, had nothing more to
+send, so the group stayed 1,558 events behind after the input ended. A newer position of a
+partition therefore waits for the answer to the one on its way (the tracker also takes each
+answer as the broker's committed offset, older or not: offsets.py).
 
 librdkafka answers an asynchronous commit through the consumer's commit callback. After the
 broker of a group's coordinator was killed and came back it was seen to answer none, ever, its
 group state wedged (no fetches either) until the process restarted: without a deadline the
 committed offset stood still for good. Committing an offset twice is harmless.
 
-Worked example (deadline 30 s): position 10 of partition 0 sent at 0 s. An answer naming 10, or a
-failure naming any offset, clears it. No answer by 30 s: it is sent again, with one warning; no
-answer by 60 s either: the process exits 70, as the watchdog does for a call that blocks.
+Worked example (deadline 30 s): position 10 of partition 0 sent at 0 s; the partition reaches 25
+at 1 s, which waits. The answer naming 10 at 2 s clears it (a failure naming any offset would
+too): 25 goes at the next commit. Had no answer come by 30 s, the partition's current position
+would go then, with one warning; that resend unanswered by 60 s too: the process exits 70, as the
+watchdog does for a call that blocks.
 """
 
 from __future__ import annotations
@@ -31,24 +42,26 @@ class OnItsWay:
         self._resent: dict[TopicPartition, int] = {}  # sent again for want of an answer
 
     def sendable(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """``positions`` less those on their way and not overdue yet."""
+        """``positions`` less the partitions with a commit on its way and not overdue yet, whatever
+        position it carries: the broker applies a partition's commits in the order they are
+        answered, so a newer one waits for the answer to the older."""
         out: dict[TopicPartition, int] = {}
         overdue: list[str] = []
         now = self._clock()
         for tp, off in positions.items():
             sent = self._sent.get(tp)
-            if sent is not None and sent[0] == off:
+            if sent is not None:
                 if now - sent[1] < self.deadline_s:
                     continue
-                if self._resent.get(tp) == off:  # the resend got none either: the consumer is wedged
-                    watchdog.give_up(f"the commit of {tp[0]}[{tp[1]}] at {off}", 2 * self.deadline_s)
+                if self._resent.get(tp) == sent[0]:  # the resend got none either: the consumer is wedged
+                    watchdog.give_up(f"the commit of {tp[0]}[{tp[1]}] at {sent[0]}", 2 * self.deadline_s)
                 self._resent[tp] = off
                 del self._sent[tp]  # warned once, however the resend fares
-                overdue.append(f"{tp[0]}[{tp[1]}] at {off}")
+                overdue.append(f"{tp[0]}[{tp[1]}] at {sent[0]}")
             out[tp] = off
         if overdue:
-            log.warning("no answer to the background commit of %s within %.0f s: sending it again",
-                        ", ".join(overdue), self.deadline_s)
+            log.warning("no answer to the background commit of %s within %.0f s: sending the position "
+                        "again", ", ".join(overdue), self.deadline_s)
         return out
 
     def sent(self, positions: dict[TopicPartition, int]) -> None:

@@ -128,6 +128,16 @@ mut("20-heap-never-thawed", "a stopped processor leaves the heap frozen (what it
     ("streamer/processor.py",
      "        heap.thaw()  # first: whatever closing raises, the heap is the collector's again\n",
      ""))
+mut("21-newer-commit-overtakes", "a partition's newer position is sent while an older commit of it is on its way",
+    "tests/test_checkpoint.py::test_a_newer_position_waits_for_the_answer_to_the_one_on_its_way",
+    ("streamer/kafka/pending.py",
+     "            if sent is not None:\n",
+     "            if sent is not None and sent[0] == off:\n"))
+mut("22-highest-answer-kept", "the committed position is the highest answered, not the last (a late older commit is missed)",
+    "tests/test_checkpoint.py::test_an_older_position_answered_after_a_newer_one_sends_the_newer_again",
+    ("streamer/kafka/offsets.py",
+     "                state.committed = pos\n",
+     "                state.committed = pos if state.committed is None else max(state.committed, pos)\n"))
 
 out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests" / "mutants"
 for name, desc, kills, edits in M:
