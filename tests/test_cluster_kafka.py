@@ -52,6 +52,12 @@ def cluster_topics(bootstrap: str) -> Topics:
     run = uuid.uuid4().hex[:8]
     t = Topics(f"features-{run}", f"predictions-{run}", f"features-{run}.dlq", f"group-{run}")
     create(AdminClient({"bootstrap.servers": bootstrap}), {t.input: 3, t.output: 3, t.dlq: 3})
+    # Every node knows the topics before a reader asks one of them: the metadata reaches each
+    # broker a moment after the controller's answer (a reader once got UNKNOWN_TOPIC_OR_PART).
+    for node in bootstrap.split(","):
+        admin = AdminClient({"bootstrap.servers": node})
+        wait_until(lambda a=admin: all(len(a.list_topics(n, timeout=10).topics[n].partitions) == 3
+                                       for n in (t.input, t.output, t.dlq)), 30, f"{node} to know the topics")
     return t
 
 
