@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from streamer.config_file import load_config
 from streamer.kafka import watchdog
 from streamer.kafka.checkpoint import AtLeastOnce
 from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.pending import OnItsWay
 from streamer.testing import FakeClock
 from tests.support.fakes import FakeConsumer
 
@@ -161,3 +163,56 @@ def test_an_older_position_answered_after_a_newer_one_sends_the_newer_again() ->
     assert checkpoint.tracker.committable() == {P0: 25}
     due_commit(clock, checkpoint)
     assert consumer.commits == [{P0: 25}]
+
+
+def test_a_stale_failed_answer_leaves_the_newer_commit_on_its_way() -> None:
+    clock, consumer, checkpoint = at_least_once()
+    checkpoint.commit(background=True)  # 10, never answered
+    done_up_to(checkpoint, 10, 25)
+    for _ in range(int(DEADLINE_S)):  # overdue: 25 goes
+        due_commit(clock, checkpoint)
+    stale = KafkaError(KafkaError.NOT_COORDINATOR)  # the answer to 10, at last, failed
+    checkpoint.commit_reported(stale, [SimpleNamespace(topic=P0[0], partition=P0[1], offset=10, error=stale)])
+    done_up_to(checkpoint, 25, 40)
+    due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}, {P0: 25}]  # 40 waits for 25's answer
+
+
+def test_the_partitions_a_partly_failed_commit_accepted_count_as_committed() -> None:
+    """librdkafka reports a partition's failure as the whole report's error too: the partitions
+    without an error of their own were committed."""
+    clock, consumer, checkpoint = at_least_once()
+    p1 = (P0[0], 1)
+    checkpoint.tracker.consumed(p1, np.arange(5))
+    checkpoint.tracker.done(p1, np.arange(5))
+    consumer.commit_errors.append({p1: KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)})
+    checkpoint.commit(background=True)
+    consumer.consume(1, 0)  # the answer: the report's error is p1's
+    settled = checkpoint.settled()
+    assert settled.committed == {P0: 10}
+    assert settled.error is not None and settled.failed_partitions == 1
+    assert checkpoint.tracker.committable() == {p1: 5}
+
+
+def test_a_moved_position_resent_and_unanswered_too_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watchdog, "give_up", lambda what, seconds: (_ for _ in ()).throw(GaveUp(what)))
+    clock, consumer, checkpoint = at_least_once()
+    checkpoint.commit(background=True)
+    done_up_to(checkpoint, 10, 25)
+    for _ in range(2 * int(DEADLINE_S) - 1):
+        due_commit(clock, checkpoint)
+    assert consumer.commits == [{P0: 10}, {P0: 25}]
+    with pytest.raises(GaveUp, match="at 25"):
+        due_commit(clock, checkpoint)
+
+
+def test_a_partition_waiting_for_an_answer_is_not_unsent() -> None:
+    """So a quiet spell does not spend its one commit on a position that cannot go yet."""
+    clock = FakeClock()
+    on_its_way = OnItsWay(DEADLINE_S, clock)
+    on_its_way.sent({P0: 10})
+    assert not on_its_way.unsent({P0: 25})
+    assert on_its_way.sendable({P0: 25}) == {}
+    on_its_way.answered(P0, 10, ok=True)
+    assert on_its_way.unsent({P0: 25})
+    assert on_its_way.sendable({P0: 25}) == {P0: 25}

@@ -124,3 +124,14 @@ def test_bulk_tracking_agrees_with_the_one_offset_rule(data: st.DataObject) -> N
             assert tracker.in_flight(TP) == len(ref.consumed)
     tracker.done(TP, offsets)
     assert tracker.committable() == {TP: offsets[-1] + 1} and tracker.in_flight() == 0
+
+
+def test_an_older_answer_after_a_newer_one_makes_the_newer_committable_again() -> None:
+    """The broker keeps the last commit it applies: the tracker takes the last answer."""
+    t = OffsetTracker()
+    t.consumed(TP, range(20))
+    t.done(TP, range(20))
+    t.mark_committed({TP: 20})
+    assert t.committable() == {}
+    t.mark_committed({TP: 12})
+    assert t.committable() == {TP: 20}

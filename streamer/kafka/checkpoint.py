@@ -242,9 +242,12 @@ class AtLeastOnce(_Base):
             if err is not None and not partitions:  # it names nothing: all on its way may be lost
                 self._on_its_way.forget()
                 failures["all"] = str(err)
+            # A partition's own error decides it; the report's error alone (none of its
+            # partitions carries one) failed the whole request.
+            whole = err is not None and not any(tp.error is not None for tp in partitions or ())
             for tp in partitions or ():
                 key = (tp.topic, tp.partition)
-                ok = err is None and tp.error is None
+                ok = tp.error is None and not whole
                 self._on_its_way.answered(key, tp.offset, ok)
                 if ok:
                     accepted[key] = tp.offset

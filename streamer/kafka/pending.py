@@ -1,5 +1,6 @@
-"""Background offset commits on their way: one a partition at a time, sent again when its answer
-is overdue, and given up on (exit 70, for a restart) when the resend goes unanswered too.
+"""Background offset commits on their way: one a partition at a time until its answer (or its
+deadline) comes, sent again when that answer is overdue, and given up on (exit 70, for a
+restart) when the resend goes unanswered too.
 
 One a partition at a time, because the broker keeps the last commit it applies, not the highest:
 a commit held up by a coordinator's failover (librdkafka retries it on the new coordinator) can
@@ -43,8 +44,8 @@ class OnItsWay:
 
     def sendable(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """``positions`` less the partitions with a commit on its way and not overdue yet, whatever
-        position it carries: the broker applies a partition's commits in the order they are
-        answered, so a newer one waits for the answer to the older."""
+        position it carries: the broker may apply two commits of a partition in another order
+        than they were sent, so a newer one waits for the answer to the older."""
         out: dict[TopicPartition, int] = {}
         overdue: list[str] = []
         now = self._clock()
@@ -69,10 +70,12 @@ class OnItsWay:
         self._sent.update((tp, (off, now)) for tp, off in positions.items())
 
     def answered(self, tp: TopicPartition, offset: int, ok: bool) -> None:
-        """An answer: it clears its position; a failure clears the partition whatever it names."""
-        if tp in self._sent and (self._sent[tp][0] == offset or not ok):
+        """An answer naming the position on its way clears it (and its resend: the consumer is
+        not wedged), so does a failure naming no valid offset; a stale answer, to an older
+        commit of the partition, leaves the newer one on its way."""
+        sent = self._sent.get(tp)
+        if sent is not None and (sent[0] == offset or (not ok and offset < 0)):
             del self._sent[tp]
-        if ok:
             self._resent.pop(tp, None)
 
     def forget(self, tps: Iterable[TopicPartition] | None = None) -> None:
@@ -83,5 +86,8 @@ class OnItsWay:
             self._resent.pop(tp, None)
 
     def unsent(self, positions: dict[TopicPartition, int]) -> bool:
-        """Is any of ``positions`` not on its way?"""
-        return any(self._sent.get(tp, (None,))[0] != off for tp, off in positions.items())
+        """Would any of ``positions`` go out now: nothing of its partition on its way, or overdue?
+        (A partition waiting for an older commit's answer does not, so a quiet spell does not
+        spend its commit on it.)"""
+        now = self._clock()
+        return any(tp not in self._sent or now - self._sent[tp][1] >= self.deadline_s for tp in positions)
