@@ -17,8 +17,8 @@ group state wedged (no fetches either) until the process restarted: without a de
 committed offset stood still for good. Committing an offset twice is harmless.
 
 Worked example (deadline 30 s): position 10 of partition 0 sent at 0 s; the partition reaches 25
-at 1 s, which waits. The answer naming 10 at 2 s clears it (a failure naming any offset would
-too): 25 goes at the next commit. Had no answer come by 30 s, the partition's current position
+at 1 s, which waits. The answer naming 10 at 2 s clears it (a failure naming 10, or no valid
+offset, would too): 25 goes at the next commit. Had no answer come by 30 s, the partition's current position
 would go then, with one warning; that resend unanswered by 60 s too: the process exits 70, as the
 watchdog does for a call that blocks.
 """
@@ -50,10 +50,10 @@ class OnItsWay:
         overdue: list[str] = []
         now = self._clock()
         for tp, off in positions.items():
+            if self._held(tp, now):
+                continue
             sent = self._sent.get(tp)
-            if sent is not None:
-                if now - sent[1] < self.deadline_s:
-                    continue
+            if sent is not None:  # overdue
                 if self._resent.get(tp) == sent[0]:  # the resend got none either: the consumer is wedged
                     watchdog.give_up(f"the commit of {tp[0]}[{tp[1]}] at {sent[0]}", 2 * self.deadline_s)
                 self._resent[tp] = off
@@ -90,4 +90,9 @@ class OnItsWay:
         (A partition waiting for an older commit's answer does not, so a quiet spell does not
         spend its commit on it.)"""
         now = self._clock()
-        return any(tp not in self._sent or now - self._sent[tp][1] >= self.deadline_s for tp in positions)
+        return any(not self._held(tp, now) for tp in positions)
+
+    def _held(self, tp: TopicPartition, now: float) -> bool:
+        """A commit of ``tp`` is on its way and not overdue yet: nothing of it goes now."""
+        sent = self._sent.get(tp)
+        return sent is not None and now - sent[1] < self.deadline_s

@@ -116,8 +116,8 @@ mut("17-quiet-commit-in-flight", "a quiet input commits while outputs still wait
 mut("18-unanswered-commit-never-resent", "a background commit whose answer never comes is never sent again",
     "tests/test_checkpoint.py::test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before",
     ("streamer/kafka/pending.py",
-     "                if now - sent[1] < self.deadline_s:\n",
-     "                if True:\n"))
+     "        return sent is not None and now - sent[1] < self.deadline_s\n",
+     "        return sent is not None\n"))
 mut("19-auto-pipelines-on-search", "auto pipelining times batches searched for poison rows (their Python moves scoring to a thread)",
     "tests/test_inference.py::test_auto_does_not_time_batches_searched_for_poison_rows",
     ("streamer/pipeline/inference.py",
@@ -131,8 +131,8 @@ mut("20-heap-never-thawed", "a stopped processor leaves the heap frozen (what it
 mut("21-newer-commit-overtakes", "a partition's newer position is sent while an older commit of it is on its way",
     "tests/test_checkpoint.py::test_a_newer_position_waits_for_the_answer_to_the_one_on_its_way",
     ("streamer/kafka/pending.py",
-     "            if sent is not None:\n",
-     "            if sent is not None and sent[0] == off:\n"))
+     "            if self._held(tp, now):\n",
+     "            if self._held(tp, now) and self._sent[tp][0] == off:\n"))
 mut("22-highest-answer-kept", "the committed position is the highest answered, not the last (a late older commit is missed)",
     "tests/test_checkpoint.py::test_an_older_position_answered_after_a_newer_one_sends_the_newer_again",
     ("streamer/kafka/offsets.py",
