@@ -415,22 +415,41 @@ def mixed_inputs(base: Config, bootstrap: str, n: int, folder: Path) -> Config:
     return cfg
 
 
+def python_threads_cpu() -> float:
+    """CPU seconds of this process's threads that are not librdkafka's (``rdk:*``): the loop,
+    the inference thread, ONNX Runtime's. Each thread's CPU clock read from its Linux id."""
+    total = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            if not Path(f"/proc/self/task/{tid}/comm").read_text().startswith("rdk:"):
+                total += time.clock_gettime((~int(tid) << 3) | 6)  # MAKE_THREAD_CPUCLOCK(tid, SCHED)
+        except OSError:
+            continue  # the thread ended while we looked
+    return total
+
+
 class CpuWindow:
     """The process CPU time between a figure's first event and its last output, the window its
     rate is measured over: start-up (a model session, a heap settled, a group joined) and shutdown
-    are left out of both. A figure that marks nothing is timed whole."""
+    are left out of both. A figure that marks nothing is timed whole. Beside it, the share of the
+    Python side (every thread but librdkafka's): what the processor's own code costs, apart from
+    the client library's threads, whose busy-waits (Wakeups) come and go from run to run."""
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.stopped: float | None = None
+        self.python: float | None = None  # CPU seconds of the Python side within the window
 
     def start(self) -> None:
         if self.started is None:
             self.started = time.process_time()
+            self.python = -python_threads_cpu()
 
     def stop(self) -> None:
         if self.stopped is None:
             self.stopped = time.process_time()
+            if self.python is not None:
+                self.python += python_threads_cpu()
 
 
 WINDOW = CpuWindow()
@@ -471,15 +490,16 @@ def probed(cfg: Config) -> clients.KafkaClients:
                    producer=lambda **extra: clients.make_producer(cfg, **{**WAKEUPS.settings(), **extra}))
 
 
-def timed(fn: Callable[[], float], n: int) -> tuple[float, float, float]:
-    """``fn()`` (events/s), the process CPU time per event of its window, in microseconds, and
-    the producers' wake-ups per event."""
+def timed(fn: Callable[[], float], n: int) -> tuple[float, float, float, float]:
+    """``fn()`` (events/s), the process CPU time per event of its window and its Python side's
+    (NaN for a figure that marks no window), in microseconds, and the producers' wake-ups per event."""
     global WINDOW, WAKEUPS
     WINDOW, WAKEUPS = CpuWindow(), Wakeups()
     before = time.process_time()
     rate = fn()
     after = time.process_time()
-    return rate, ((WINDOW.stopped or after) - (WINDOW.started or before)) / n * 1e6, WAKEUPS.total() / n
+    python = WINDOW.python / n * 1e6 if WINDOW.python is not None and WINDOW.stopped else float("nan")
+    return rate, ((WINDOW.stopped or after) - (WINDOW.started or before)) / n * 1e6, python, WAKEUPS.total() / n
 
 
 def main() -> None:
@@ -549,6 +569,7 @@ def main() -> None:
         heap.settle()
         figures: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
+        python_cpu: dict[str, list[float]] = {}  # the Python side's share of cpu (CpuWindow)
         wakeups: dict[str, list[float]] = {}
         for round_ in range(args.repeat):
             order = list(runs.items())
@@ -561,9 +582,10 @@ def main() -> None:
                     cfg = replace(cfg, input=replace(cfg.input, topics=(poisoned_topic,)))
                 create_topics(bootstrap, {cfg.output.topic: 3, f"{cfg.input.topics[0]}.dlq": 1})
                 heap.freeze()
-                rate, us, woke = timed(lambda: fn(cfg), args.naive_events if tag == "d" else args.events)
+                rate, us, py, woke = timed(lambda: fn(cfg), args.naive_events if tag == "d" else args.events)
                 figures.setdefault(tag, []).append(rate)
                 cpu.setdefault(tag, []).append(us)
+                python_cpu.setdefault(tag, []).append(py)
                 wakeups.setdefault(tag, []).append(woke)
         for threads in (0, 2) if args.figures is None else ():
             cfg = fresh(base, f"t{threads}")
@@ -593,8 +615,8 @@ def main() -> None:
     for k in sorted(runs):
         cpu_note = f"   {np.median(cpu[k]):6.1f} us CPU/event"
         if any(wakeups.get(k, ())):  # each run's CPU beside its producers' wake-ups (Wakeups)
-            cpu_note += "   runs (us, wake-ups)/event " + " ".join(
-                f"{u:.1f},{w:.1f}" for u, w in zip(cpu[k], wakeups[k], strict=True))
+            cpu_note += "   runs (us, Python us, wake-ups)/event " + " ".join(
+                f"{u:.1f},{p:.1f},{w:.1f}" for u, p, w in zip(cpu[k], python_cpu[k], wakeups[k], strict=True))
         print(f"({k}) {names[k]:<22} median {med[k]:>12,.0f}   min {min(figures[k]):>12,.0f} events/s{cpu_note}")
     ratios = [("c/a", "c", "a", 3), ("c/b", "c", "b", 3), ("c/d", "c", "d", 1), ("e/c", "e", "c", 3),
               ("f/c", "f", "c", 3), ("g/a", "g", "a", 3), ("g/b", "g", "b", 4), ("c/h", "c", "h", 1),
@@ -605,6 +627,10 @@ def main() -> None:
         base_us = float(np.median(cpu["a"]))
         print("CPU/event against (a): " + "   ".join(
             f"{k} {np.median(cpu[k]) / base_us:.2f}x" for k in sorted(cpu) if k not in "abd"))
+        base_py = float(np.median(python_cpu["a"]))  # the Python side alone, librdkafka's threads left out
+        print("Python-side CPU/event: " + "   ".join(
+            f"{k} {np.median(python_cpu[k]):.1f} us" + (f" ({np.median(python_cpu[k]) / base_py:.2f}x)" if k != "a" else "")
+            for k in sorted(python_cpu) if k not in "bd" and not np.isnan(np.median(python_cpu[k]))))
     if "c0" in med:
         print(f"intra_op_threads 0: {med['c0']:,.0f} events/s ({med['c0'] / peak:.2f} of 1), "
               f"2: {med['c2']:,.0f} events/s ({med['c2'] / peak:.2f} of 1)")
