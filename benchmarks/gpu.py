@@ -233,7 +233,7 @@ def main() -> None:
 
 def kafka(base: Config, args: argparse.Namespace, run: str) -> float:
     from streamer.commands.demo import produce_events
-    from streamer.kafka.broker import kafka_cluster
+    from streamer.dev.broker import kafka_cluster
     from streamer.kafka.topics import create_topics
 
     with kafka_cluster() as bootstrap:

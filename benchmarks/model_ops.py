@@ -36,7 +36,7 @@ from streamer.commands.demo import demo_config, encoded_events, produce_events, 
 from streamer.commands.run import build_processor, input_codec, model_runner  # noqa: E402
 from streamer.config import ChallengerConfig, Config  # noqa: E402
 from streamer.errors import InferenceError  # noqa: E402
-from streamer.kafka.broker import kafka_cluster  # noqa: E402
+from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.testing import FunctionRunner  # noqa: E402
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamer.kafka.broker import LocalCluster, ensure_jars, kafka_cluster  # noqa: E402
+from streamer.dev.broker import LocalCluster, ensure_jars, kafka_cluster  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from tests.support.faults import ChildProcessor, owners, write_config  # noqa: E402
 

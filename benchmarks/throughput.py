@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from streamer import heap  # noqa: E402
 from streamer.kafka import clients  # noqa: E402
 from streamer.commands.run import build_processor, input_codec, model_runner, output_codec  # noqa: E402
-from streamer.kafka.broker import kafka_cluster  # noqa: E402
+from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.kafka.delivery import produce  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.config import Config, InputSource, OutputTarget  # noqa: E402
@@ -331,7 +331,7 @@ def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> None:
     Each event is its bytes before and after the event_time field, encoded once: stamping one is a
     join with the varint of now, so the pacer costs little CPU next to the processor it measures.
     """
-    codec = AvroCodec(load_schema(Path(__file__).resolve().parent.parent / "schemas" / "feature_event.avsc"))
+    codec = AvroCodec(load_schema(Path(__file__).resolve().parent.parent / "streamer" / "schemas" / "feature_event.avsc"))
     producer = clients.plain_producer(bootstrap, linger_ms=5)  # librdkafka's default: a producer as users run it
     pieces = []
     for e in synthetic_events(1000, 32, seed=9):

@@ -121,7 +121,7 @@ class ModelConfig:
     path: Path
     name: str
     version: str
-    # The model's contract (pipeline/contract.py). None: a single input from input.features_field
+    # The model's contract (model/contract.py). None: a single input from input.features_field
     # and a single output as 'scores' (a model with more of either needs these mappings).
     inputs: Mapping[str, InputSource] | None = None  # model input name -> where its values come from
     outputs: Mapping[str, OutputTarget] | None = None  # prediction field -> model output
@@ -198,7 +198,7 @@ class BatchingConfig:
 @dataclass(frozen=True, slots=True)
 class OutputConfig:
     topic: str
-    schema: Path | None = None  # None: the bundled schemas/prediction.avsc, or one made from model.outputs
+    schema: Path | None = None  # None: the bundled streamer/schemas/prediction.avsc, or one made from model.outputs
     ack_timeout_ms: int = 30_000
     include: tuple[str, ...] = ()  # input fields (dotted paths) copied into each prediction
     # avro: schemaless binary Avro (a reader needs the schema out of band); avro-confluent: magic

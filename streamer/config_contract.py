@@ -1,7 +1,7 @@
 """The model contract's config entries: ``model.inputs`` and ``model.outputs`` values, parsed from YAML.
 
 Each class parses its YAML forms in ``parse`` (config_file.py calls it for a mapping whose values
-have one) and raises :class:`ConfigError` naming the dotted key; pipeline/contract.py checks them
+have one) and raises :class:`ConfigError` naming the dotted key; model/contract.py checks them
 against the model's signature when the model is loaded.
 """
 

@@ -33,9 +33,9 @@ from confluent_kafka import KafkaError
 
 from streamer.kafka.deadletter import cut_short, is_cut_short
 from streamer.kafka.delivery import TOO_LARGE, Output, is_permanent
+from streamer.pipeline.records import TopicPartition
 
 log = logging.getLogger(__name__)
-TopicPartition = tuple[str, int]
 
 
 @dataclass

@@ -38,7 +38,7 @@ from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.formats.codec import Codec
 from streamer.pipeline.inference import Inference, Scoring
 from streamer.pipeline.records import Messages, Rows, Stamp
-from streamer.pipeline.runner import ModelRunner, numeric_width
+from streamer.model.runner import ModelRunner, numeric_width
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
 

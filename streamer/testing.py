@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from streamer.errors import InferenceError
-from streamer.pipeline.runner import ModelRunner
+from streamer.model.runner import ModelRunner
 
 
 class FakeClock:

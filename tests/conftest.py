@@ -15,7 +15,7 @@ import pytest
 from tests.support import faults
 from tests.support.schema_registry import SchemaRegistry
 from tests.support.schema_registry import schema_registry as running_registry
-from streamer.kafka.broker import kafka_cluster
+from streamer.dev.broker import kafka_cluster
 from streamer.kafka.topics import create_topics
 from streamer.config import Config
 from streamer.config_file import load_config

@@ -26,7 +26,7 @@ README = ROOT / "README.md"
 def minimal() -> dict[str, Any]:
     return {
         "kafka": {"bootstrap.servers": "127.0.0.1:9092"},
-        "input": {"topics": ["features"], "group_id": "g", "schema": "schemas/feature_event.avsc"},
+        "input": {"topics": ["features"], "group_id": "g", "schema": "streamer/schemas/feature_event.avsc"},
         "model": {"path": "models/fraud_mlp.onnx", "name": "fraud", "version": "1"},
         "output": {"topic": "predictions"},
     }

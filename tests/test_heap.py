@@ -14,8 +14,8 @@ from streamer.observe.stats import Stats
 from streamer.testing import FunctionRunner
 from tests.support.fakes import event
 from tests.test_processor import P0, Harness, config
-from tests.test_serving import next_reload, reloading, write_model
-from tests.test_serving import config as serving_config
+from tests.pipeline.test_serving import next_reload, reloading, write_model
+from tests.pipeline.test_serving import config as serving_config
 
 
 class Node:

@@ -20,7 +20,7 @@ from streamer.pipeline.isolate import Scored
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow
 from streamer.testing import FakeClock, FunctionRunner
-from tests.test_serving import N, config, rows
+from tests.pipeline.test_serving import N, config, rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_flips_and_differences_are_counted_on_the_rows_the_champion_scored_itsel
     assert registry.get_sample_value("streamer_shadow_flips_total", {"challenger": "plus"}) == 3
     assert registry.get_sample_value("streamer_shadow_abs_diff_count", {"challenger": "plus"}) == 9
     assert len(sink.sent) == 20 and {t for t, _, _ in sink.sent} == {"out.shadow"}
-    decoded = AvroCodec(load_schema(ROOT / "schemas" / "prediction.avsc")).decode(sink.sent[3][1])
+    decoded = AvroCodec(load_schema(ROOT / "streamer" / "schemas" / "prediction.avsc")).decode(sink.sent[3][1])
     assert (decoded["model_name"], decoded["model_version"], decoded["source_offset"]) == ("plus", "9", 3)
     assert abs(decoded["scores"][0] - 0.5) < 1e-6 and sink.sent[3][2] == b"k3"
 

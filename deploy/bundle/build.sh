@@ -41,7 +41,7 @@ done
 "$py" -m pip download -q --only-binary=:all: "${platforms[@]}" --python-version "$pyver" \
   --implementation cp --dest "$bundle/wheelhouse" -r "$bundle/requirements.txt"
 
-cp -r "$root/streamer" "$root/schemas" "$bundle/"
+cp -r "$root/streamer" "$bundle/"
 find "$bundle/streamer" -name __pycache__ -prune -exec rm -rf {} +
 cp "$root/deploy/config/example.yaml" "$bundle/deploy/config/"
 cp "$root"/models/*.onnx "$bundle/models/"

@@ -1,5 +1,5 @@
 """The Grafana dashboard, as code: ``python deploy/grafana/dashboard.py`` writes
-deploy/grafana/dashboards/streamer.json (committed; tests/test_dashboard.py checks it is this
+deploy/grafana/dashboards/streamer.json (committed; tests/deploy/test_dashboard.py checks it is this
 script's output and that it keeps the conventions below).
 
 Conventions, for any Grafana and any Prometheus datasource:

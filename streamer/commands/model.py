@@ -20,12 +20,12 @@ from streamer.config import Config
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
 from streamer.formats.avro import load_schema
-from streamer.pipeline.contract import Contract
-from streamer.pipeline.outputs import suggested_outputs
-from streamer.pipeline.prediction_schema import made_schema
-from streamer.pipeline.signature import DTYPES, Signature
+from streamer.model.contract import Contract
+from streamer.model.outputs import suggested_outputs
+from streamer.model.prediction_schema import made_schema
+from streamer.model.signature import DTYPES, Signature
+from streamer.schemas import bundled
 
-REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def signature_of(path: Path) -> Signature:
@@ -68,7 +68,7 @@ def inspect(path: Path) -> str:
     except ConfigError as exc:
         lines += ["", f"that config cannot serve it as it is: {exc}"]
         return "\n".join(lines)
-    schema = made_schema(load_schema(REPO_SCHEMAS / "prediction.avsc"), contract, (), None)
+    schema = made_schema(load_schema(bundled("prediction.avsc")), contract, (), None)
     lines += ["", "the prediction schema it produces (streamer schema --config prints yours):", _json(schema)]
     return "\n".join(lines)
 

@@ -19,15 +19,15 @@ from streamer.formats.subjects import confluent_output_codec, registry_client
 from streamer.kafka.clients import KafkaClients, check_topics, ensure_topic, make_producer
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
-from streamer.pipeline.contract import Contract
-from streamer.pipeline.prediction_schema import check_schema, made_schema
-from streamer.pipeline.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
+from streamer.model.contract import Contract
+from streamer.model.prediction_schema import check_schema, made_schema
+from streamer.model.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
 from streamer.pipeline.serving import Fallback, Serving, check_candidate, file_version, served_file
 from streamer.pipeline.stages import Stages
+from streamer.schemas import bundled
 from streamer.processor import Processor
 from streamer.shadow import Shadow
 
-REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def input_codec(cfg: Config) -> Codec:
@@ -58,11 +58,11 @@ def prediction_schema(cfg: Config, runner: ModelRunner | None = None) -> AvroSch
     """The prediction schema: ``output.schema`` (checked against what the model's contract and
     ``output.include`` write), else the bundled one or, with named outputs or pass-through
     fields, one made from them. ``runner``: the model (default: none checked, the bundled layout)."""
-    bundled = load_schema(REPO_SCHEMAS / "prediction.avsc", key="output.schema")
+    shipped = load_schema(bundled("prediction.avsc"), key="output.schema")
     contract = getattr(runner, "contract", None)
-    made = bundled
+    made = shipped
     if contract is not None and (not contract.legacy_output or cfg.output.include):
-        made = made_schema(bundled, contract, cfg.output.include, avro_input_schema(cfg))
+        made = made_schema(shipped, contract, cfg.output.include, avro_input_schema(cfg))
     if cfg.output.schema is None:
         return made
     user = load_schema(cfg.output.schema, key="output.schema")

@@ -123,7 +123,3 @@ def _away(what: str, exc: Exception, secret: str | None) -> BrokerError:
     detail = _said(exc) if isinstance(exc, SchemaRegistryError) else repr(exc)
     return BrokerError(redact(f"schema registry: {what} failed: {detail}", secret))
 
-
-def registered_schema(client: SchemaRegistryClient, schema_id: int) -> dict[str, Any]:
-    """The Avro schema registered as ``schema_id`` (for readers: `streamer tail`, the tests)."""
-    return dict(json.loads(client.get_schema(schema_id).schema_str or "{}"))

@@ -50,9 +50,9 @@ from streamer.kafka.pending import OnItsWay
 from streamer.kafka.quiet import MIN_QUIET_MS, QuietSpell
 from streamer.kafka.transactions import Transactions, fatal_error
 from streamer.kafka.watchdog import deadline
+from streamer.pipeline.records import TopicPartition
 
 log = logging.getLogger(__name__)
-TopicPartition = tuple[str, int]
 Failures = list[tuple[Output, KafkaError]]
 MAX_RENEWALS = 5  # producers replaced in a row without a commit in between; then exit
 # A fence within this long of the previous one ends the process: two instances share the

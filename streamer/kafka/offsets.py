@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from streamer.pipeline.records import TopicPartition
 
-TopicPartition = tuple[str, int]
 Offsets = Iterable[int] | np.ndarray | int
 
 

@@ -29,9 +29,9 @@ import logging
 from collections.abc import Callable, Iterable
 
 from streamer.kafka import watchdog
+from streamer.pipeline.records import TopicPartition
 
 log = logging.getLogger(__name__)
-TopicPartition = tuple[str, int]
 
 
 class OnItsWay:

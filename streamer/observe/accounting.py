@@ -25,7 +25,7 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.serving import Reload
-from streamer.pipeline.signature import numeric_matrix
+from streamer.model.signature import numeric_matrix
 
 log = logging.getLogger(__name__)
 DRIFT_REFRESH_S = 1.0

@@ -150,7 +150,7 @@ def observe_many(histogram: Histogram | NullMetric, values: np.ndarray) -> None:
     """``histogram.observe(v)`` for every v of ``values``, one bucket increment per bucket.
 
     What observe does per value (add to the sum, count in the first bucket whose upper bound is
-    >= the value), done with numpy for a batch; proven equal to the loop in tests/test_metrics.py.
+    >= the value), done with numpy for a batch; proven equal to the loop in tests/observe/test_metrics.py.
     """
     if not isinstance(histogram, Histogram) or not len(values):
         return

@@ -7,8 +7,8 @@ import json
 from collections.abc import Callable, Iterable
 
 from streamer.observe.metrics import Metrics, NullMetrics
+from streamer.pipeline.records import TopicPartition
 
-TopicPartition = tuple[str, int]
 
 
 class ProgressWatch:

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError, detach
-from streamer.pipeline.runner import Batch, ModelRunner, blank_batch
-from streamer.pipeline.signature import Columns
+from streamer.model.runner import Batch, ModelRunner, blank_batch
+from streamer.model.signature import Columns
 
 
 @dataclass(slots=True)

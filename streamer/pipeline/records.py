@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from streamer.pipeline.signature import join_batches
-from streamer.pipeline.texts import Texts
+from streamer.model.signature import join_batches
+from streamer.formats.columnar.texts import Texts
 
 TopicPartition = tuple[str, int]
 
@@ -126,7 +126,7 @@ class Rows:
     """Decoded, validated rows as columns, each with the consumed message it came from."""
 
     source: Messages
-    event_ids: Sequence[str]  # a list, or Texts: the ids' bytes as decoded (pipeline/texts.py)
+    event_ids: Sequence[str]  # a list, or Texts: the ids' bytes as decoded (formats/columnar/texts.py)
     entity_ids: Sequence[str]
     event_times: np.ndarray  # int64 milliseconds: the event's own time
     features: Any  # float32 [rows, n_features] (the legacy contract), or Columns of the model's inputs
@@ -196,9 +196,9 @@ class Rows:
 
 @dataclass(frozen=True, slots=True)
 class Stamp:
-    """What every prediction of a batch says about its scoring: the model that scored it (the
-    fallback's predictions name the serving model, flagged ``degraded`` with the reason), when,
-    and the replay run (None: live scoring)."""
+    """What every prediction of a batch says about its scoring: the model that scored it (a
+    fallback's predictions name the fallback, ``<model.name>-fallback``, and are flagged
+    ``degraded`` with the reason), when, and the replay run (None: live scoring)."""
 
     model_name: str
     model_version: str
@@ -210,7 +210,7 @@ class Stamp:
 def prediction_fields(source: SourceRecord, scores: np.ndarray | Mapping[str, Any], stamp: Stamp,
                       include: Sequence[str] = ()) -> dict[str, Any]:
     """The prediction record for one scored source record: ``scores`` is the legacy score row
-    (schemas/prediction.avsc) or the named output fields' values; ``include`` names the
+    (streamer/schemas/prediction.avsc) or the named output fields' values; ``include`` names the
     pass-through fields (output.include) whose values the record carries. The degraded fields
     are left to their defaults unless the stamp says degraded, so an output schema from before
     them still takes the record."""

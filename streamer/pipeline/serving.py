@@ -45,8 +45,8 @@ from streamer.config import Config, ModelConfig, model_versions
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
 from streamer.pipeline.records import Rows
-from streamer.pipeline.runner import Batch, ModelRunner, blank_batch
-from streamer.pipeline.signature import Columns
+from streamer.model.runner import Batch, ModelRunner, blank_batch
+from streamer.model.signature import Columns
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]

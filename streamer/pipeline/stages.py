@@ -27,14 +27,14 @@ from streamer.formats.avro import AvroCodec
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
-from streamer.pipeline.columnar_decode import ColumnarDecoder, DecodedColumns
-from streamer.pipeline.columnar_encode import PredictionEncoder
-from streamer.pipeline.columnar_fields import FieldDecoder
-from streamer.pipeline.columnar_json import JsonColumns
-from streamer.pipeline.contract import Contract
+from streamer.formats.columnar.decode import ColumnarDecoder, DecodedColumns
+from streamer.formats.columnar.encode import PredictionEncoder
+from streamer.formats.columnar.fields import FieldDecoder
+from streamer.formats.columnar.json_columns import JsonColumns
+from streamer.model.contract import Contract
 from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, prediction_fields
-from streamer.pipeline.runner import ModelRunner
-from streamer.pipeline.signature import Columns
+from streamer.model.runner import ModelRunner
+from streamer.model.signature import Columns
 from streamer.pipeline.validate import EventValidator
 
 Reject = tuple[RecordError, Any]  # why a row failed, and the consumed message it came from

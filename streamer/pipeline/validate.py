@@ -10,7 +10,7 @@ import numpy as np
 
 from streamer.config import InputConfig
 from streamer.errors import ValidationError
-from streamer.pipeline.contract import Contract, field_value
+from streamer.model.contract import Contract, field_value
 from streamer.pipeline.records import SourceRecord
 
 _NUMBERS = {int, float}  # exact types: bool is an int subclass, and is refused

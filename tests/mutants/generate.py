@@ -18,19 +18,19 @@ def mut(name, desc, kills, *edits):
 
 U = "tests/test_processor.py::"
 mut("01-commit-before-acks", "predictions marked done when sent, not when the broker acknowledges them",
-    U + "test_unacknowledged_outputs_are_never_committed " + U + "test_a_failed_delivery_blocks_input_and_the_redo_unblocks_it tests/test_faults_kafka.py::test_unacknowledged_predictions_are_never_committed",
+    U + "test_unacknowledged_outputs_are_never_committed " + U + "test_a_failed_delivery_blocks_input_and_the_redo_unblocks_it tests/integration/test_faults_kafka.py::test_unacknowledged_predictions_are_never_committed",
     ("streamer/processor.py",
      "                return\n            self.deliveries.send(outputs)\n",
      "                return\n            self.deliveries.send(outputs)\n"
      "            for tp, offsets in outputs.rows.source.by_partition().items():\n"
      "                self._tracker.done(tp, offsets)\n"))
 mut("02-revoke-without-drain", "on revoke, the revoked partitions' work is dropped without the drain and the commit",
-    U + "test_revoke_drains_the_open_batch_and_commits_it_before_returning tests/test_faults_kafka.py::test_group_grows_and_shrinks_while_busy",
+    U + "test_revoke_drains_the_open_batch_and_commits_it_before_returning tests/integration/test_faults_kafka.py::test_group_grows_and_shrinks_while_busy",
     ("streamer/processor.py",
      '        self._drain("revoke")\n        self._commit(revoked)\n        self._forget(revoked)\n',
      '        self._forget(revoked)\n'))
 mut("03-eos-offsets-outside-transaction", "exactly-once: input offsets committed by the consumer, outside the transaction",
-    U + "test_exactly_once_puts_the_offsets_in_the_transaction_never_through_the_consumer tests/test_faults_kafka.py::test_exactly_once_crash_inside_a_commit_resumes_from_the_last_transaction",
+    U + "test_exactly_once_puts_the_offsets_in_the_transaction_never_through_the_consumer tests/integration/test_faults_kafka.py::test_exactly_once_crash_inside_a_commit_resumes_from_the_last_transaction",
     ("streamer/kafka/checkpoint.py",
      "            self._txn.commit([self._position(tp, off) for tp, off in positions.items()])\n",
      "            if positions:\n"
@@ -38,27 +38,27 @@ mut("03-eos-offsets-outside-transaction", "exactly-once: input offsets committed
      "                                      asynchronous=False)\n"
      "            self._txn.commit([])\n"))
 mut("04-replay-resume-from-start", "a resumed replay re-resolves its bounds and starts again from --from",
-    "tests/test_replay_kafka.py::test_killed_replay_resumes_with_the_same_bounds",
+    "tests/integration/test_replay_kafka.py::test_killed_replay_resumes_with_the_same_bounds",
     ("streamer/commands/replay.py",
      "            return saved, True\n",
      "            return resolve(consumer, tps, start, end), True\n"))
 mut("05-max-wait-times-50", "the processor's batches wait 50 times max_wait_ms",
-    "tests/test_processor_kafka.py::test_a_trickle_is_flushed_within_max_wait",
+    "tests/integration/test_processor_kafka.py::test_a_trickle_is_flushed_within_max_wait",
     ("streamer/processor.py",
      "MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,",
      "MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms * 50, clock,"))
 mut("06-latency-zero", "end-to-end latency always recorded as 0",
-    "tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed tests/test_observability_kafka.py::test_every_dashboard_panel_and_alert_returns_data",
+    "tests/integration/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed tests/integration/test_observability_kafka.py::test_every_dashboard_panel_and_alert_returns_data",
     ("streamer/observe/accounting.py",
      "        latencies = now_ms - np.concatenate(times)\n",
      "        latencies = 0.0 * np.concatenate(times)\n"))
 mut("07-drop-row-unmarked", "the last row of each batch is dropped: no prediction, its offset never done",
-    U + "test_scores_reach_the_output_in_partition_order tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
+    U + "test_scores_reach_the_output_in_partition_order tests/integration/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
     ("streamer/processor.py",
      "        return Predictions(self.cfg.output.topic, values, rows)\n",
      "        return Predictions(self.cfg.output.topic, values[:-1], rows[:-1])\n"))
 mut("08-drop-row-marked-done", "the last row of each batch is dropped and its offset marked done",
-    U + "test_scores_reach_the_output_in_partition_order tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
+    U + "test_scores_reach_the_output_in_partition_order tests/integration/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
     ("streamer/processor.py",
      "        return Predictions(self.cfg.output.topic, values, rows)\n",
      "        if len(rows):\n"
@@ -66,23 +66,23 @@ mut("08-drop-row-marked-done", "the last row of each batch is dropped and its of
      "            self._tracker.done((dropped.topics[0], int(dropped.partitions[0])), dropped.offsets)\n"
      "        return Predictions(self.cfg.output.topic, values[:-1], rows[:-1])\n"))
 mut("09-commit-prefix-plus-one", "the committed position is the done prefix + 1 (skips one offset per commit)",
-    "tests/test_offsets.py tests/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
+    "tests/kafka/test_offsets.py tests/integration/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed",
     ("streamer/kafka/offsets.py",
      "                out[tp] = state.position\n",
      "                out[tp] = state.position + 1\n"))
 mut("10-deadline-from-last-row", "the batch deadline runs from the last row, not the first",
-    "tests/test_batcher.py",
+    "tests/pipeline/test_batcher.py",
     ("streamer/pipeline/batcher.py",
      "            if not self._pieces:\n                self._first_at = self._clock()\n",
      "            self._first_at = self._clock()\n"))
 mut("11-dead-letter-short", "a dead letter loses the last byte of the original value",
-    "tests/test_deadletter_kafka.py::test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic",
+    "tests/integration/test_deadletter_kafka.py::test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic",
     ("streamer/kafka/deadletter.py",
      "    return DeadLetter(topic=dlq_topic, key=key, value=error.raw, headers=headers,\n",
      "    return DeadLetter(topic=dlq_topic, key=key, value=error.raw[:-1] if error.raw else error.raw,\n"
      "                      headers=headers,\n"))
 mut("12-no-bisection", "a failing batch is not searched: every row of it is dead-lettered",
-    "tests/test_isolate.py tests/test_deadletter_kafka.py::test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic",
+    "tests/pipeline/test_isolate.py tests/integration/test_deadletter_kafka.py::test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic",
     ("streamer/pipeline/isolate.py",
      "        else:\n            self.search(whole)\n",
      "        else:\n            for i in range(n):\n                result.poison[i] = whole\n"))
@@ -99,7 +99,7 @@ mut("14-consume-wait-uncapped", "the consume wait is not cut to what is left of 
      "            wait = min(wait, remaining)\n",
      ""))
 mut("15-reload-any-output-width", "hot reload accepts a model that answers with another number of score columns",
-    "tests/test_serving.py::test_a_model_of_another_output_width_is_refused_by_hot_reload",
+    "tests/pipeline/test_serving.py::test_a_model_of_another_output_width_is_refused_by_hot_reload",
     ("streamer/pipeline/serving.py",
      "        if out.shape != (len(probe), width or out.shape[1]):\n",
      "        if out.shape[0] != len(probe):\n"))
@@ -114,12 +114,12 @@ mut("17-quiet-commit-in-flight", "a quiet input commits while outputs still wait
      "        settled = self._quiet.passed(heard=read) and not self.tracker.in_flight() and self._uncommitted()\n",
      "        settled = self._quiet.passed(heard=read) and self._uncommitted()\n"))
 mut("18-unanswered-commit-never-resent", "a background commit whose answer never comes is never sent again",
-    "tests/test_checkpoint.py::test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before",
+    "tests/kafka/test_checkpoint.py::test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before",
     ("streamer/kafka/pending.py",
      "        return sent is not None and now - sent[1] < self.deadline_s\n",
      "        return sent is not None\n"))
 mut("19-auto-pipelines-on-search", "auto pipelining times batches searched for poison rows (their Python moves scoring to a thread)",
-    "tests/test_inference.py::test_auto_does_not_time_batches_searched_for_poison_rows",
+    "tests/pipeline/test_inference.py::test_auto_does_not_time_batches_searched_for_poison_rows",
     ("streamer/pipeline/inference.py",
      "        if done.out is None or done.out.calls != 1 or len(done.batch.rows) * 2 < self._rows:\n",
      "        if done.out is None or len(done.batch.rows) * 2 < self._rows:\n"))
@@ -129,12 +129,12 @@ mut("20-heap-never-thawed", "a stopped processor leaves the heap frozen (what it
      "        heap.thaw()  # first: whatever closing raises, the heap is the collector's again\n",
      ""))
 mut("21-newer-commit-overtakes", "a partition's newer position is sent while an older commit of it is on its way",
-    "tests/test_checkpoint.py::test_a_newer_position_waits_for_the_answer_to_the_one_on_its_way",
+    "tests/kafka/test_checkpoint.py::test_a_newer_position_waits_for_the_answer_to_the_one_on_its_way",
     ("streamer/kafka/pending.py",
      "            if self._held(tp, now):\n",
      "            if self._held(tp, now) and self._sent[tp][0] == off:\n"))
 mut("22-highest-answer-kept", "the committed position is the highest answered, not the last (a late older commit is missed)",
-    "tests/test_checkpoint.py::test_an_older_position_answered_after_a_newer_one_sends_the_newer_again",
+    "tests/kafka/test_checkpoint.py::test_an_older_position_answered_after_a_newer_one_sends_the_newer_again",
     ("streamer/kafka/offsets.py",
      "                state.committed = pos\n",
      "                state.committed = pos if state.committed is None else max(state.committed, pos)\n"))

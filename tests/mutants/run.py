@@ -124,7 +124,7 @@ def main(argv: list[str]) -> int:
     if not mutants:
         raise SystemExit("no mutant selected")
     sys.path.insert(0, str(ROOT))
-    from streamer.kafka.broker import CACHE_DIR, kafka_cluster
+    from streamer.dev.broker import CACHE_DIR, kafka_cluster
 
     outcomes: list[Outcome] = []
     with ExitStack() as stack:

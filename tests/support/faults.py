@@ -239,7 +239,7 @@ class Audit:
 def audit(bootstrap: str, input_topic: str, output_topic: str, dlq_topic: str) -> Audit:
     """Count outputs per input offset over the committed output and dead-letter topics."""
     ends = end_offsets(bootstrap, input_topic)
-    decoder = AvroCodec(load_schema(ROOT / "schemas" / "prediction.avsc"))
+    decoder = AvroCodec(load_schema(ROOT / "streamer" / "schemas" / "prediction.avsc"))
     seen: Counter[tuple[int, int]] = Counter()
     out_of_order = reordered = 0
     last: dict[tuple[int, int], int] = {}  # (output partition, input partition) -> last offset

@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from streamer.kafka.broker import REPO_ROOT, _free_port, _log_tail
+from streamer.dev.broker import REPO_ROOT, _free_port, _log_tail
 
 VERSION = "3.3.3"  # pinned here and nowhere else
 ARTIFACT = f"io.apicurio:apicurio-registry-app:{VERSION}:tar.gz:all"

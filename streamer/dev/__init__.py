@@ -1,0 +1,1 @@
+"""Development tooling that production never imports: the local Kafka broker."""

@@ -1,0 +1,355 @@
+"""The model's contract: which event fields feed which model input, which outputs become which
+prediction fields, checked against the model's :class:`Signature` before anything is scored.
+
+Built once per model from ``model.inputs`` and ``model.outputs`` (config.py); a contract that
+cannot be served raises :class:`ConfigError` naming the key, so start-up exits 2 with the fix.
+
+Inputs. Each model input takes one field, a list of fields stacked into ``[N, k]``, or an array
+field (``input.features_field``, the default for a model with one input). Values are converted
+exactly to the input's element type or refused, as a ``validate`` dead letter naming the field:
+a string into a number, a bool into a number, a non-integral number or an overflow into an int,
+an int a float cannot hold exactly, NaN or infinity, or null (or missing) without a ``fill``.
+A float read from JSON is rounded to float32 for a float32 input, as the model itself would.
+
+Outputs. Each prediction field takes one output: a label (``[N]`` or ``[N, 1]``: one value), a
+row (``[N, k]``: an array), one column of a row (``column: k``), or a ZipMap's class -> probability
+maps as a probability row in class order. A model with several outputs and no mapping is refused:
+nothing is picked silently (skl2onnx's classifiers put the label first).
+
+The legacy contract (one float32 input fed from the array field, one output written as
+``scores``) keeps the columnar fast path: its batches are float32 matrices, not :class:`Columns`.
+
+Worked example (a ColumnTransformer model with inputs ``country`` string [N, 1] and ``amount``
+float32 [N, 1]; ``model.inputs: {country: card.country, amount: {field: amount, fill: 0}}``)::
+
+    >>> contract.row({"card": {"country": "FR"}, "amount": None})
+    {'country': ['FR'], 'amount': [0.0]}
+    >>> contract.row({"card": {"country": 7}, "amount": 1.0})
+    ValidationError: field 'card.country' is int 7; model input 'country' takes string
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streamer.config import InputSource, OutputTarget
+from streamer.errors import ConfigError, InferenceError, ValidationError
+from streamer.model.outputs import OutputPlan, field_doc, plan_outputs
+from streamer.model.signature import DTYPES, FLOATS, Columns, Signature, TensorSpec
+
+_INT_RANGE = {"int64": (-2 ** 63, 2 ** 63 - 1), "int32": (-2 ** 31, 2 ** 31 - 1)}
+_EXACT_INT = {"float32": 2 ** 24, "float64": 2 ** 53}  # every int up to this is a float exactly
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def field_value(payload: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path (``card.country``); None when it or a record above it is null or missing."""
+    value: Any = payload
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+        if value is None:
+            return None
+    return value
+
+
+def input_field_type(schema: dict[str, Any] | None, path: str, key: str) -> Any:
+    """The Avro type at a dotted path of a record schema (None: no schema, any JSON value);
+    raises ConfigError(key) when the path is not in it."""
+    if schema is None:
+        return None
+    node: Any = schema
+    for part in path.split("."):
+        record = _record_branch(node)
+        if record is None:
+            raise ConfigError(key, f"{path!r}: {part!r} is not inside a record of input.schema")
+        field = next((f for f in record["fields"] if f["name"] == part), None)
+        if field is None:
+            raise ConfigError(key, f"{path!r}: input.schema has no field {part!r} there (it has "
+                                   f"{[f['name'] for f in record['fields']]})")
+        node = field["type"]
+    return node
+
+
+def _record_branch(node: Any) -> dict[str, Any] | None:
+    """The record a type is, or the one record of a nullable union."""
+    if isinstance(node, dict) and node.get("type") == "record":
+        return node
+    if isinstance(node, list):
+        records = [b for b in node if isinstance(b, dict) and b.get("type") == "record"]
+        return records[0] if len(records) == 1 else None
+    return None
+
+
+# Avro primitives (after a nullable union is unwrapped) that each element type takes.
+_AVRO_INTO = {"float32": {"float", "double", "int", "long"}, "float64": {"float", "double", "int", "long"},
+              "int64": {"int", "long"}, "int32": {"int", "long"}, "bool": {"boolean"},
+              "string": {"string", "enum"}}
+
+
+def _avro_kinds(node: Any) -> set[str]:
+    """The primitive kinds an Avro type can hold (an array: its items'), null left out."""
+    if isinstance(node, list):
+        return set().union(*(_avro_kinds(b) for b in node))
+    if isinstance(node, dict):
+        kind = node.get("type")
+        return _avro_kinds(node["items"]) if kind == "array" else {"enum"} if kind == "enum" else _avro_kinds(kind)
+    return set() if node == "null" else {str(node)}
+
+
+def exact(value: Any, element: str) -> Any:
+    """``value`` as the Python value an ``element`` tensor holds exactly; raises ValueError saying why not."""
+    if element in FLOATS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"is {type(value).__name__} {value!r}, not a number")
+        if isinstance(value, int):
+            try:
+                held = int(float(np.dtype(element).type(value))) if abs(value) > _EXACT_INT[element] else value
+            except OverflowError:  # past a double's range (a 400-digit JSON integer)
+                held = None
+            if held != value:
+                raise ValueError(f"is the integer {str(value)[:40]}, which {element} cannot hold exactly")
+            return float(value)
+        if not math.isfinite(value) or (element == "float32" and abs(value) > _F32_MAX):
+            raise ValueError(f"is {value!r}, not a finite {element}")
+        return value
+    if element in _INT_RANGE:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"is {type(value).__name__} {value!r}, not an integer")
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"is {value!r}, not a whole number")
+            value = int(value)
+        lo, hi = _INT_RANGE[element]
+        if not lo <= value <= hi:
+            raise ValueError(f"is {value}, out of the {element} range")
+        return value
+    if element == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"is {type(value).__name__} {value!r}, not true or false")
+        return value
+    if element == "string":
+        if not isinstance(value, str):
+            raise ValueError(f"is {type(value).__name__} {value!r}, not a string")
+        return value
+    raise ValueError(f"cannot go into a {element} input")
+
+
+@dataclass(frozen=True, slots=True)
+class InputPlan:
+    """One model input and where its values come from; ``width`` values per row."""
+
+    spec: TensorSpec
+    source: InputSource
+    width: int
+    fill: Any  # the fill value, converted; None: a null is a dead letter
+
+    def row(self, payload: Mapping[str, Any]) -> list[Any]:
+        """This input's values for one event; raises ValidationError naming the field."""
+        values: list[Any] = []
+        for path in self.source.fields:
+            value = field_value(payload, path)
+            if value is None:
+                if self.fill is None:
+                    raise ValidationError(f"field '{path}' is null or missing and model.inputs."
+                                          f"{self.spec.name} has no fill value")
+                value = self.fill if self.source.stacked or self.width == 1 else [self.fill] * self.width
+            many = isinstance(value, (list, tuple))
+            try:
+                if many:
+                    values.extend(exact(v, self.spec.element) if v is not None else self._filled(path)
+                                  for v in value)
+                else:
+                    values.append(exact(value, self.spec.element))
+            except ValueError as exc:
+                raise ValidationError(f"field '{path}' {exc}; model input '{self.spec.name}' takes "
+                                      f"{self.spec.element}") from exc
+        if len(values) != self.width:
+            raise ValidationError(f"field '{'+'.join(self.source.fields)}' gives {len(values)} values; model "
+                                  f"input '{self.spec.name}' takes {self.width}")
+        return values
+
+    def _filled(self, path: str) -> Any:
+        if self.fill is None:
+            raise ValueError(f"holds a null and model.inputs.{self.spec.name} has no fill value")
+        return self.fill
+
+    def column(self, rows: Sequence[list[Any]]) -> np.ndarray:
+        """The rows' values as this input's tensor: ``[N]`` or ``[N, width]``, its element type."""
+        dtype = DTYPES[self.spec.element]
+        if dtype is np.object_:
+            out = np.empty((len(rows), self.width), object)
+            for i, r in enumerate(rows):
+                out[i] = r
+        else:
+            out = np.array(rows, dtype).reshape(len(rows), self.width)
+        return out[:, 0] if len(self.spec.shape) == 1 else out
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """How one model is fed and read; see the module docstring."""
+
+    signature: Signature
+    inputs: tuple[InputPlan, ...]
+    outputs: tuple[OutputPlan, ...]
+    legacy_input: bool  # one float32 input from ``features_field``: batches are float32 matrices
+    legacy_output: bool  # one output written as 'scores': results are float32 matrices
+    features_field: str
+
+    @classmethod
+    def of(cls, sig: Signature, inputs: Mapping[str, InputSource] | None = None,
+           outputs: Mapping[str, OutputTarget] | None = None, features_field: str = "features") -> Contract:
+        """The contract of ``model.inputs`` and ``model.outputs`` for a model of signature ``sig``
+        (None: the defaults); raises ConfigError naming the key when the model cannot be served so."""
+        inputs_ = _inputs(inputs, sig, features_field)
+        outputs_ = plan_outputs(outputs, sig)
+        one = inputs_[0] if len(inputs_) == 1 else None
+        # The legacy layout: one float32 [N, k] input from an array field (the default; a mapped
+        # single field is an array only where k > 1: for k = 1 it may be a plain number).
+        legacy_in = (one is not None and one.spec.element == "float32" and len(one.spec.shape) == 2
+                     and len(one.source.fields) == 1 and not one.source.stacked and one.fill is None
+                     and (inputs is None or one.width > 1))
+        return cls(sig, tuple(inputs_), tuple(outputs_), legacy_in, outputs is None,
+                   one.source.fields[0] if legacy_in and one is not None else features_field)
+
+    # ---- inputs ---------------------------------------------------------------------------
+
+    @property
+    def n_features(self) -> int:
+        """Values per row over all inputs (the feature width of the legacy contract)."""
+        return sum(p.width for p in self.inputs)
+
+    @property
+    def numeric_width(self) -> int:
+        """Numeric values per row (what drift profiles describe: signature.numeric_matrix)."""
+        return sum(p.width for p in self.inputs if p.spec.element not in ("string", "bool"))
+
+    def row(self, payload: Mapping[str, Any]) -> dict[str, list[Any]]:
+        """One event's values per input; raises ValidationError naming the field."""
+        return {p.spec.name: p.row(payload) for p in self.inputs}
+
+    def stack(self, rows: Sequence[Mapping[str, list[Any]]]) -> Columns:
+        """The events' values as the model's input tensors."""
+        return Columns({p.spec.name: p.column([r[p.spec.name] for r in rows]) for p in self.inputs})
+
+    def blank(self, rows: int) -> Any:
+        """A probe batch: zeros (empty strings, false) in every input."""
+        if self.legacy_input:
+            return np.zeros((rows, self.inputs[0].width), np.float32)
+        return self.stack([{p.spec.name: [_zero(p.spec.element)] * p.width for p in self.inputs}] * rows)
+
+    def feed(self, batch: Any) -> dict[str, np.ndarray]:
+        """The session's input dict for a batch (a float32 matrix, or Columns)."""
+        if isinstance(batch, Columns):
+            return batch.arrays
+        (plan,) = self.inputs
+        x = np.ascontiguousarray(batch, dtype=DTYPES[plan.spec.element])
+        if x.ndim != 2 or x.shape[1] != plan.width:
+            raise InferenceError(f"model input '{plan.spec.name}' takes [rows, {plan.width}], got {x.shape}")
+        return {plan.spec.name: x}
+
+    # ---- outputs --------------------------------------------------------------------------
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(dict.fromkeys(p.spec.name for p in self.outputs))
+
+    def collect(self, raw: Sequence[Any], rows: int) -> Any:
+        """The session's outputs (in :attr:`output_names` order) as the batch's result: a float32
+        matrix of 'scores' for the legacy contract, else Columns named by prediction field."""
+        if self.legacy_output:  # the session was asked for its one output: no lookup by name
+            (first,) = raw
+            out = np.asarray(first, dtype=np.float32)
+            if out.ndim < 2:
+                out = out.reshape(-1, 1)
+            if out.ndim != 2:
+                raise InferenceError(f"the model returned a {out.ndim}-D output; expected [rows, n_outputs]")
+            if len(out) != rows:
+                raise InferenceError(f"model returned {len(out)} output rows for {rows} input rows")
+            return out
+        by_name = dict(zip(self.output_names, raw, strict=True))
+        return Columns({p.field: p.take(by_name[p.spec.name], rows) for p in self.outputs})
+
+    def avro_fields(self) -> list[dict[str, Any]]:
+        """The prediction fields the outputs fill, as Avro fields (the legacy 'scores' included)."""
+        if self.legacy_output:
+            return [{"name": "scores", "type": {"type": "array", "items": "float"},
+                     "doc": f"The model's output '{self.outputs[0].spec.name}' for the event."}]
+        return [{"name": p.field, "type": p.avro(), "doc": field_doc(p)} for p in self.outputs]
+
+    def check_fields(self, input_schema: dict[str, Any] | None) -> None:
+        """Refuse (ConfigError naming ``model.inputs.<input>``) a field that is not in the input's
+        Avro schema, or whose type the input cannot take exactly (a string into a number)."""
+        if input_schema is None:
+            return
+        for plan in self.inputs:
+            key = f"model.inputs.{plan.spec.name}" if not self.legacy_input else "input.features_field"
+            for path in plan.source.fields:
+                kinds = _avro_kinds(input_field_type(input_schema, path, key))
+                wrong = kinds - _AVRO_INTO[plan.spec.element]
+                if wrong or not kinds:
+                    raise ConfigError(key, f"field {path!r} is {sorted(kinds) or 'null'} in input.schema; model "
+                                           f"input {plan.spec.name!r} takes {plan.spec.element}")
+
+
+def _zero(element: str) -> Any:
+    return {"string": "", "bool": False}.get(element, 0)
+
+
+def _inputs(mapped: Mapping[str, InputSource] | None, sig: Signature, features_field: str) -> list[InputPlan]:
+    if not sig.inputs:
+        raise ConfigError("model.path", "the model has no inputs")
+    sources: Mapping[str, InputSource]
+    if mapped is not None:
+        sources = mapped
+        unknown = [n for n in sources if sig.input(n) is None]
+        if unknown:
+            raise ConfigError(f"model.inputs.{unknown[0]}", f"the model has no input {unknown[0]!r}; its "
+                                                            f"inputs are {[s.name for s in sig.inputs]}")
+        missing = [s.name for s in sig.inputs if s.name not in sources]
+        if missing:
+            raise ConfigError(f"model.inputs.{missing[0]}", f"model input {missing[0]!r} is not mapped to "
+                                                            f"any field (model.inputs maps {list(sources)})")
+    elif len(sig.inputs) == 1:
+        sources = {sig.inputs[0].name: InputSource((features_field,))}
+    else:
+        raise ConfigError("model.inputs", f"the model has {len(sig.inputs)} inputs "
+                                          f"({[s.name for s in sig.inputs]}): map each to event fields, e.g. "
+                                          + ", ".join(f"{s.name}: {s.name}" for s in sig.inputs))
+    return [_input(spec, sources[spec.name]) for spec in sig.inputs]
+
+
+def _input(spec: TensorSpec, source: InputSource) -> InputPlan:
+    key = f"model.inputs.{spec.name}"
+    if spec.element not in DTYPES:
+        raise ConfigError(key, f"model input {spec.name!r} is {spec.onnx_type}: streamer feeds "
+                               f"tensors of {', '.join(DTYPES)}")
+    if len(spec.shape) > 2:
+        raise ConfigError(key, f"model input {spec.name!r} has shape {list(spec.shape)}: streamer feeds "
+                               f"[N] or [N, k]")
+    width = spec.width
+    if source.stacked:
+        if width is not None and width != len(source.fields):
+            raise ConfigError(key, f"lists {len(source.fields)} fields; model input {spec.name!r} takes "
+                                   f"{width} values a row")
+        width = len(source.fields)
+    elif width is None:
+        raise ConfigError(key, f"model input {spec.name!r} has no fixed width {list(spec.shape)}: list its "
+                               f"fields, one per column")
+    fill = None
+    if source.fill is not None:
+        try:
+            fill = exact(source.fill, spec.element)
+        except ValueError as exc:
+            raise ConfigError(f"{key}.fill", f"{source.fill!r} {exc}; model input {spec.name!r} takes "
+                                             f"{spec.element}") from exc
+    return InputPlan(spec, source, width, fill)
+
+

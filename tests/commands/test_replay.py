@@ -1,0 +1,142 @@
+"""`streamer replay` without a broker: its batching comes from the config, and a bad override is a
+config error (exit 2) found before anything connects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamer import cli
+from streamer.commands import replay
+from streamer.config import Config, with_overrides
+from streamer.config_file import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
+NOWHERE = "127.0.0.1:9"  # the discard port: nothing listens there
+
+
+class Planned(Exception):
+    """Raised where the replay would first talk to the broker."""
+
+
+@pytest.fixture
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[Config]:
+    """Every way replay reaches the broker fails the test; planning records the run's config."""
+    planned: list[Config] = []
+
+    def plan(cfg: Config, *_: Any) -> None:
+        planned.append(cfg)
+        raise Planned
+
+    def connect(*_: Any, **__: Any) -> None:
+        raise AssertionError("replay reached for the broker")
+
+    monkeypatch.setattr(replay, "_plan", plan)
+    monkeypatch.setattr(replay, "Consumer", connect)
+    monkeypatch.setattr(replay, "build_processor", connect)
+    monkeypatch.setattr(replay.clients, "ensure_topic", connect)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", NOWHERE)
+    return planned
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--batch-size", "1000000"],
+     "streamer: config key 'batching.max_size': must be between 1 and 65536, got 1000000"),
+    (["--batch-size", "0"], "streamer: config key 'batching.max_size': must be between 1 and 65536, got 0"),
+    (["--max-wait-ms", "-1"], "streamer: config key 'batching.max_wait_ms': must be >= 0, got -1"),
+    (["--model", "no-such-model.onnx"], "streamer: config key 'model.path': no model file at"),
+])
+def test_a_bad_override_exits_2_naming_the_key_before_connecting(
+        no_broker: list[Config], capsys: pytest.CaptureFixture[str], flags: list[str],
+        message: str) -> None:
+    code = cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest", *flags])
+    assert code == 2
+    assert capsys.readouterr().err.startswith(message)
+    assert no_broker == []  # refused before planning, let alone connecting
+
+
+def test_a_replay_batches_large_unless_overridden(no_broker: list[Config]) -> None:
+    """Nobody waits on a backfill: REPLAY_BATCH_SIZE rows per call (and per consume) by default,
+    a larger batching.max_size kept, --batch-size and --max-wait-ms as given."""
+    cfg = load_config(EXAMPLE)
+    big = with_overrides(cfg, batching={"max_size": 8192})
+    for args in ({}, {"batch_size": 64}, {"batch_size": 64, "max_wait_ms": 5}):
+        with pytest.raises(Planned):
+            replay.run_replay(cfg, replay.When("earliest"), run_id="r", **args)  # type: ignore[arg-type]
+    with pytest.raises(Planned):
+        replay.run_replay(big, replay.When("earliest"), run_id="r")
+    assert [(c.batching.max_size, c.batching.max_wait_ms) for c in no_broker] == [
+        (replay.REPLAY_BATCH_SIZE, cfg.batching.max_wait_ms), (64, cfg.batching.max_wait_ms), (64, 5),
+        (8192, cfg.batching.max_wait_ms)]
+    assert no_broker[0].input.consume_max_messages == replay.REPLAY_BATCH_SIZE > cfg.batching.max_size
+
+
+def test_cli_flags_override_the_replay_defaults(no_broker: list[Config]) -> None:
+    with pytest.raises(Planned):
+        cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"])
+    with pytest.raises(Planned):
+        cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest", "--batch-size", "128",
+                  "--max-wait-ms", "200"])
+    cfg = load_config(EXAMPLE)
+    assert [(c.batching.max_size, c.batching.max_wait_ms) for c in no_broker] == [
+        (replay.REPLAY_BATCH_SIZE, cfg.batching.max_wait_ms), (128, 200)]
+
+
+class Marks:
+    """A consumer that knows each partition's watermarks (what resolve asks of the broker)."""
+
+    def __init__(self, marks: dict[int, tuple[int, int]]) -> None:
+        self.marks = marks
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        return self.marks[tp.partition]
+
+
+def test_partition_offset_bounds_replay_the_listed_partitions_only() -> None:
+    from confluent_kafka import TopicPartition
+
+    tps = [TopicPartition("t", p) for p in range(3)]
+    consumer = Marks({0: (0, 100), 1: (10, 50), 2: (0, 70)})
+    got = replay.resolve(consumer, tps, replay.parse_when("0:5,1:5", "--from"), replay.When("latest"))  # type: ignore[arg-type]
+    assert got == {("t", 0): (5, 100), ("t", 1): (10, 50), ("t", 2): (0, 0)}  # 1:5 is below its start
+    got = replay.resolve(consumer, tps, replay.When("earliest"), replay.parse_when("2:20", "--to"))  # type: ignore[arg-type]
+    assert got == {("t", 0): (0, 0), ("t", 1): (10, 10), ("t", 2): (0, 20)}
+    assert replay.resolve(consumer, tps, replay.When("earliest"), replay.When("latest")) == {  # type: ignore[arg-type]
+        ("t", 0): (0, 100), ("t", 1): (10, 50), ("t", 2): (0, 70)}
+
+
+def test_the_replay_metrics_server_takes_a_free_port_beside_the_live_one(no_broker: list[Config]) -> None:
+    from dataclasses import replace
+
+    cfg = load_config(EXAMPLE)
+    cfg = replace(cfg, metrics=replace(cfg.metrics, enabled=True, port=9400))
+    with pytest.raises(Planned):
+        replay.run_replay(cfg, replay.When("earliest"), run_id="r")
+    assert no_broker[0].metrics.port == 0 and no_broker[0].metrics.enabled
+
+
+def test_a_finished_run_is_a_config_error_naming_the_run_id() -> None:
+    from streamer.errors import ConfigError
+
+    error = replay.ReplayFinishedError("replay run 'r' already finished; pass --force to run it again")
+    assert isinstance(error, ConfigError) and error.key == "--run-id"
+
+
+def test_a_replay_that_dead_letters_everything_exits_2(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from streamer.observe.stats import Stats
+
+    stats = Stats()
+    stats.dead_letters["validate"] += 5
+
+    def ran(*_: Any, **__: Any) -> replay.ReplaySummary:
+        return replay.ReplaySummary("r1", "scores.backfill", 5, False, stats, 1.0)
+
+    monkeypatch.setattr(replay, "run_replay", ran)
+    assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"]) == 2
+    assert "every event of replay r1 became a dead letter in scores.backfill.dlq" in capsys.readouterr().err
+    stats.predictions = 5
+    assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"]) == 0
