@@ -35,7 +35,9 @@ from prometheus_client import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer.commands.demo import demo_config, encoded_events, synthetic_events  # noqa: E402
-from streamer.commands.run import build_processor, input_codec, model_runner  # noqa: E402
+from streamer.wiring import build_processor, input_codec, model_runner  # noqa: E402
+from streamer.model.contract import FEATURES  # noqa: E402
+from streamer.model.signature import Columns  # noqa: E402
 from streamer.config import Config  # noqa: E402
 from streamer.kafka.clients import KafkaClients  # noqa: E402
 
@@ -163,7 +165,7 @@ def model_only(cfg: Config, sizes: list[int], rows: int) -> dict[int, float]:
     runner = model_runner(cfg)
     out = {}
     for size in sizes:
-        x = np.random.default_rng(size).normal(size=(size, runner.n_features)).astype(np.float32)
+        x = Columns({FEATURES: np.random.default_rng(size).normal(size=(size, runner.n_features)).astype(np.float32)})
         runner.run(x)  # warm at this shape
         calls = max(3, rows // size)
         started = time.perf_counter()

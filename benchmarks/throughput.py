@@ -68,7 +68,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer import heap  # noqa: E402
 from streamer.kafka import clients  # noqa: E402
-from streamer.commands.run import build_processor, input_codec, model_runner, output_codec  # noqa: E402
+from streamer.wiring import build_processor, input_codec, model_runner, output_codec  # noqa: E402
+from streamer.model.contract import FEATURES, SCORES  # noqa: E402
+from streamer.model.signature import Columns  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.kafka.delivery import produce  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
@@ -165,7 +167,7 @@ def model_only(cfg: Config, n: int) -> float:
     size = cfg.batching.max_size
     started = time.perf_counter()
     for i in range(0, n, size):
-        runner.run(arrays[i:i + size])
+        runner.run(Columns({FEATURES: arrays[i:i + size]}))
     return n / (time.perf_counter() - started)
 
 
@@ -177,28 +179,22 @@ class AckClock:
     commit's round trips: a tail that a continuous stream never waits for, and that the other
     figures' windows leave out (their last offsets commit after their window too). So every
     processor figure is timed to its last acknowledged output, and (f)'s tail to committed is
-    printed apart. A benchmark's probe: it wraps the checkpoint's ``acknowledged`` on the
-    processor instance (as StageTimes wraps the loop's steps)."""
+    printed apart. An observer of the loop (streamer.house.Observer)."""
 
-    def __init__(self, processor: Any, n: int) -> None:
-        self.n, self.acked, self.at, self.wrapped = n, 0, None, False
-        collect = processor._collect_acks
+    def __init__(self, n: int) -> None:
+        self.n, self.acked, self.at = n, 0, None
 
-        def collect_acks(timeout_s: float) -> None:
-            if not self.wrapped:  # the checkpoint is built when run starts
-                acknowledged = processor.checkpoint.acknowledged
-                processor.checkpoint.acknowledged = lambda acked: self.count(acknowledged, acked)
-                self.wrapped = True
-            collect(timeout_s)
+    def decoded(self, rows: Any) -> None:
+        pass
 
-        processor._collect_acks = collect_acks
+    def scored(self, batch: Any, seconds: float, out: Any, predicted: Any) -> None:
+        pass
 
-    def count(self, acknowledged: Callable[[Any], Any], acked: Any) -> Any:
+    def acked(self, acked: Any) -> None:
         self.acked += sum(len(rows) for rows in acked.batches) + len(acked.outputs)
         if self.at is None and self.acked >= self.n:
             self.at = time.monotonic()
             WINDOW.stop()
-        return acknowledged(acked)
 
 
 COMMIT_TAILS: dict[str, list[float]] = {}  # per figure: ms from the last ack to the outputs committed
@@ -207,8 +203,8 @@ COMMIT_TAILS: dict[str, list[float]] = {}  # per figure: ms from the last ack to
 def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
     """Events/s from the first event to the last output acknowledged (AckClock)."""
     runner = PoisonRunner(model_runner(cfg), POISON) if poisoned else None
-    processor = build_processor(cfg, runner=runner, clients=probed(cfg))
-    clock = AckClock(processor, n)
+    clock = AckClock(n)
+    processor = build_processor(cfg, runner=runner, clients=probed(cfg), observers=(clock,))
 
     def until(s: Stats) -> bool:
         if s.events:
@@ -226,26 +222,21 @@ def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
 
 class StageTimes:
     """Event time to each stage, per event (ms): read (decoded from the consumed chunk) and scored
-    (its prediction encoded); the end, acknowledged, is the processor's own latency figure. The
-    processor's instance methods are wrapped (a benchmark's probe: the loop calls them on self)."""
+    (its prediction encoded); the end, acknowledged, is the processor's own latency figure. An
+    observer of the loop (streamer.house.Observer)."""
 
-    def __init__(self, processor: Any) -> None:
+    def __init__(self) -> None:
         self.read: list[float] = []
-        self.scored: list[float] = []
-        decode, predictions = processor._decode, processor._predictions
+        self.scored_ms: list[float] = []
 
-        def read(messages: Any) -> Any:
-            rows = decode(messages)
-            self.read.extend((time.time() * 1000 - rows.event_times).tolist())
-            return rows
+    def decoded(self, rows: Any) -> None:
+        self.read.extend((time.time() * 1000 - rows.event_times).tolist())
 
-        def scored(done: Any) -> Any:
-            out = predictions(done)
-            if out is not None:
-                self.scored.extend((time.time() * 1000 - out.rows.event_times).tolist())
-            return out
+    def scored(self, batch: Any, seconds: float, out: Any, predicted: Any) -> None:
+        self.scored_ms.extend((time.time() * 1000 - predicted.event_times).tolist())
 
-        processor._decode, processor._predictions = read, scored
+    def acked(self, acked: Any) -> None:
+        pass
 
 
 def paced(cfg: Config, rate: float, seconds: float) -> int:
@@ -264,8 +255,8 @@ def percentiles(**stages: list[float]) -> dict[str, tuple[float, float]]:
 def latency_run(cfg: Config, rate: float, seconds: float = 5.0) -> dict[str, tuple[float, float]]:
     """p50 and p99 (ms) from event time to each stage (read, scored, acknowledged), at a paced
     ``rate`` events/s: the transport's share (to read) apart from the processor's."""
-    processor = build_processor(cfg)
-    stages = StageTimes(processor)
+    stages = StageTimes()
+    processor = build_processor(cfg, observers=(stages,))
     stop = threading.Event()
     thread = threading.Thread(target=processor.run, kwargs={"until": lambda s: stop.is_set()}, daemon=True)
     thread.start()
@@ -279,7 +270,7 @@ def latency_run(cfg: Config, rate: float, seconds: float = 5.0) -> dict[str, tup
         time.sleep(0.05)
     stop.set()
     thread.join(60)
-    return percentiles(read=stages.read, scored=stages.scored, acknowledged=processor.stats.latencies_ms)
+    return percentiles(read=stages.read, scored=stages.scored_ms, acknowledged=processor.stats.latencies_ms)
 
 
 def pass_through_latency(cfg: Config, rate: float, seconds: float = 5.0) -> dict[str, tuple[float, float]]:
@@ -383,8 +374,8 @@ def naive(cfg: Config, n: int) -> float:
         started = started or time.perf_counter()
         rec = validator.to_record(decoder.decode(m.value()), m.topic(), m.partition(), m.offset(),
                                   m.key(), m.timestamp()[1])
-        score = runner.run(rec.features[None, :])[0]
-        fields = prediction_fields(rec, score, Stamp(cfg.model.name, cfg.model.version, int(time.time() * 1000)))
+        score = runner.run(Columns({FEATURES: rec.features[None, :]})).arrays[SCORES][0]
+        fields = prediction_fields(rec, {SCORES: score.tolist()}, Stamp(cfg.model.name, cfg.model.version, int(time.time() * 1000)))
         producer.produce(cfg.output.topic, encoder.encode(fields), m.key())
         if producer.flush(30):
             raise RuntimeError("naive loop: a prediction was not acknowledged")

@@ -20,45 +20,42 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from streamer import heap
-from streamer.config import Config, dead_letter_topic
+from streamer.config import dead_letter_topic
 from streamer.errors import BrokerError, ProduceError, RecordError
 from streamer.gate import Gate
 from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint, Commit
-from streamer.kafka.clients import KafkaClients, consume_batch, queue_limit
+from streamer.kafka.clients import consume_batch, queue_limit
 from streamer.kafka.deadletter import letter_for
 from streamer.kafka.delivery import Deliveries, Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.kafka.topics import names
 from streamer.observe.accounting import Accounting
 from streamer.observe.health import Status, loop_status
-from streamer.observe.metrics import Metrics
 from streamer.observe.progress import ProgressWatch
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
-from streamer.formats.codec import Codec
 from streamer.pipeline.inference import Inference, Scoring
 from streamer.pipeline.records import Messages, Rows, Stamp
-from streamer.model.runner import ModelRunner, numeric_width
-from streamer.pipeline.serving import Serving
+from streamer.house import Observer, Scope, Wiring
+from streamer.model.runner import numeric_width
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
-Bounds = dict[tuple[str, int], tuple[int, int]]
 
 
 class Processor:
     """One group member: reads feature events, writes predictions, commits after acks."""
 
-    def __init__(self, cfg: Config, runner: ModelRunner, decoder: Codec, encoder: Codec,
-                 metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic,
-                 clients: KafkaClients | None = None, serving: Serving | None = None) -> None:
-        self.cfg, self.runner, self.decoder, self.encoder = cfg, runner, decoder, encoder
-        self.serving = serving or Serving(cfg, runner, clock)  # reloads, and a fallback, when given
+    def __init__(self, wiring: Wiring, scope: Scope = Scope()) -> None:
+        cfg, clock, metrics = wiring.cfg, wiring.clock, wiring.metrics
+        self.cfg, self.serving, self.scope = cfg, wiring.serving, scope
+        self.runner = runner = wiring.runner
         self.stats = Stats()
         self._observed = metrics is not None or cfg.metrics.log_interval_ms > 0  # librdkafka's lag wanted
         self._account = Accounting(self.stats, metrics, cfg, numeric_width(runner), clock)  # drift: numeric inputs
-        self._clients, self._clock = clients or KafkaClients.from_config(cfg), clock
-        self._stages = Stages.serving(decoder, encoder, cfg, runner)
+        self._clients, self._clock = wiring.clients, clock
+        self._observers: tuple[Observer, ...] = (self._account, *wiring.observers)
+        self._stages = Stages.serving(wiring.decoder, wiring.encoder, cfg, runner)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
                                                          join=Rows.join)
         self._inference = Inference(self.serving, cfg.model.pipelined, cfg.batching.max_size)  # in order
@@ -66,9 +63,7 @@ class Processor:
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
         self._gate = Gate(cfg.processing.retry_backoff_ms / 1e3, cfg.processing.retry_backoff_max_ms / 1e3, clock)
-        self._range: ReadRange | None = None
-        self.commit_metadata: Callable[[tuple[str, int]], str] | None = None  # kept with commits
-        self.run_id: str | None = None  # replay runs stamp their predictions
+        self._range = ReadRange(scope.bounds) if scope.bounds is not None else None
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
         self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, self._account.metrics)
         # ready: warmed up, in the group; failed: the loop died (close only); paused: input paused
@@ -76,17 +71,16 @@ class Processor:
         self.consumer: Any = None
         self.deliveries: Any = None
         self.checkpoint: Checkpoint = None  # type: ignore[assignment]  # opened by run()
-        self.http: Any = None  # the HealthServer, when metrics are served
+        self.http = None if wiring.health is None else wiring.health(self.status)  # /metrics, /healthz
 
     healthy = property(lambda self: not self._gate.blocked)
     unhealthy_reason = property(lambda self: self._gate.reason)  # None while healthy
 
     # ---- the loop -------------------------------------------------------------------------
 
-    def run(self, until: Callable[[Stats], bool] | None = None, bounds: Bounds | None = None) -> None:
-        """Process until :meth:`stop` (or ``until(stats)``), then shut down. With ``bounds`` (a replay),
-        read exactly ``[start, end)`` of each of those partitions, assigned directly, then stop."""
-        self._range = ReadRange(bounds) if bounds is not None else None
+    def run(self, until: Callable[[Stats], bool] | None = None) -> None:
+        """Process until :meth:`stop` (or ``until(stats)``), then shut down. A bounded scope (a
+        replay) reads exactly ``[start, end)`` of each of its partitions, then stops."""
         self._open()
         try:
             while self._running:
@@ -136,7 +130,7 @@ class Processor:
                                      make_producer=make_producer,  # a fatal one is replaced
                                      key_by=self.cfg.output.key, queue_limit=queue_limit(self.cfg))
         self.checkpoint = kind(self.cfg, self._tracker, self.consumer, self.deliveries, self._clock,
-                               self.commit_metadata)
+                               self.scope.commit_metadata)
         if self._range is None:
             self.consumer.subscribe(list(self.cfg.input.topics), on_assign=self._on_assign,
                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -173,6 +167,8 @@ class Processor:
         for tp, offsets in by_tp.items():
             self._tracker.consumed(tp, offsets)
         self._dead_letter(rejects)
+        for observer in self._observers:
+            observer.decoded(rows)
         return rows
 
     def _batch(self, rows: Rows) -> None:
@@ -192,6 +188,8 @@ class Processor:
         """Serve delivery reports: acked outputs mark their offsets done; failures are kept."""
         acked, failed = self.deliveries.collect(timeout_s)
         if acked:
+            for observer in self._observers:
+                observer.acked(acked)
             self._account.final(self.checkpoint.acknowledged(acked))
         refused, now = self._gate.outputs_failed(self.checkpoint.failed(failed), self._assigned)
         self.deliveries.send(now)  # dead letters too large for their topic, cut short
@@ -297,10 +295,12 @@ class Processor:
             self._gate.hold_model(str(done.error))
             return None
         batch, out = done.batch, done.out
-        self._account.scored(batch, done.seconds, out, self.serving.breaker.code)
+        self._account.breaker(self.serving.breaker.code)
         self._gate.model_answered()
-        stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.run_id, out.degraded)
+        stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.scope.run_id, out.degraded)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
+        for observer in self._observers:
+            observer.scored(batch, done.seconds, out, rows)
         self._dead_letter(rejects, (out.model, out.version))  # named by the model that scored them
         return Predictions(self.cfg.output.topic, values, rows)
 

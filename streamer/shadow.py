@@ -8,9 +8,9 @@ challenger and counted) and, between batches, publishes what the challengers fin
 ``<output.topic>.shadow``), with their own model name and version, and the agreement with the
 champion on the same rows: the absolute difference of the decision scores, and the decisions that
 flip at ``shadow.flip_threshold`` (a decision is ``score >= threshold``). The decision score is
-``scores[0]`` for the legacy contract and, with named outputs, the first float field: a single
+the first column of ``scores`` when outputs are not mapped and, with named outputs, the first float field: a single
 value as it is, a two-class probability row's P(second class), a wider row's largest probability
-(contract.decision_scores). Rows the champion
+(outputs.decision_scores). Rows the champion
 could not score itself (poison rows, degraded batches) are not compared.
 
 So a failing or slow challenger never blocks, delays or dead-letters the champion's rows: the
@@ -55,7 +55,7 @@ class _Job:
 @dataclass(frozen=True, slots=True)
 class _Done:
     job: _Job
-    scores: Any  # the challenger's result (a score matrix or Columns); None: it failed
+    scores: Columns | None  # the challenger's result; None: it failed
     error: Exception | None
     seconds: float
 
@@ -162,10 +162,11 @@ class Shadow:
         if done.error is not None or done.scores is None:
             self._failed(c, "score", f"failed on a batch of {len(done.job.rows)} rows: {done.error}")
             return
-        scores = done.scores if isinstance(done.scores, Columns) else np.asarray(done.scores, np.float32)
+        scores = done.scores
         m.inference.labels(c.name, c.version, c.runner.provider).observe(done.seconds)
-        if len(scores.shape) != 2 or len(scores) != len(done.job.rows):
-            self._failed(c, "score", f"answered {scores.shape} for {len(done.job.rows)} rows")
+        n = len(done.job.rows)
+        if not scores.arrays or any(len(v) != n for v in scores.arrays.values()):
+            self._failed(c, "score", f"answered {scores!r} for {n} rows")
             return
         self._compare(c, done.job.champion, scores)
         rows, values, rejects = self._stages.encode(done.job.rows, scores, {},
@@ -175,8 +176,8 @@ class Shadow:
                          count=len(rejects))
         self._produce(c, rows, values)
 
-    def _compare(self, c: Challenger, champion: np.ndarray | None, scores: Any) -> None:
-        if champion is None or not scores.shape[1]:
+    def _compare(self, c: Challenger, champion: np.ndarray | None, scores: Columns) -> None:
+        if champion is None:
             return
         own = ~np.isnan(champion)
         theirs, ours = decision_scores(scores)[own], champion[own]

@@ -7,7 +7,9 @@ from collections.abc import Callable
 import numpy as np
 
 from streamer.errors import InferenceError
+from streamer.model.contract import FEATURES, SCORES, Contract
 from streamer.model.runner import ModelRunner
+from streamer.model.signature import Columns, Signature, TensorSpec
 
 
 class FakeClock:
@@ -27,20 +29,37 @@ class FakeClock:
         self._ns += round(seconds * 1e9)
 
 
+def matrix_signature(n_features: int, n_outputs: int | None = None) -> Signature:
+    """The signature of a model with one float32 ``[N, n_features]`` input and one float32 output
+    (``n_outputs`` wide; None: not fixed), as a converter writes a plain regressor or MLP."""
+    return Signature((TensorSpec("input", "float32", (None, n_features), "tensor(float)"),),
+                     (TensorSpec("output", "float32", (None, n_outputs), "tensor(float)"),))
+
+
 class FunctionRunner:
-    """A ModelRunner that applies ``fn`` to each batch; ``calls`` counts the batches."""
+    """A ModelRunner that applies ``fn`` to each batch's feature matrix (the ``features`` column)
+    and returns its result as the ``scores`` column; ``calls`` counts the batches."""
 
     def __init__(
         self, fn: Callable[[np.ndarray], np.ndarray], n_features: int, provider: str = "fake"
     ) -> None:
         self._fn = fn
-        self._n_features = n_features
         self._provider = provider
+        self._signature = matrix_signature(n_features)
+        self._contract = Contract.of(self._signature)
         self.calls = 0
 
     @property
+    def signature(self) -> Signature:
+        return self._signature
+
+    @property
+    def contract(self) -> Contract:
+        return self._contract
+
+    @property
     def n_features(self) -> int:
-        return self._n_features
+        return self._contract.n_features
 
     @property
     def provider(self) -> str:
@@ -49,9 +68,10 @@ class FunctionRunner:
     def warm_up(self, rows: int) -> None:
         """Nothing to warm; not counted in ``calls``."""
 
-    def run(self, features: np.ndarray) -> np.ndarray:
+    def run(self, features: Columns) -> Columns:
         self.calls += 1
-        return np.asarray(self._fn(features), dtype=np.float32)
+        out = np.asarray(self._fn(features.arrays[FEATURES]), dtype=np.float32)
+        return Columns({SCORES: out.reshape(len(out), -1) if out.ndim < 2 else out})
 
 
 class PoisonRunner:
@@ -66,6 +86,14 @@ class PoisonRunner:
         self.calls = 0
 
     @property
+    def signature(self) -> Signature:
+        return self._inner.signature
+
+    @property
+    def contract(self) -> Contract:
+        return self._inner.contract
+
+    @property
     def n_features(self) -> int:
         return self._inner.n_features
 
@@ -76,9 +104,10 @@ class PoisonRunner:
     def warm_up(self, rows: int) -> None:
         self._inner.warm_up(rows)
 
-    def run(self, features: np.ndarray) -> np.ndarray:
+    def run(self, features: Columns) -> Columns:
         self.calls += 1
-        poisoned = np.flatnonzero(features[:, 0] == self._sentinel)
+        first = next(iter(features.arrays.values()))
+        poisoned = np.flatnonzero(first.reshape(len(first), -1)[:, 0] == self._sentinel)
         if poisoned.size:
             raise InferenceError(f"poisoned row(s) {poisoned.tolist()} in a batch of {len(features)}")
         return self._inner.run(features)

@@ -23,8 +23,11 @@ from streamer.config_file import load_config
 from streamer.kafka.checkpoint import FENCE_WINDOW_S, MAX_RENEWALS
 from streamer.kafka.clients import KafkaClients
 from streamer.observe.stats import Stats
+from streamer.formats.codec import Codec
+from streamer.house import Wiring
+from streamer.pipeline.serving import Serving
 from streamer.processor import Processor
-from streamer.commands.run import output_codec
+from streamer.wiring import output_codec
 from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.inference import FULL
 from streamer.testing import FakeClock, FunctionRunner
@@ -49,7 +52,7 @@ def config(guarantee: str = "at_least_once", max_wait_ms: int = 60_000, pipeline
 class Harness:
     """A processor wired to a fake consumer and producer."""
 
-    def __init__(self, cfg: Config, runner: Any = None) -> None:
+    def __init__(self, cfg: Config, runner: Any = None, decoder: Codec | None = None) -> None:
         self.consumer, self.producer = FakeConsumer(), FakeProducer()
         self.producers: list[FakeProducer] = []  # every one the processor made, in order
         self.error_cb: Callable[[KafkaError], None] = lambda err: None
@@ -57,8 +60,9 @@ class Harness:
                                ensure_topic=lambda topic, like: None)
         runner = runner or FunctionRunner(lambda x: x[:, :1], 32)
         self.clock = FakeClock()  # each pass of the loop takes 10 ms of it
-        self.processor = Processor(cfg, runner, JsonCodec(cfg.input.max_message_bytes), output_codec(cfg),
-                                   clock=self.clock, clients=clients)
+        wiring = Wiring(cfg, Serving(cfg, runner, self.clock), decoder or JsonCodec(cfg.input.max_message_bytes),
+                        output_codec(cfg), clients, clock=self.clock)
+        self.processor = Processor(wiring)
 
     def _producer(self, error_cb: Callable[[KafkaError], None], **_: object) -> FakeProducer:
         """The first producer is ``self.producer`` (set up before the run); each later one (a
@@ -98,13 +102,12 @@ def test_revoke_drains_the_open_batch_and_commits_it_before_returning(pipelined:
     h.consumer.append(P0, [event(i) for i in range(5)])
     h.consumer.append(P1, [event(i) for i in range(3)])
     seen_in_revoke: dict[str, object] = {}
-    revoke = h.processor._on_revoke
 
-    def watched(consumer: FakeConsumer, parts: list) -> None:
-        revoke(consumer, parts)
-        seen_in_revoke.update(committed=dict(h.consumer.committed), written=len(h.producer.written))
+    def watched(kind: str, parts: list) -> None:
+        if kind == "revoke":
+            seen_in_revoke.update(committed=dict(h.consumer.committed), written=len(h.producer.written))
 
-    h.processor._on_revoke = watched  # type: ignore[method-assign]
+    h.consumer.after_callback = watched
 
     def consumed(s: Stats) -> bool:
         if s.events == 8:
@@ -189,9 +192,7 @@ class RegistryAway:
 def test_a_registry_outage_pauses_input_backs_off_and_reads_the_chunk_again(
         caplog: pytest.LogCaptureFixture) -> None:
     """Not a dead letter and not an exit: the records are fine, something they need is away."""
-    h = Harness(config(max_wait_ms=0))
-    h.processor = Processor(h.processor.cfg, h.processor.runner, RegistryAway(away=3),
-                            output_codec(h.processor.cfg), clock=h.clock, clients=h.processor._clients)
+    h = Harness(config(max_wait_ms=0), decoder=RegistryAway(away=3))
     h.consumer.rebalance("assign", [P0])
     h.consumer.append(P0, [event(i) for i in range(10)])
     states: list[tuple[str | None, bool, dict]] = []

@@ -10,15 +10,18 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from streamer.commands.run import output_codec
+from streamer.wiring import output_codec
 from streamer.config import ChallengerConfig
 from streamer.errors import InferenceError
+from streamer.model.contract import Contract
+from streamer.model.signature import Columns
 from streamer.observe.metrics import Metrics
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow
+from streamer.testing import matrix_signature
 from streamer.testing import FakeClock, FunctionRunner
 from tests.pipeline.test_serving import N, config, rows
 
@@ -49,13 +52,13 @@ def make(tmp_path: Path, runners: dict[str, Any], **shadow: object) -> tuple[Sha
     cfg = replace(cfg, shadow=replace(cfg.shadow, challengers=tuple(specs), **shadow))
     sink, registry = Sink(), CollectorRegistry()
     s = Shadow(cfg, list(zip(specs, runners.values(), strict=True)),
-               Stages(JsonCodec(), output_codec(cfg), cfg.input, N), lambda: sink, Metrics(registry), FakeClock())
+               Stages(JsonCodec(), output_codec(cfg), cfg.input, Contract.of(matrix_signature(N))), lambda: sink, Metrics(registry), FakeClock())
     s.start(8)
     return s, sink, registry
 
 
 def champion(features: np.ndarray, degraded: str | None = None) -> Scored:
-    return Scored(scores=features[:, :1].copy(), version="1", provider="cpu", degraded=degraded)
+    return Scored(Columns({"scores": features[:, :1].copy()}), version="1", provider="cpu", degraded=degraded)
 
 
 def drain(s: Shadow) -> None:
@@ -69,7 +72,7 @@ def test_flips_and_differences_are_counted_on_the_rows_the_champion_scored_itsel
     f = np.zeros((10, N), np.float32)
     f[:, 0] = [0.0, 0.1, 0.2, 0.3, 0.35, 0.45, 0.5, 0.6, 0.9, 1.0]
     out = champion(f)
-    out.scores[9, 0] = np.nan  # a poison row: the champion did not score it
+    out.scores.arrays["scores"][9, 0] = np.nan  # a poison row: the champion did not score it
     s.submit(rows(f), out)
     s.submit(rows(f), champion(f, degraded="breaker open"))  # the fallback's: not compared
     drain(s)

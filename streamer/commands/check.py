@@ -37,7 +37,7 @@ def check(cfg: Config, timeout_s: float = 10.0) -> list[Finding]:
 
 
 def _model(cfg: Config) -> Finding:
-    from streamer.commands.run import checked_runner, prediction_schema
+    from streamer.wiring import checked_runner, prediction_schema
 
     try:
         runner = checked_runner(cfg)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamer.commands.run import build_processor, input_codec
+from streamer.wiring import build_processor, input_codec
 from streamer.dev.broker import kafka_cluster
 from streamer.kafka.clients import plain_producer
 from streamer.kafka.delivery import produce

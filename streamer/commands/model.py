@@ -75,7 +75,7 @@ def inspect(path: Path) -> str:
 
 def schema(cfg: Config) -> str:
     """The prediction schema a config produces, its model checked as at start-up."""
-    from streamer.commands.run import checked_runner, prediction_schema
+    from streamer.wiring import checked_runner, prediction_schema
 
     return _json(prediction_schema(cfg, checked_runner(cfg)))
 

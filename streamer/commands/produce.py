@@ -42,7 +42,7 @@ _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
 def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
     """Publish every row of ``path`` to the input topic; returns how many the broker acknowledged."""
-    from streamer.commands.run import input_codec
+    from streamer.wiring import input_codec
 
     topic = cfg.input.topics[0]
     if cfg.input.format == "avro-confluent" and cfg.input.schema is None:
@@ -168,7 +168,7 @@ def prediction_decoder(cfg: Config) -> Codec:
         reg = output_registry(cfg)
         assert reg is not None  # the config refuses avro-confluent output without one
         return ConfluentAvroCodec(registry_client(reg), cfg.output.topic)
-    from streamer.commands.run import model_runner, prediction_schema
+    from streamer.wiring import model_runner, prediction_schema
 
     return AvroCodec(prediction_schema(cfg, model_runner(cfg)))
 

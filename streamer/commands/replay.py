@@ -24,13 +24,13 @@ from confluent_kafka import Consumer, TopicPartition
 
 from streamer.kafka import clients
 from streamer.kafka.topics import partitions
-from streamer.commands.run import build_processor
+from streamer.house import Bounds, Scope
+from streamer.wiring import build_processor
 from streamer.config import Config
 from streamer.errors import ConfigError
 from streamer.observe.stats import Stats
 
 log = logging.getLogger(__name__)
-Bounds = dict[tuple[str, int], tuple[int, int]]
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -168,15 +168,12 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
     total = sum(e - s for s, e in bounds.values())
     log.info("replay %s: %d events in range, %s", run_id, total,
              ", ".join(f"{t}[{p}] {s}..{e}" for (t, p), (s, e) in sorted(bounds.items())))
-    processor = build_processor(rcfg)
-    if model_version is not None:  # the label asked for, verbatim, whatever the file declares
-        processor.serving.relabel(model_version)
-    processor.run_id = run_id
     meta = {tp: json.dumps({"run": run_id, "end": e}) for tp, (_, e) in bounds.items()}
-    processor.commit_metadata = meta.__getitem__
+    processor = build_processor(rcfg, scope=Scope(bounds, run_id, meta.__getitem__),
+                                model_version=model_version)  # the label asked for, verbatim
     bar = _Progress(total, progress or sys.stderr)
     started = time.monotonic()
-    processor.run(until=lambda s: bar.update(s.outputs), bounds=bounds)
+    processor.run(until=lambda s: bar.update(s.outputs))
     bar.close(processor.stats.outputs)
     return ReplaySummary(run_id, output_topic, total, resumed, processor.stats,
                          time.monotonic() - started)

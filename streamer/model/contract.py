@@ -16,8 +16,10 @@ row (``[N, k]``: an array), one column of a row (``column: k``), or a ZipMap's c
 maps as a probability row in class order. A model with several outputs and no mapping is refused:
 nothing is picked silently (skl2onnx's classifiers put the label first).
 
-The legacy contract (one float32 input fed from the array field, one output written as
-``scores``) keeps the columnar fast path: its batches are float32 matrices, not :class:`Columns`.
+A batch is always :class:`Columns`. A one-input model fed from the array field (the default
+contract) takes one column, :data:`FEATURES`, a float32 ``[N, k]`` matrix that the columnar fast
+path builds in one go; a model whose outputs are not mapped gives one column, :data:`SCORES`,
+written as the prediction's ``scores`` array.
 
 Worked example (a ColumnTransformer model with inputs ``country`` string [N, 1] and ``amount``
 float32 [N, 1]; ``model.inputs: {country: card.country, amount: {field: amount, fill: 0}}``)::
@@ -45,6 +47,8 @@ from streamer.model.signature import DTYPES, FLOATS, Columns, Signature, TensorS
 _INT_RANGE = {"int64": (-2 ** 63, 2 ** 63 - 1), "int32": (-2 ** 31, 2 ** 31 - 1)}
 _EXACT_INT = {"float32": 2 ** 24, "float64": 2 ** 53}  # every int up to this is a float exactly
 _F32_MAX = float(np.finfo(np.float32).max)
+FEATURES = "features"  # the input column of a one-input model fed from the array field
+SCORES = "scores"  # the output column of a model whose outputs are not mapped
 
 
 def field_value(payload: Mapping[str, Any], path: str) -> Any:
@@ -199,8 +203,8 @@ class Contract:
     signature: Signature
     inputs: tuple[InputPlan, ...]
     outputs: tuple[OutputPlan, ...]
-    legacy_input: bool  # one float32 input from ``features_field``: batches are float32 matrices
-    legacy_output: bool  # one output written as 'scores': results are float32 matrices
+    legacy_input: bool  # one float32 input from ``features_field``: the one column FEATURES
+    legacy_output: bool  # one output written as 'scores': the one column SCORES
     features_field: str
 
     @classmethod
@@ -235,22 +239,27 @@ class Contract:
         """One event's values per input; raises ValidationError naming the field."""
         return {p.spec.name: p.row(payload) for p in self.inputs}
 
-    def stack(self, rows: Sequence[Mapping[str, list[Any]]]) -> Columns:
-        """The events' values as the model's input tensors."""
+    def stack(self, rows: Sequence[Any]) -> Columns:
+        """The events' values (each a :meth:`row`, or a float32 feature row for the array field)
+        as the batch's columns."""
+        if self.legacy_input:
+            width = self.inputs[0].width
+            matrix = np.stack(rows).astype(np.float32, copy=False) if rows else np.empty((0, width), np.float32)
+            return Columns({FEATURES: matrix})
         return Columns({p.spec.name: p.column([r[p.spec.name] for r in rows]) for p in self.inputs})
 
-    def blank(self, rows: int) -> Any:
+    def blank(self, rows: int) -> Columns:
         """A probe batch: zeros (empty strings, false) in every input."""
         if self.legacy_input:
-            return np.zeros((rows, self.inputs[0].width), np.float32)
+            return Columns({FEATURES: np.zeros((rows, self.inputs[0].width), np.float32)})
         return self.stack([{p.spec.name: [_zero(p.spec.element)] * p.width for p in self.inputs}] * rows)
 
-    def feed(self, batch: Any) -> dict[str, np.ndarray]:
-        """The session's input dict for a batch (a float32 matrix, or Columns)."""
-        if isinstance(batch, Columns):
+    def feed(self, batch: Columns) -> dict[str, np.ndarray]:
+        """The session's input dict for a batch: its columns, by model input name."""
+        if not self.legacy_input:
             return batch.arrays
         (plan,) = self.inputs
-        x = np.ascontiguousarray(batch, dtype=DTYPES[plan.spec.element])
+        x = np.ascontiguousarray(batch.arrays[FEATURES], dtype=DTYPES[plan.spec.element])
         if x.ndim != 2 or x.shape[1] != plan.width:
             raise InferenceError(f"model input '{plan.spec.name}' takes [rows, {plan.width}], got {x.shape}")
         return {plan.spec.name: x}
@@ -261,9 +270,9 @@ class Contract:
     def output_names(self) -> list[str]:
         return list(dict.fromkeys(p.spec.name for p in self.outputs))
 
-    def collect(self, raw: Sequence[Any], rows: int) -> Any:
-        """The session's outputs (in :attr:`output_names` order) as the batch's result: a float32
-        matrix of 'scores' for the legacy contract, else Columns named by prediction field."""
+    def collect(self, raw: Sequence[Any], rows: int) -> Columns:
+        """The session's outputs (in :attr:`output_names` order) as the batch's result: Columns
+        named by prediction field (one float32 matrix, :data:`SCORES`, when outputs are not mapped)."""
         if self.legacy_output:  # the session was asked for its one output: no lookup by name
             (first,) = raw
             out = np.asarray(first, dtype=np.float32)
@@ -273,9 +282,19 @@ class Contract:
                 raise InferenceError(f"the model returned a {out.ndim}-D output; expected [rows, n_outputs]")
             if len(out) != rows:
                 raise InferenceError(f"model returned {len(out)} output rows for {rows} input rows")
-            return out
+            return Columns({SCORES: out})
         by_name = dict(zip(self.output_names, raw, strict=True))
         return Columns({p.field: p.take(by_name[p.spec.name], rows) for p in self.outputs})
+
+    def blank_result(self, rows: int) -> Columns:
+        """A result of ``rows`` placeholder rows (NaN, 0, '') in every prediction field: what a
+        batch whose every row failed holds."""
+        cols = {}
+        for p in self.outputs:
+            dtype = DTYPES.get(p.element, np.float32)
+            shape = (rows,) if p.scalar else (rows, p.spec.width or 1)
+            cols[p.field] = np.zeros(shape, dtype)
+        return Columns(cols).blank(rows)
 
     def avro_fields(self) -> list[dict[str, Any]]:
         """The prediction fields the outputs fill, as Avro fields (the legacy 'scores' included)."""

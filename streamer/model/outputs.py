@@ -138,12 +138,14 @@ def suggested_outputs(sig: Signature) -> list[tuple[str, str]]:
     return out
 
 
-def decision_scores(scores: Any) -> np.ndarray:
-    """One number per row that a decision is made on (shadow flips and agreement): the legacy
-    matrix's first column; with named outputs, the first float field: a single value as it is,
-    a two-class probability row's second column (P(positive)), a wider row's largest value."""
-    if not isinstance(scores, Columns):
-        return np.asarray(scores)[:, 0] if np.asarray(scores).shape[1:] != (0,) else np.empty(len(scores))
+def decision_scores(scores: Columns) -> np.ndarray:
+    """One number per row that a decision is made on (shadow flips and agreement): the first
+    column of ``scores`` (outputs not mapped); with named outputs, the first float field: a single
+    value as it is, a two-class probability row's second column (P(positive)), a wider row's
+    largest value."""
+    legacy = scores.arrays.get("scores")
+    if legacy is not None and len(scores.arrays) == 1 and legacy.ndim == 2:
+        return legacy[:, 0] if legacy.shape[1] else np.full(len(scores), np.nan)
     for col in scores.arrays.values():
         if col.dtype.kind == "f":
             if col.ndim == 1:

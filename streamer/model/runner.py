@@ -18,7 +18,7 @@ import onnxruntime as ort
 
 from streamer.errors import ConfigError, InferenceError, TransientInferenceError
 from streamer.model.contract import Contract
-from streamer.model.signature import Signature
+from streamer.model.signature import Columns, Signature
 
 Device = Literal["cuda", "cpu"]
 _PROVIDERS: dict[str, str] = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
@@ -34,12 +34,16 @@ _TRANSIENT = re.compile(r"out of memory|Failed to allocate|CUDA_ERROR_OUT_OF_MEM
 log = logging.getLogger(__name__)
 
 
-Batch = Any  # a float32 [rows, n_features] matrix (the legacy contract), or Columns of named inputs
-
-
 class ModelRunner(Protocol):
-    """Scores a batch, one result row per input row: a float32 [rows, n_outputs] matrix of scores
-    (the legacy contract), or Columns named by prediction field (contract.py)."""
+    """Scores a batch of the model's input columns, one result row per input row: Columns named
+    by prediction field (contract.py). A wrapper declares the wrapped model's signature and
+    contract, which the loop, the stages and the reload checks read."""
+
+    @property
+    def signature(self) -> Signature: ...
+
+    @property
+    def contract(self) -> Contract: ...
 
     @property
     def n_features(self) -> int: ...
@@ -49,19 +53,17 @@ class ModelRunner(Protocol):
 
     def warm_up(self, rows: int) -> None: ...
 
-    def run(self, features: Batch) -> Any: ...
+    def run(self, features: Columns) -> Columns: ...
 
 
-def blank_batch(runner: ModelRunner, rows: int) -> Batch:
-    """A batch of zeros the runner takes (its contract's probe; a matrix for runners without one)."""
-    contract = getattr(runner, "contract", None)
-    return contract.blank(rows) if contract is not None else np.zeros((rows, runner.n_features), np.float32)
+def blank_batch(runner: ModelRunner, rows: int) -> Columns:
+    """A batch of zeros the runner takes (its contract's probe)."""
+    return runner.contract.blank(rows)
 
 
 def numeric_width(runner: ModelRunner) -> int:
     """Numeric input values per row: what a drift profile for this model describes."""
-    contract = getattr(runner, "contract", None)
-    return runner.n_features if contract is None else contract.numeric_width
+    return runner.contract.numeric_width
 
 
 class OnnxRunner:
@@ -114,9 +116,9 @@ class OnnxRunner:
         self._provider: str = self._session.get_providers()[0]
         on_cuda = self._provider == _PROVIDERS["cuda"]
         self._device = ("cuda", int((cuda_options or {}).get("device_id", 0))) if on_cuda else ("cpu", 0)
-        self.signature = Signature.of(self._session)
+        self._signature = Signature.of(self._session)
         try:
-            self.contract = (contract or Contract.of)(self.signature)
+            self._contract = (contract or Contract.of)(self._signature)
         except ConfigError as exc:
             raise ConfigError(exc.key, f"model {self.path.name}: {exc.reason}") from exc
         simple = (self.contract.legacy_input and self.contract.legacy_output
@@ -155,6 +157,16 @@ class OnnxRunner:
             ort.set_default_logger_severity(_ORT_DEFAULT_SEVERITY)
 
     @property
+    def signature(self) -> Signature:
+        """The model's inputs and outputs, read from its session."""
+        return self._signature
+
+    @property
+    def contract(self) -> Contract:
+        """How the model is fed and read (contract.py)."""
+        return self._contract
+
+    @property
     def n_features(self) -> int:
         return self.contract.n_features
 
@@ -167,7 +179,7 @@ class OnnxRunner:
         """Run one batch of zeros so the first real batch does not pay for lazy initialisation."""
         self.run(self.contract.blank(rows))
 
-    def run(self, features: Batch) -> Any:
+    def run(self, features: Columns) -> Columns:
         """Score a batch in one session call; the result as :meth:`Contract.collect` gives it.
 
         Raises:

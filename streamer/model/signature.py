@@ -165,12 +165,14 @@ class Columns:
             v[at:at + len(block)] = block.arrays[k]
 
 
-def numeric_matrix(batch: Any) -> np.ndarray:
+def numeric_matrix(batch: Columns) -> np.ndarray:
     """A batch's numeric input values as one float matrix, column by column in input order (what
-    drift is measured on); a legacy batch is its own matrix. String and bool inputs are left out."""
-    if not isinstance(batch, Columns):
-        return batch
-    cols = [v.reshape(len(v), -1).astype(np.float64) for v in batch.arrays.values() if v.dtype.kind in "fiu"]
+    drift is measured on). String and bool inputs are left out; a single float matrix column (a
+    one-input model's ``features``) is its own matrix."""
+    arrays = list(batch.arrays.values())
+    if len(arrays) == 1 and arrays[0].ndim == 2 and arrays[0].dtype.kind == "f":
+        return arrays[0]
+    cols = [v.reshape(len(v), -1).astype(np.float64) for v in arrays if v.dtype.kind in "fiu"]
     return np.hstack(cols) if cols else np.empty((len(batch), 0))
 
 
@@ -181,10 +183,3 @@ def _blank(like: np.ndarray, rows: int) -> np.ndarray:
     if like.dtype == object:
         return np.full(shape, "", object)
     return np.zeros(shape, like.dtype)
-
-
-def join_batches(parts: Sequence[Any]) -> Any:
-    """Join batch inputs or outputs: matrices by rows, Columns column by column."""
-    if isinstance(parts[0], Columns):
-        return Columns.join(parts)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)

@@ -24,6 +24,7 @@ from streamer.observe.report import ProgressLog
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.isolate import Scored
+from streamer.pipeline.records import Rows
 from streamer.pipeline.serving import Reload
 from streamer.model.signature import numeric_matrix
 
@@ -71,8 +72,18 @@ class Accounting:
         for topic, count in Counter(topics).items():
             self.metrics.events_consumed.labels(topic).inc(count)
 
-    def scored(self, batch: Batch[Any], seconds: float, out: Scored, breaker: int) -> None:
-        """A batch scored, by the model or (degraded) by the fallback; ``breaker``: its state code."""
+    def decoded(self, rows: Rows) -> None:
+        """Nothing to count: consumed() counted the messages, and rejects count as dead letters."""
+
+    def acked(self, acked: Acked) -> None:
+        """Nothing to count yet: outputs count once final (:meth:`final`, or a transaction's commit)."""
+
+    def breaker(self, state: int) -> None:
+        """The serving model's breaker state code, after each batch."""
+        self.metrics.breaker_state.set(state)
+
+    def scored(self, batch: Batch[Rows], seconds: float, out: Scored, predicted: Rows) -> None:
+        """A batch scored, by the model or (degraded) by the fallback, and its predictions encoded."""
         s, m, scored = self.stats, self.metrics, out
         s.batches += 1
         s.rows_batched += len(batch.rows)
@@ -83,7 +94,6 @@ class Accounting:
         m.flushes.labels(batch.reason).inc()
         m.batch_wait.observe(batch.wait_s)
         m.inference.labels(out.model or self._model[0], out.version, out.provider).observe(seconds)
-        m.breaker_state.set(breaker)
         if out.degraded is not None:
             s.degraded += len(batch.rows)
             m.degraded.inc(len(batch.rows))

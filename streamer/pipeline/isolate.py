@@ -34,19 +34,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError, detach
-from streamer.model.runner import Batch, ModelRunner, blank_batch
+from streamer.model.runner import ModelRunner, blank_batch
 from streamer.model.signature import Columns
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Scored:
-    """One scored batch: the results of the good rows, an error for each poison row, and (set by
-    serving.py) the model that scored it; ``degraded`` is the reason the fallback did instead."""
+    """One scored batch: the results of the good rows, an error for each poison row, and the
+    model that scored it (serving.py returns a copy that names it); ``degraded`` is the reason
+    the fallback did instead."""
 
-    scores: Any  # float32 [rows, n_outputs], or Columns by prediction field; poison rows hold NaN (or 0, '')
+    scores: Columns  # by prediction field; poison rows hold NaN (or 0, '')
     poison: dict[int, InferenceError] = field(default_factory=dict)
     calls: int = 0  # model calls made, the first one included
     bisections: int = 0  # batches split in two
@@ -63,10 +63,10 @@ class IsolationPolicy:
     transient_backoff_s: float = 0.05
 
 
-def score_isolating(runner: ModelRunner, features: Batch,
+def score_isolating(runner: ModelRunner, features: Columns,
                     policy: IsolationPolicy = IsolationPolicy(),
                     sleep: Callable[[float], None] = time.sleep, poison_rate: float = 0.0) -> Scored:
-    """Score ``features`` [rows, n_features]; isolate failing rows; raise if the model is broken.
+    """Score ``features`` (the model's input columns); isolate failing rows; raise if the model is broken.
     ``poison_rate``: the share of poison rows to expect (the search's d per row).
 
     Raises:
@@ -82,44 +82,37 @@ class _Search:
     closures that call each other (and ``bisect`` itself) are a reference cycle per batch, which
     held the batch's features and results until the garbage collector came by."""
 
-    def __init__(self, runner: ModelRunner, features: Batch, policy: IsolationPolicy,
+    def __init__(self, runner: ModelRunner, features: Columns, policy: IsolationPolicy,
                  sleep: Callable[[float], None], poison_rate: float) -> None:
         self.runner, self.features, self.policy, self.sleep = runner, features, policy, sleep
         self.poison_rate = poison_rate
         self.n = n = len(features)
         self.limit = int(policy.max_poison_fraction * n) if n >= 2 else n
-        self.result = Scored(scores=np.empty((0, 0), np.float32))
-        self.outputs: dict[int, Any] = {}  # scored blocks by their first row
+        self.calls = self.bisections = 0
+        self.poisoned: dict[int, InferenceError] = {}
+        self.outputs: dict[int, Columns] = {}  # scored blocks by their first row
 
     def run(self) -> Scored:
-        n, result, outputs = self.n, self.result, self.outputs
+        n, outputs = self.n, self.outputs
         whole = self.attempt(0, n)
-        if not isinstance(whole, InferenceError):
-            result.scores = whole  # the usual case: one call scored the whole batch
-            return result
+        if not isinstance(whole, InferenceError):  # the usual case: one call scored the whole batch
+            return Scored(whole, calls=self.calls)
         if n == 1 or isinstance(whole, TransientInferenceError):
             self.bisect(0, n, whole)
         else:
             self.search(whole)
         first = next(iter(outputs.values()), None)
-        if isinstance(first, Columns):
-            scores: Any = first.blank(n)
-            for lo, block in outputs.items():
-                scores.put(lo, block)
-        else:
-            width = first.shape[1] if first is not None else 1
-            scores = np.full((n, width), np.nan, dtype=np.float32)
-            for lo, block in outputs.items():
-                scores[lo:lo + len(block)] = block
-        result.scores = scores
-        return result
+        scores = self.runner.contract.blank_result(n) if first is None else first.blank(n)
+        for lo, block in outputs.items():
+            scores.put(lo, block)
+        return Scored(scores, self.poisoned, self.calls, self.bisections)
 
     def attempt(self, lo: int, hi: int) -> Any:
         """Rows [lo, hi) in one call: the result, or the error (transient ones retried first),
         detached from its traceback (errors.detach: the search keeps failures in its locals)."""
         policy = self.policy
         for k in range(policy.transient_retries + 1):
-            self.result.calls += 1
+            self.calls += 1
             try:
                 return self.runner.run(self.features[lo:hi])
             except TransientInferenceError as exc:
@@ -135,7 +128,7 @@ class _Search:
             # Out of device memory even for one row: the device, not the row. Hold the batch
             # (the loop retries it later); never dead-letter a row for it.
             raise ModelBrokenError(f"one row still fails for want of a resource: {got}") from got
-        poison = self.result.poison
+        poison = self.poisoned
         poison[row] = got
         if len(poison) > self.limit:
             raise ModelBrokenError(f"{len(poison)} of {self.n} rows fail: the model is "
@@ -148,7 +141,7 @@ class _Search:
         elif hi - lo == 1:
             self.poison(lo, got)
         else:
-            self.result.bisections += 1
+            self.bisections += 1
             mid = (lo + hi) // 2
             left, right = self.attempt(lo, mid), self.attempt(mid, hi)
             all_rows = (lo, hi) == (0, self.n)
@@ -159,14 +152,14 @@ class _Search:
 
     def broken_check(self, failure: InferenceError) -> None:
         """The whole batch and the first call inside it failed: a broken model, or poison?"""
-        self.result.calls += 1
+        self.calls += 1
         if not model_answers(self.runner):
             raise ModelBrokenError(f"a batch of {self.n} and its first part fail, and so does the warm-up "
                                    f"input: the model is failing, not the rows ({failure})") from failure
 
     def search(self, whole: InferenceError) -> None:
         """Generalized binary splitting over rows [0, n), known to fail as a whole (``whole``)."""
-        n, result, outputs, attempt = self.n, self.result, self.outputs, self.attempt
+        n, outputs, attempt = self.n, self.outputs, self.attempt
         p, known, checked = 0, (0, n, whole), False
         while p < n:
             if known is not None:  # [lo, hi) starts at p and fails: find its first poison row
@@ -187,7 +180,7 @@ class _Search:
                     continue
                 lo, failure = p, got
             while hi - lo > 1:  # halve [lo, hi): the first half, if it fails, else the second
-                result.bisections += 1
+                self.bisections += 1
                 mid = (lo + hi) // 2
                 left = attempt(lo, mid)
                 if not checked:
@@ -235,7 +228,7 @@ class BatchScorer:
         self.failed_batches = 0  # whole batches failing in a row
         self.poison_rate = 0.0  # a moving average of the share of poison rows: the search's d
 
-    def score(self, features: Batch) -> Scored:
+    def score(self, features: Columns) -> Scored:
         scored = score_isolating(self.runner, features, self.policy, poison_rate=self.poison_rate)
         if len(features):
             self.poison_rate += POISON_RATE_WEIGHT * (len(scored.poison) / len(features) - self.poison_rate)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from streamer.model.signature import join_batches
+from streamer.model.signature import Columns
 from streamer.formats.columnar.texts import Texts
 
 TopicPartition = tuple[str, int]
@@ -42,7 +42,7 @@ class SourceRecord:
     entity_id: str
     event_time_ms: int
     timestamp_ms: int
-    features: Any  # float32 (n_features,) (the legacy contract), or each model input's values by name
+    features: Any  # the model's values for this event: a float32 feature row, or each input's values by name
     passthrough: tuple[Any, ...] = ()  # the values of output.include, in its order
 
 
@@ -129,24 +129,23 @@ class Rows:
     event_ids: Sequence[str]  # a list, or Texts: the ids' bytes as decoded (formats/columnar/texts.py)
     entity_ids: Sequence[str]
     event_times: np.ndarray  # int64 milliseconds: the event's own time
-    features: Any  # float32 [rows, n_features] (the legacy contract), or Columns of the model's inputs
+    features: Columns  # the model's inputs, by column
     passthrough: list[tuple[Any, ...]] | None = None  # output.include's values per row; None: none kept
 
     @classmethod
-    def empty(cls, n_features: int, features: Any = None) -> Rows:
-        """No rows; ``features``: an empty batch of the contract's inputs (default: a float matrix)."""
+    def empty(cls, features: Columns) -> Rows:
+        """No rows; ``features``: an empty batch of the contract's inputs."""
         return cls(Messages([], [], np.empty(0, np.int64), np.empty(0, np.int64)), [], [],
-                   np.empty(0, np.int64), np.empty((0, n_features), np.float32) if features is None else features)
+                   np.empty(0, np.int64), features)
 
     @classmethod
-    def from_records(cls, records: Sequence[SourceRecord], source: Messages, n_features: int,
-                     stack: Callable[[list[Any]], Any] | None = None) -> Rows:
+    def from_records(cls, records: Sequence[SourceRecord], source: Messages,
+                     stack: Callable[[list[Any]], Columns]) -> Rows:
         """Rows from the reference path's records (one per message of ``source``); ``stack``
-        turns their inputs into the batch's (default: float32 rows into a matrix)."""
+        (the contract's) turns their inputs into the batch's columns."""
         if not records:
-            return cls.empty(n_features, None if stack is None else stack([]))._replace_source(source)
-        features = (np.stack([r.features for r in records]).astype(np.float32, copy=False) if stack is None
-                    else stack([r.features for r in records]))
+            return cls.empty(stack([]))._replace_source(source)
+        features = stack([r.features for r in records])
         kept = [r.passthrough for r in records] if records[0].passthrough else None
         return cls(source, [r.event_id for r in records], [r.entity_id for r in records],
                    np.array([r.event_time_ms for r in records], np.int64), features, kept)
@@ -164,7 +163,7 @@ class Rows:
         return Rows(Messages([m for s in src for m in s.items], [t for s in src for t in s.topics],
                              np.concatenate([s.partitions for s in src]), np.concatenate([s.offsets for s in src])),
                     Texts.join([p.event_ids for p in parts]), Texts.join([p.entity_ids for p in parts]),
-                    np.concatenate([p.event_times for p in parts]), join_batches([p.features for p in parts]),
+                    np.concatenate([p.event_times for p in parts]), Columns.join([p.features for p in parts]),
                     kept)
 
     def __len__(self) -> int:
@@ -207,14 +206,13 @@ class Stamp:
     degraded: str | None = None
 
 
-def prediction_fields(source: SourceRecord, scores: np.ndarray | Mapping[str, Any], stamp: Stamp,
+def prediction_fields(source: SourceRecord, outputs: Mapping[str, Any], stamp: Stamp,
                       include: Sequence[str] = ()) -> dict[str, Any]:
-    """The prediction record for one scored source record: ``scores`` is the legacy score row
-    (streamer/schemas/prediction.avsc) or the named output fields' values; ``include`` names the
-    pass-through fields (output.include) whose values the record carries. The degraded fields
-    are left to their defaults unless the stamp says degraded, so an output schema from before
-    them still takes the record."""
-    outputs = dict(scores) if isinstance(scores, Mapping) else {"scores": scores.tolist()}
+    """The prediction record for one scored source record: ``outputs`` are its prediction
+    fields' values (``scores``, the row of streamer/schemas/prediction.avsc, or the named
+    outputs); ``include`` names the pass-through fields (output.include) whose values the record
+    carries. The degraded fields are left to their defaults unless the stamp says degraded, so an
+    output schema from before them still takes the record."""
     fields = {
         "event_id": source.event_id, "entity_id": source.entity_id, **outputs,
         "model_name": stamp.model_name, "model_version": stamp.model_version, "source_topic": source.topic,

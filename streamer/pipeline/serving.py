@@ -45,7 +45,8 @@ from streamer.config import Config, ModelConfig, model_versions
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
 from streamer.pipeline.records import Rows
-from streamer.model.runner import Batch, ModelRunner, blank_batch
+from streamer.model.contract import SCORES
+from streamer.model.runner import ModelRunner, blank_batch
 from streamer.model.signature import Columns
 
 log = logging.getLogger(__name__)
@@ -89,31 +90,26 @@ def _state(m: ModelConfig) -> tuple[str, int, int, int]:
     return str(path), st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def check_candidate(runner: ModelRunner, serving: ModelRunner | None, probes: list[Batch], rows: int,
+def check_candidate(runner: ModelRunner, serving: ModelRunner | None, probes: list[Columns], rows: int,
                     width: int = 0) -> str | None:
     """Why ``runner`` cannot serve (None: it can), the checks of a hot reload and of start-up: the
-    serving model's signature (or, without one, its input width), a warm-up, and on each probe
-    batch one result row per row, ``width`` score columns (0: any) and finite float outputs."""
+    serving model's input width and signature, a warm-up, and on each probe batch one result row
+    per row in every field, finite float outputs, and ``width`` columns of ``scores`` (0: any)."""
     if serving is not None:
         if runner.n_features != serving.n_features:
             return f"it takes {runner.n_features} features; the serving model takes {serving.n_features}"
-        ours, theirs = getattr(serving, "signature", None), getattr(runner, "signature", None)
-        differs = ours.differs(theirs) if ours is not None and theirs is not None else None
-        if differs:
+        if differs := serving.signature.differs(runner.signature):
             return f"its signature differs: {differs}"
     runner.warm_up(rows)
     for probe in probes:
         out = runner.run(probe)
-        if isinstance(out, Columns):
-            bad = [k for k, v in out.arrays.items() if len(v) != len(probe)
-                   or v.dtype.kind == "f" and not np.isfinite(v).all()]
-            if bad:
-                return f"it gives non-finite or missing values in {bad} on a probe of {len(probe)} rows"
-            continue
-        if out.shape != (len(probe), width or out.shape[1]):
-            return f"it answers {len(probe)} rows with shape {out.shape}; expected ({len(probe)}, {width})"
-        if not np.isfinite(out).all():
-            return f"it gives non-finite scores on a probe of {len(probe)} rows"
+        bad = [k for k, v in out.arrays.items() if len(v) != len(probe)
+               or v.dtype.kind == "f" and not np.isfinite(v).all()]
+        if bad:
+            return f"it gives non-finite or missing values in {bad} on a probe of {len(probe)} rows"
+        scores = out.arrays.get(SCORES)
+        if width and scores is not None and scores.shape[1:] != (width,):
+            return f"it answers {len(probe)} rows with shape {scores.shape}; expected ({len(probe)}, {width})"
     return None
 
 
@@ -168,11 +164,11 @@ class Fallback:
         self.runner, self.name, self.version = runner, name, version
         self._row = None if scores is None else np.asarray(scores, np.float32).reshape(1, -1)
 
-    def score(self, features: Batch) -> Scored:
+    def score(self, features: Columns) -> Scored:
         if self.runner is None:
             assert self._row is not None
-            return Scored(scores=np.repeat(self._row, len(features), axis=0), calls=0)
-        return Scored(scores=self.runner.run(features), calls=1)
+            return Scored(Columns({SCORES: np.repeat(self._row, len(features), axis=0)}), calls=0)
+        return Scored(self.runner.run(features), calls=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +219,7 @@ class Serving:
         self._current = self._model(runner, file_version(m.version, *served_file(m), runner))
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
-        self._last: Batch | None = None  # the last live batch: a candidate's probe
+        self._last: Columns | None = None  # the last live batch: a candidate's probe
         self._seen, self._changed = _state(m), None  # model.path as looked at, and a change seen once
         self._changed_at = 0.0
         self._next_look = clock() + m.reload_check_ms / 1000
@@ -284,7 +280,7 @@ class Serving:
             self.shadow.submit(rows, out)
         return out
 
-    def _score(self, features: Batch) -> Scored:
+    def _score(self, features: Columns) -> Scored:
         self._last, model = features, self._current
         if self.fallback is None:
             return self._scored(model, model.scorer.score(features))
@@ -304,20 +300,19 @@ class Serving:
         return self._scored(model, scored)
 
     def _scored(self, model: _Model, scored: Scored) -> Scored:
-        if len(scored.poison) < len(scored.scores) and not isinstance(scored.scores, Columns):
-            self._width = scored.scores.shape[1]  # the serving width: what a candidate must give
-        scored.model, scored.version, scored.provider = self._m.name, model.version, model.runner.provider
-        return scored
+        scores = scored.scores.arrays.get(SCORES)
+        if len(scored.poison) < len(scored.scores) and scores is not None:
+            self._width = scores.shape[1]  # the serving width: what a candidate must give
+        return replace(scored, model=self._m.name, version=model.version, provider=model.runner.provider)
 
-    def _degraded(self, model: _Model, features: Batch, reason: str) -> Scored:
+    def _degraded(self, model: _Model, features: Columns, reason: str) -> Scored:
         assert self.fallback is not None
         try:
             scored = self.fallback.score(features)
         except InferenceError as exc:
             raise ModelBrokenError(f"{reason}; and the fallback fails too: {exc}") from exc
-        scored.model, scored.version = self.fallback.name, self.fallback.version
-        scored.provider, scored.degraded = "fallback", reason
-        return scored
+        return replace(scored, model=self.fallback.name, version=self.fallback.version, provider="fallback",
+                       degraded=reason)
 
     # ---- reloads --------------------------------------------------------------------------
 
@@ -357,14 +352,14 @@ class Serving:
             return
         file, version = served_file(self._m)
         probes = [blank_batch(self.runner, self._rows)]
-        if self._last is not None:  # a matrix is copied: the loop reuses nothing, but a fake might
-            probes.append(self._last if isinstance(self._last, Columns) else np.array(self._last, copy=True))
+        if self._last is not None:
+            probes.append(self._last)
         log.info("loading %s beside the serving model (version %s)", file, self.version)
         self._loading = threading.Thread(target=self._candidate, args=(file, version, probes),
                                          name="model-reload", daemon=True)
         self._loading.start()
 
-    def _candidate(self, file: Path, place: str | None, probes: list[Batch]) -> None:
+    def _candidate(self, file: Path, place: str | None, probes: list[Columns]) -> None:
         """In the loading thread: load, warm up and check one candidate; never raises."""
         assert self._load is not None
         runner: ModelRunner | None = None
@@ -378,7 +373,7 @@ class Serving:
         self._loaded = Reload(file, version or "?", 0.0,  # the seconds are the swap's: _finish
                               runner=None if refused else runner, refused=refused)
 
-    def _check(self, runner: ModelRunner, probes: list[Batch]) -> str | None:
+    def _check(self, runner: ModelRunner, probes: list[Columns]) -> str | None:
         return check_candidate(runner, self.runner, probes, self._rows, self._width)
 
     def _finish(self, done: Reload) -> Reload:

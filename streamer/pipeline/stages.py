@@ -15,7 +15,7 @@ identical to the reference goes through the reference, which raises the same dea
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -31,7 +31,7 @@ from streamer.formats.columnar.decode import ColumnarDecoder, DecodedColumns
 from streamer.formats.columnar.encode import PredictionEncoder
 from streamer.formats.columnar.fields import FieldDecoder
 from streamer.formats.columnar.json_columns import JsonColumns
-from streamer.model.contract import Contract
+from streamer.model.contract import FEATURES, SCORES, Contract
 from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, prediction_fields
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
@@ -43,17 +43,20 @@ Reject = tuple[RecordError, Any]  # why a row failed, and the consumed message i
 class Stages:
     """Decode and encode for one processor: the fast path where it applies, else the reference."""
 
-    def __init__(self, decoder: Codec, encoder: Codec, input_cfg: InputConfig, n_features: int,
-                 fast: bool = True, contract: Contract | None = None, include: Sequence[str] = ()) -> None:
-        if contract is not None and contract.legacy_input:  # the array field the model's row comes from
+    def __init__(self, decoder: Codec, encoder: Codec, input_cfg: InputConfig, contract: Contract,
+                 fast: bool = True, include: Sequence[str] = ()) -> None:
+        if contract.legacy_input:  # the array field the model's row comes from
             input_cfg = replace(input_cfg, features_field=contract.features_field)
+        n_features = contract.n_features
         self.decoder, self.encoder, self.n_features, self._cfg = decoder, encoder, n_features, input_cfg
         self.validator = EventValidator(input_cfg, n_features, contract, include)
         self.include = tuple(include)
-        named_in = contract is not None and not contract.legacy_input
-        named_out = contract is not None and not contract.legacy_output
+        named_in, named_out = not contract.legacy_input, not contract.legacy_output
         self._contract = contract if named_in else None
-        self._stack = contract.stack if named_in and contract is not None else None
+        self._stack = contract.stack
+        # The fast decoders of the array field give its float32 matrix: the one FEATURES column.
+        self._columns: Callable[[Any], Columns] = ((lambda cols: cols) if named_in
+                                                  else (lambda matrix: Columns({FEATURES: matrix})))
         # The columnar paths: Avro in (the feature array, or named fields: columnar_fields.py),
         # JSON's feature array in, the legacy 'scores' out; nothing passed through (output.include).
         fast_in, fast_out = fast and not include, fast and not named_out and not include
@@ -66,29 +69,25 @@ class Stages:
         self._by_schema_id: dict[bytes, ColumnarDecoder | FieldDecoder | None] = {}  # avro-confluent
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json), encoder.prefix)
                              if fast_out and isinstance(encoder, AvroCodec) else None)
-        # what a chunk that decoded to nothing gives
-        self.empty = Rows.empty(n_features, None if self._stack is None else self._stack([]))
+        self.empty = Rows.empty(self._stack([]))  # what a chunk that decoded to nothing gives
 
     @classmethod
     def serving(cls, decoder: Codec, encoder: Codec, cfg: Config, runner: ModelRunner) -> Stages:
-        """The stages for ``runner``'s contract (fakes without one: the legacy layout) and
-        ``output.include``."""
-        return cls(decoder, encoder, cfg.input, runner.n_features, contract=getattr(runner, "contract", None),
-                   include=cfg.output.include)
+        """The stages for ``runner``'s contract and ``output.include``."""
+        return cls(decoder, encoder, cfg.input, runner.contract, include=cfg.output.include)
 
     def decode(self, chunk: Messages) -> tuple[Rows, list[Reject]]:
         """Decode and validate consumed messages; the rows keep the chunk's order."""
         parts = self._fast_parts(chunk.items)
         if not parts:
             good, records, rejects = decode_batch(chunk.items, self.decoder, self.validator)
-            return Rows.from_records(records, chunk.take(np.array(good, np.intp)), self.n_features,
-                                     self._stack), rejects
+            return Rows.from_records(records, chunk.take(np.array(good, np.intp)), self._stack), rejects
         fast: list[Rows] = []
         at: list[np.ndarray] = []
         for idx, cols in parts:
             rows = cols.rows if idx is None else idx[cols.rows]
             fast.append(Rows(chunk if len(rows) == len(chunk) else chunk.take(rows), cols.event_ids,
-                             cols.entity_ids, cols.event_times, cols.features))
+                             cols.entity_ids, cols.event_times, self._columns(cols.features)))
             at.append(rows)
         left = np.ones(len(chunk), bool)
         for rows in at:
@@ -98,7 +97,7 @@ class Stages:
         slow = np.flatnonzero(left)
         good, records, rejects = decode_batch([chunk.items[i] for i in slow.tolist()], self.decoder, self.validator)
         at.append(slow[np.array(good, np.intp)])
-        fast.append(Rows.from_records(records, chunk.take(at[-1]), self.n_features, self._stack))
+        fast.append(Rows.from_records(records, chunk.take(at[-1]), self._stack))
         order = np.argsort(np.concatenate(at), kind="stable")
         return Rows.join(fast).take(order), rejects
 
@@ -148,25 +147,28 @@ class Stages:
             self._by_schema_id[head] = None if writer.resolves else self._compile(json.loads(writer.schema_json))
         return self._by_schema_id[head]
 
-    def encode(self, rows: Rows, scores: Any, poison: dict[int, InferenceError],
-               stamp: Stamp) -> tuple[Rows, list[bytes], list[Reject]]:
+    def encode(self, rows: Rows, scores: Columns, poison: dict[int, InferenceError],
+                 stamp: Stamp) -> tuple[Rows, list[bytes], list[Reject]]:
         """Prediction values for the scored rows: ``(kept, values, rejects)``, where ``values[j]``
         is the prediction of row j of ``kept``; rows the model failed on alone are rejects.
-        ``scores``: the legacy score matrix, or Columns of named output fields."""
-        if self.fast_encoder is None or isinstance(scores, Columns):
+        ``scores``: the prediction fields' columns."""
+        if self.fast_encoder is None:
             kept, values, rejects = encode_batch(rows, scores, poison, self.encoder, stamp, self.include)
             return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects
         return self._encode_fast(rows, scores, poison, stamp)
 
-    def _encode_fast(self, rows: Rows, scores: Any, poison: dict[int, InferenceError],
+    def _encode_fast(self, rows: Rows, scores: Columns, poison: dict[int, InferenceError],
                      stamp: Stamp) -> tuple[Rows, list[bytes], list[Reject]]:
-        """The columnar encoder; the rows it refuses (and the poison rows) one by one by the
-        reference. The kept rows are taken once, for the encoder and for the caller."""
+        """The columnar encoder (of the ``scores`` column); the rows it refuses (and the poison
+        rows) one by one by the reference. The kept rows are taken once, for the encoder and for
+        the caller."""
+        assert self.fast_encoder is not None
+        matrix = scores.arrays[SCORES]
         keep = np.ones(len(rows), bool)
         keep[list(poison)] = False
         kept = np.flatnonzero(keep)
         part = rows if len(kept) == len(rows) else rows.take(kept)
-        values = self.fast_encoder.encode(part.event_ids, part.entity_ids, scores[kept], stamp.model_name,
+        values = self.fast_encoder.encode(part.event_ids, part.entity_ids, matrix[kept], stamp.model_name,
                                           stamp.model_version, part.source.topics, part.source.partitions,
                                           part.source.offsets, part.event_times, stamp.scored_at_ms,
                                           stamp.run_id, stamp.degraded)
@@ -225,13 +227,12 @@ def poison_reject(failure: InferenceError, message: Any) -> Reject:
     return error, message
 
 
-def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError], encoder: Codec, stamp: Stamp,
+def encode_batch(rows: Rows, scores: Columns, poison: dict[int, InferenceError], encoder: Codec, stamp: Stamp,
                  include: Sequence[str] = ()) -> tuple[np.ndarray, list[bytes], list[Reject]]:
     """The reference: prediction values one by one; rows the model failed on alone are rejects.
-    ``scores``: the legacy score matrix, or Columns of named output fields."""
-    if isinstance(scores, Columns):  # each field's values as Python values, once per batch
-        names, lists = list(scores.arrays), [v.tolist() for v in scores.arrays.values()]
-        scores = [dict(zip(names, row, strict=True)) for row in zip(*lists, strict=True)] if lists else []
+    ``scores``: the prediction fields' columns."""
+    names, lists = list(scores.arrays), [v.tolist() for v in scores.arrays.values()]  # Python values, once
+    fields = [dict(zip(names, row, strict=True)) for row in zip(*lists, strict=True)] if lists else []
     kept: list[int] = []
     values: list[bytes] = []
     rejects: list[Reject] = []
@@ -241,7 +242,7 @@ def encode_batch(rows: Rows, scores: Any, poison: dict[int, InferenceError], enc
             rejects.append(poison_reject(poison[i], message))
             continue
         try:
-            value = encoder.encode(prediction_fields(rows.record(i), scores[i], stamp, include))
+            value = encoder.encode(prediction_fields(rows.record(i), fields[i], stamp, include))
         except RecordError as exc:
             rejects.append((detach(exc), message))
             continue

@@ -85,7 +85,7 @@ def test_an_avro_id_is_not_a_json_schema(feature_avro: Any = None) -> None:
 
 
 def test_json_input_with_a_schema_file_is_checked_and_keeps_off_the_unchecked_fast_path() -> None:
-    from streamer.commands.run import input_codec
+    from streamer.wiring import input_codec
     from streamer.config import with_overrides
     from streamer.config_file import load_config
     from streamer.pipeline.stages import Stages
@@ -95,7 +95,10 @@ def test_json_input_with_a_schema_file_is_checked_and_keeps_off_the_unchecked_fa
                                      "json_schema": ROOT / "streamer" / "schemas" / "feature_event.schema.json"})
     codec = input_codec(cfg)
     assert isinstance(codec, CheckedJsonCodec)
-    assert Stages(codec, JsonCodec(), cfg.input, 2).fast_decoder is None
+    from streamer.model.contract import Contract
+    from streamer.testing import matrix_signature
+
+    assert Stages(codec, JsonCodec(), cfg.input, Contract.of(matrix_signature(2))).fast_decoder is None
     with pytest.raises(ConfigError, match="input.json_schema"):
         with_overrides(cfg, input={"format": "avro", "schema": ROOT / "streamer" / "schemas" / "feature_event.avsc"})
 

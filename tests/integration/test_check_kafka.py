@@ -73,7 +73,7 @@ def test_a_missing_input_topic_stops_run_with_exit_2_and_creates_nothing(
     existing = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
     assert typo not in existing and f"{typo}.dlq" not in existing  # no dead-letter topic for a typo
 
-    from streamer.commands.run import build_processor
+    from streamer.wiring import build_processor
     from streamer.config_file import load_config
 
     made = write(tmp_path, bootstrap, topics, input={"topics": [typo], "create_topics": True})

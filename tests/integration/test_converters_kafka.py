@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from streamer.commands.demo import produce_events
-from streamer.commands.run import build_processor, input_codec
+from streamer.wiring import build_processor, input_codec
 from streamer.config import Config, InputSource, OutputTarget, with_overrides
 from streamer.errors import ConfigError
 from streamer.kafka.deadletter import header

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from streamer.commands import dlq
-from streamer.commands.run import build_processor, input_codec, model_runner, output_codec
+from streamer.wiring import build_processor, input_codec, model_runner, output_codec
 from streamer.kafka.topics import create, create_topics
 from streamer.config import Config, with_overrides
 from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_BYTES, header

@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamer.commands.run import input_codec
+from streamer.wiring import input_codec
 from streamer.dev.broker import LocalKafka, ensure_jars
 from streamer.kafka.topics import create_topics
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events

@@ -23,7 +23,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from streamer.formats import subjects
 from streamer.commands.demo import synthetic_events
-from streamer.commands.run import build_processor, input_codec, output_codec
+from streamer.wiring import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig, with_overrides
 from streamer.kafka.deadletter import header
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, read_all, run_until_outputs

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from streamer.commands.run import build_processor, model_runner
+from streamer.wiring import build_processor, model_runner
 from streamer.commands.demo import synthetic_events
 from streamer.config import ChallengerConfig, with_overrides
 from streamer.errors import InferenceError

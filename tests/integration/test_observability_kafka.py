@@ -25,7 +25,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from streamer.commands.run import build_processor, input_codec
+from streamer.wiring import build_processor, input_codec
 from streamer.config import ChallengerConfig, Config, with_overrides
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from tests.support.faults import ChildProcessor, write_config

@@ -28,7 +28,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from prometheus_client import CollectorRegistry
 
 from streamer.formats import subjects
-from streamer.commands.run import build_processor, input_codec, output_codec
+from streamer.wiring import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig
 from streamer.formats.avro import AvroCodec
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events

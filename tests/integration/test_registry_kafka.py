@@ -28,7 +28,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamer.cli import main as cli
 from streamer.commands.demo import produce_events, synthetic_events
-from streamer.commands.run import build_processor, output_codec
+from streamer.wiring import build_processor, output_codec
 from streamer.config import Config, RegistryConfig, Secret, with_overrides
 from streamer.errors import EXIT_CONFIG, BrokerError, ConfigError
 from streamer.kafka.deadletter import header

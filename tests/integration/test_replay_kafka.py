@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streamer.commands.run import build_processor, input_codec, output_codec
+from streamer.wiring import build_processor, input_codec, output_codec
 from streamer.config import Config
 from streamer.commands.demo import synthetic_events
 from streamer.errors import ConfigError

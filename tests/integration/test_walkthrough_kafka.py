@@ -32,7 +32,7 @@ import onnxruntime as ort
 import pytest
 
 from streamer.commands.demo import produce_events
-from streamer.commands.run import build_processor, input_codec
+from streamer.wiring import build_processor, input_codec
 from streamer.config_file import load_config
 from streamer.kafka.deadletter import header
 from tests.conftest import ROOT, Topics, read_all, run_until_outputs

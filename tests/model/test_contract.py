@@ -254,7 +254,8 @@ def test_blank_is_a_probe_batch_of_zeros_empty_strings_and_false() -> None:
     np.testing.assert_array_equal(probe.arrays["f"], np.zeros((3, 2), np.float32))
     assert probe.arrays["b"].dtype == np.bool_ and not probe.arrays["b"].any() and probe.arrays["b"].shape == (3,)
     legacy = Contract.of(Signature.of(session(FRAUD_MLP)))
-    assert legacy.blank(2).shape == (2, 32) and legacy.blank(2).dtype == np.float32
+    assert list(legacy.blank(2).arrays) == ["features"]
+    assert legacy.blank(2).arrays["features"].shape == (2, 32) and legacy.blank(2).arrays["features"].dtype == np.float32
 
 
 def test_stacked_columns_feed_the_real_column_transformer_and_collect_its_outputs(tabular: Signature,
@@ -356,10 +357,10 @@ def test_legacy_flags_follow_the_layout_not_the_model_file(converter_models: Pat
 
 def test_legacy_feed_refuses_a_matrix_of_the_wrong_width() -> None:
     contract = Contract.of(Signature.of(session(FRAUD_MLP)))
-    fed = contract.feed(np.ones((2, 32), np.float64))
+    fed = contract.feed(Columns({"features": np.ones((2, 32), np.float64)}))
     assert fed["features"].dtype == np.float32 and fed["features"].flags.c_contiguous
     with pytest.raises(InferenceError, match=r"takes \[rows, 32\]"):
-        contract.feed(np.ones((2, 31), np.float32))
+        contract.feed(Columns({"features": np.ones((2, 31), np.float32)}))
 
 
 # ---- collect -----------------------------------------------------------------------------------
@@ -372,7 +373,7 @@ def test_zipmap_maps_become_probability_rows_in_class_order(converter_models: Pa
                            {"label": OutputTarget("output_label"), "probabilities": OutputTarget("output_probability"),
                             "fraud": OutputTarget("output_probability", 1)})
     assert contract.output_names == ["output_label", "output_probability"]
-    raw = zip_sess.run(contract.output_names, contract.feed(x))
+    raw = zip_sess.run(contract.output_names, contract.feed(Columns({"features": x})))
     assert isinstance(raw[1], list) and isinstance(raw[1][0], dict)
     got = contract.collect(raw, 3)
     label, probabilities = session(converter_models / "logreg.onnx").run(["label", "probabilities"], {"features": x})
@@ -404,7 +405,7 @@ def test_collect_refuses_outputs_of_the_wrong_row_count_or_shape(converter_model
     with pytest.raises(InferenceError, match=r"prediction field 'label' holds one"):
         contract.collect([np.zeros((3, 2)), np.zeros((3, 2), np.float32)], 3)
     legacy = Contract.of(Signature.of(session(FRAUD_MLP)))
-    assert legacy.collect([np.array([0.25, 0.5], np.float32)], 2).tolist() == [[0.25], [0.5]]
+    assert legacy.collect([np.array([0.25, 0.5], np.float32)], 2).arrays["scores"].tolist() == [[0.25], [0.5]]
     with pytest.raises(InferenceError, match="2 output rows for 3 input rows"):
         legacy.collect([np.zeros((2, 1), np.float32)], 3)
     zipmap = Contract.of(Signature.of(session(converter_models / "logreg_zipmap.onnx")), None,
@@ -530,8 +531,8 @@ def test_made_schema_round_trips_a_prediction_through_avro(tabular: Signature) -
 
 
 def test_decision_scores_pick_the_number_a_decision_is_made_on() -> None:
-    legacy = np.array([[0.1, 9.0], [0.7, 9.0]], np.float32)
-    np.testing.assert_allclose(decision_scores(legacy), [0.1, 0.7])
+    legacy = Columns({"scores": np.array([[0.1, 9.0], [0.7, 9.0]], np.float32)})
+    np.testing.assert_allclose(decision_scores(legacy), [0.1, 0.7], rtol=1e-6)
     two_class = Columns({"label": np.array([0, 1]), "p": np.array([[0.8, 0.2], [0.3, 0.7]], np.float32)})
     np.testing.assert_allclose(decision_scores(two_class), [0.2, 0.7], rtol=1e-6)
     scalar = Columns({"label": np.array([1, 0]), "fraud": np.array([0.9, 0.4], np.float32),
@@ -575,7 +576,7 @@ def test_columns_blank_and_put_fill_placeholders_in_place() -> None:
     assert blank.arrays["s"].tolist() == ["", "x", ""]
     assert blank.arrays["b"].tolist() == [False, True, False]
     matrix = np.ones((2, 3), np.float32)
-    assert numeric_matrix(matrix) is matrix
+    assert numeric_matrix(Columns({"features": matrix})) is matrix  # one float matrix: no copy
     assert numeric_matrix(cols).tolist() == [[1.0, 2.0, 5.0]]  # strings and bools are left out
 
 

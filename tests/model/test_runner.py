@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from streamer.errors import InferenceError
 from streamer.model.runner import ModelRunner, OnnxRunner, cuda_options
+from streamer.model.signature import Columns
 from streamer.testing import FakeClock, FunctionRunner, PoisonRunner
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -63,6 +64,14 @@ def provider_onnxruntime_picks() -> str:
     return str(session.get_providers()[0])
 
 
+
+def score(runner: ModelRunner, features: np.ndarray) -> np.ndarray:
+    """The runner's ``scores`` column for a feature matrix (the ``features`` column)."""
+    out = runner.run(Columns({"features": features}))
+    assert list(out.arrays) == ["scores"]
+    return out.arrays["scores"]
+
+
 def test_provider_is_logged_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="streamer.model.runner"):
         OnnxRunner(MODEL, providers=("cuda", "cpu"))
@@ -76,7 +85,7 @@ def test_provider_is_logged_once_at_info(caplog: pytest.LogCaptureFixture) -> No
 @pytest.mark.parametrize("rows", [1, 7, 256])
 def test_output_matches_numpy_for_dynamic_batches(runner: OnnxRunner, rows: int) -> None:
     features = np.random.default_rng(rows).standard_normal((rows, 32)).astype(np.float32)
-    out = runner.run(features)
+    out = score(runner, features)
     assert out.shape == (rows, 1) and out.dtype == np.float32
     np.testing.assert_allclose(out, reference_mlp(features), atol=1e-5, rtol=0)
 
@@ -84,14 +93,14 @@ def test_output_matches_numpy_for_dynamic_batches(runner: OnnxRunner, rows: int)
 def test_input_is_cast_to_float32_contiguous(runner: OnnxRunner) -> None:
     features = np.asfortranarray(np.random.default_rng(1).standard_normal((5, 32)))  # float64, not C-order
     np.testing.assert_allclose(
-        runner.run(features), reference_mlp(features.astype(np.float32)), atol=1e-5, rtol=0
+        score(runner, features), reference_mlp(features.astype(np.float32)), atol=1e-5, rtol=0
     )
     runner.warm_up(3)
 
 
 def test_wrong_feature_count_is_an_inference_error(runner: OnnxRunner) -> None:
     with pytest.raises(InferenceError, match=r"\[rows, 32\]"):
-        runner.run(np.zeros((2, 31), dtype=np.float32))
+        score(runner, np.zeros((2, 31), dtype=np.float32))
 
 
 def test_wrong_output_row_count_names_both_counts(tmp_path: Path) -> None:
@@ -108,9 +117,9 @@ def test_wrong_output_row_count_names_both_counts(tmp_path: Path) -> None:
     path = tmp_path / "constant.onnx"
     onnx.save(model, str(path))
     runner = OnnxRunner(path, providers=("cpu",))
-    assert runner.run(np.zeros((1, 4), dtype=np.float32)).shape == (1, 1)
+    assert score(runner, np.zeros((1, 4), dtype=np.float32)).shape == (1, 1)
     with pytest.raises(InferenceError, match="model returned 1 output rows for 3 input rows"):
-        runner.run(np.zeros((3, 4), dtype=np.float32))
+        score(runner, np.zeros((3, 4), dtype=np.float32))
 
 
 def test_unloadable_model_is_an_inference_error(tmp_path: Path) -> None:
@@ -131,7 +140,7 @@ def test_build_models_is_deterministic(tmp_path: Path) -> None:
 
 def test_the_heavy_encoder_scores_a_batch_in_the_runner() -> None:
     runner = OnnxRunner(MODELS / "fraud_encoder.onnx", ("cpu",))
-    scores = runner.run(np.random.default_rng(1).normal(size=(64, 32)).astype(np.float32))
+    scores = score(runner, np.random.default_rng(1).normal(size=(64, 32)).astype(np.float32))
     assert runner.n_features == 32 and scores.shape == (64, 1)
     assert np.isfinite(scores).all() and 0 < scores.min() and scores.max() < 1 and scores.std() > 0.001
 
@@ -152,9 +161,9 @@ def test_function_runner_and_poison_runner() -> None:
     runners: list[ModelRunner] = [inner, poisoned]
     assert [r.provider for r in runners] == ["fake", "fake"] and poisoned.n_features == 3
     ok = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
-    np.testing.assert_array_equal(poisoned.run(ok), [[6.0], [15.0]])
+    np.testing.assert_array_equal(score(poisoned, ok), [[6.0], [15.0]])
     with pytest.raises(InferenceError, match=r"\[1\]"):
-        poisoned.run(np.array([[1, 2, 3], [-1, 0, 0]], dtype=np.float32))
+        score(poisoned, np.array([[1, 2, 3], [-1, 0, 0]], dtype=np.float32))
     assert (poisoned.calls, inner.calls) == (2, 1)
 
 
@@ -166,7 +175,7 @@ def test_io_binding_gives_the_same_scores_as_a_plain_run_at_every_batch_size() -
     assert bound.io_bound and not plain.io_bound
     x = np.random.default_rng(2).normal(size=(512, 32)).astype(np.float32)
     for n in (512, 1, 7, 256, 3, 100, 511, 2, 9, 64, 512, 7):
-        np.testing.assert_array_equal(bound.run(x[:n]), plain.run(x[:n]))
+        np.testing.assert_array_equal(score(bound, x[:n]), score(plain, x[:n]))
 
 
 def test_cuda_options_map_the_config_and_fall_back_to_the_cpu_without_a_gpu() -> None:
@@ -178,4 +187,4 @@ def test_cuda_options_map_the_config_and_fall_back_to_the_cpu_without_a_gpu() ->
         assert runner.io_bound
     else:
         assert runner.provider == "CPUExecutionProvider" and not runner.io_bound
-    assert runner.run(np.zeros((4, 32), np.float32)).shape == (4, 1)
+    assert score(runner, np.zeros((4, 32), np.float32)).shape == (4, 1)

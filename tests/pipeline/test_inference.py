@@ -14,6 +14,9 @@ from streamer.pipeline.batcher import Batch
 from streamer.pipeline.inference import DEPTH, Inference, Scoring
 from streamer.pipeline.records import Rows
 from streamer.pipeline.serving import Serving
+from streamer.model.contract import Contract
+from streamer.model.signature import Columns
+from streamer.testing import matrix_signature
 from streamer.testing import FakeClock, FunctionRunner
 from tests.pipeline.test_serving import N, config, rows
 
@@ -25,6 +28,8 @@ class Gated:
 
     def __init__(self) -> None:
         self.n_features, self.provider = N, "test"
+        self.signature = matrix_signature(N, 1)
+        self.contract = Contract.of(self.signature)
         self.opened = threading.Semaphore(0)
         self.failing = False
         self.calls: list[float] = []
@@ -32,12 +37,13 @@ class Gated:
     def warm_up(self, rows: int) -> None:
         pass
 
-    def run(self, features: np.ndarray) -> np.ndarray:
+    def run(self, features: Columns) -> Columns:
         assert self.opened.acquire(timeout=10), "a call was never let through"
-        self.calls.append(float(features[0, 0]))
+        x = features.arrays["features"]
+        self.calls.append(float(x[0, 0]))
         if self.failing:
             raise InferenceError("the device went away")
-        return features[:, :1] * 10
+        return Columns({"scores": x[:, :1] * 10})
 
 
 def batch(first: int, n: int = 4, partition: int = 0) -> Batch[Rows]:
@@ -69,7 +75,7 @@ def collect(inf: Inference, until: int, may_run: bool = True) -> list[Scoring]:
 
 
 def firsts(done: list[Scoring]) -> list[int]:
-    return [int(d.batch.rows.features[0, 0]) for d in done]
+    return [int(d.batch.rows.features.arrays["features"][0, 0]) for d in done]
 
 
 def test_pipelined_results_come_back_in_order_while_the_loop_goes_on() -> None:
@@ -83,7 +89,7 @@ def test_pipelined_results_come_back_in_order_while_the_loop_goes_on() -> None:
     done = collect(inf, 3)
     assert firsts(done) == [0, 4, 8] and len(inf) == 0
     assert all(d.error is None and d.out is not None for d in done)
-    assert np.array_equal(done[1].out.scores[:, 0], np.arange(40, 80, 10))  # type: ignore[union-attr]
+    assert np.array_equal(done[1].out.scores.arrays["scores"][:, 0], np.arange(40, 80, 10))  # type: ignore[union-attr]
     inf.close()
 
 
@@ -134,7 +140,7 @@ def test_inline_and_pipelined_give_the_same_results(pipelined: bool) -> None:
     inf.add([batch(i * 4, partition=i % 3) for i in range(10)])
     done = collect(inf, 10)
     assert firsts(done) == list(range(0, 40, 4))
-    assert [float(d.out.scores[0, 0]) for d in done] == [i * 4 + 1.0 for i in range(10)]  # type: ignore[union-attr]
+    assert [float(d.out.scores.arrays["scores"][0, 0]) for d in done] == [i * 4 + 1.0 for i in range(10)]  # type: ignore[union-attr]
     inf.close()
 
 

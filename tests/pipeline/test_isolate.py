@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, score_isolating
+from streamer.model.signature import Columns
 from streamer.testing import FunctionRunner, PoisonRunner
 
 SENTINEL = 777.0
@@ -20,11 +21,16 @@ def healthy() -> FunctionRunner:
     return FunctionRunner(lambda x: x.sum(axis=1, keepdims=True) * 2, n_features=4)
 
 
-def batch(n: int, poison: tuple[int, ...] = ()) -> np.ndarray:
-    x = np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 100
+def batch(n: int, poison: tuple[int, ...] = (), plus: float = 0.0) -> Columns:
+    x = np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 100 + plus
     for i in poison:
         x[i, 0] = SENTINEL
-    return x
+    return Columns({"features": x})
+
+
+def scores_of(features: Columns) -> np.ndarray:
+    """What the healthy model gives these rows."""
+    return healthy().run(features).arrays["scores"]
 
 
 def test_one_poison_row_in_256_costs_at_most_2_log2_n_extra_calls() -> None:
@@ -35,8 +41,8 @@ def test_one_poison_row_in_256_costs_at_most_2_log2_n_extra_calls() -> None:
     extra = scored.calls - 1
     assert extra <= 2 * math.log2(256), extra
     good = np.delete(np.arange(256), 137)
-    np.testing.assert_allclose(scored.scores[good], healthy().run(x[good]))
-    assert np.isnan(scored.scores[137]).all()
+    np.testing.assert_allclose(scored.scores.arrays["scores"][good], scores_of(x[good]))
+    assert np.isnan(scored.scores.arrays["scores"][137]).all()
 
 
 @settings(max_examples=200, deadline=None)
@@ -48,8 +54,8 @@ def test_exactly_the_poison_rows_are_found_and_every_other_row_is_scored(n: int,
     scored = score_isolating(PoisonRunner(healthy(), SENTINEL), x, poison_rate=rate)
     assert set(scored.poison) == rows
     good = np.array(sorted(set(range(n)) - rows), dtype=np.int64)
-    np.testing.assert_allclose(scored.scores[good], healthy().run(x[good]), rtol=1e-6)
-    assert np.isnan(scored.scores[sorted(rows)]).all()
+    np.testing.assert_allclose(scored.scores.arrays["scores"][good], scores_of(x[good]), rtol=1e-6)
+    assert np.isnan(scored.scores.arrays["scores"][sorted(rows)]).all()
 
 
 def test_1pct_poison_costs_fewer_calls_than_bisection_did() -> None:
@@ -92,7 +98,7 @@ def test_a_model_failing_on_real_rows_only_is_broken_past_the_poison_fraction() 
 
     runner = FunctionRunner(fails_unless_zero, n_features=4)
     with pytest.raises(ModelBrokenError, match="33 of 64 rows fail"):
-        score_isolating(runner, batch(64) + 1)
+        score_isolating(runner, batch(64, plus=1))
 
 
 def test_single_failing_row_is_poison_not_broken() -> None:
@@ -124,7 +130,7 @@ def test_out_of_memory_on_big_batches_falls_back_to_smaller_ones() -> None:
     scored = score_isolating(FunctionRunner(small_only, 4), batch(256), IsolationPolicy(),
                              lambda s: None)
     assert scored.poison == {}
-    np.testing.assert_allclose(scored.scores, batch(256)[:, :1])
+    np.testing.assert_allclose(scored.scores.arrays["scores"], batch(256).arrays["features"][:, :1])
 
 
 def test_out_of_memory_down_to_one_row_holds_the_batch_and_dead_letters_nothing() -> None:
@@ -162,7 +168,7 @@ def test_a_searched_batch_is_freed_by_reference_counting_alone() -> None:
     import weakref
 
     x = batch(512, poison=(3, 100, 101, 400))
-    freed = weakref.ref(x)
+    freed = weakref.ref(x.arrays["features"])
     gc.disable()
     try:
         scored = score_isolating(PoisonRunner(healthy(), SENTINEL), x, poison_rate=0.01)

@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamer.model.signature import Columns
 from streamer.pipeline.records import Messages, Rows
 from tests.support.fakes import FakeMessage
 
@@ -17,7 +18,7 @@ def chunk(coords: list[tuple[str, int, int]]) -> Messages:
 def rows_of(messages: Messages) -> Rows:
     n = len(messages)
     return Rows(messages, [f"e{o}" for o in messages.offsets.tolist()], ["a"] * n, messages.offsets * 10,
-                np.arange(n * 2, dtype=np.float32).reshape(n, 2))
+                Columns({"features": np.arange(n * 2, dtype=np.float32).reshape(n, 2)}))
 
 
 coords = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.integers(0, 10**6)), max_size=40)
@@ -50,11 +51,12 @@ def test_take_join_and_record_carry_every_column() -> None:
     rows = rows_of(chunk([("a", 0, 5), ("a", 1, 6), ("a", 0, 7)]))
     picked = rows.take(np.array([2, 0]))
     assert picked.event_ids == ["e7", "e5"] and picked.event_times.tolist() == [70, 50]
-    assert picked.features.tolist() == [[4.0, 5.0], [0.0, 1.0]]
+    assert picked.features.arrays["features"].tolist() == [[4.0, 5.0], [0.0, 1.0]]
     joined = Rows.join([rows[:1], rows[1:]])
-    assert joined.event_ids == rows.event_ids and (joined.features == rows.features).all()
+    assert joined.event_ids == rows.event_ids and (joined.features.arrays["features"] == rows.features.arrays["features"]).all()
     assert joined.source.items == rows.source.items
     record = rows.record(1)
     assert (record.topic, record.partition, record.offset, record.event_id, record.event_time_ms) == ("a", 1, 6, "e6", 60)
     assert record.key is None  # FakeMessage has no key unless given
-    assert len(Rows.empty(3)) == 0 and Rows.empty(3).features.shape == (0, 3)
+    empty = Rows.empty(Columns({"features": np.empty((0, 3), np.float32)}))
+    assert len(empty) == 0 and empty.features.arrays["features"].shape == (0, 3)

@@ -16,6 +16,8 @@ from streamer.config_file import config_from_dict
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.model.runner import OnnxRunner
 from streamer.pipeline.serving import Breaker, Fallback, Reload, Serving, served_file
+from streamer.model.signature import Columns
+from streamer.pipeline.isolate import Scored
 from streamer.pipeline.records import Messages, Rows
 from streamer.testing import FakeClock, FunctionRunner
 from tests.support.fakes import FakeMessage
@@ -56,11 +58,13 @@ class Flaky:
 
     n_features = N
     provider = "CPUExecutionProvider"
+    signature = property(lambda self: self.inner.signature)
+    contract = property(lambda self: self.inner.contract)
 
     def warm_up(self, rows: int) -> None:
         pass
 
-    def run(self, features: np.ndarray) -> np.ndarray:
+    def run(self, features: Columns) -> Columns:
         self.calls += 1
         self._clock.advance(self.slow_s)
         if self.failing:
@@ -82,11 +86,17 @@ BATCH = np.ones((4, N), np.float32)
 
 
 def rows(features: np.ndarray) -> Rows:
-    """A batch of these feature rows, as consumed from partition 0 of 'in' at offsets 0, 1, ..."""
+    """A batch of these feature rows (the ``features`` column), as consumed from partition 0 of
+    'in' at offsets 0, 1, ..."""
     n = len(features)
     messages = Messages.of([FakeMessage("in", 0, i, b"", key=f"k{i}".encode()) for i in range(n)])
     return Rows(messages, [f"e{i}" for i in range(n)], [f"a{i}" for i in range(n)],
-                np.arange(n, dtype=np.int64), features)
+                np.arange(n, dtype=np.int64), Columns({"features": features}))
+
+
+def scores(out: Scored) -> np.ndarray:
+    """A scored batch's ``scores`` column."""
+    return out.scores.arrays["scores"]
 
 
 def test_the_breaker_follows_the_worked_example() -> None:
@@ -114,11 +124,11 @@ def test_the_breaker_follows_the_worked_example() -> None:
 def test_a_failing_model_is_stood_in_for_by_the_fallback_and_probed_until_it_answers(model: Path) -> None:
     serving, flaky, clock = flaky_serving(model)
     good = serving.score(rows(BATCH))
-    assert good.degraded is None and good.scores[0, 0] == 2.0
+    assert good.degraded is None and good.scores.arrays["scores"][0, 0] == 2.0
     flaky.failing = True
     outs = [serving.score(rows(BATCH)) for _ in range(3)]  # each fails on the model, scored by the fallback
     assert all(o.degraded and "model failing" in o.degraded for o in outs)
-    assert all((o.scores == 0.5).all() and o.scores.shape == (4, 1) for o in outs)
+    assert all((o.scores.arrays["scores"] == 0.5).all() and o.scores.shape == (4, 1) for o in outs)
     assert serving.breaker.state == Breaker.OPEN
     calls = flaky.calls
     for _ in range(5):  # open: the model is not asked at all
@@ -132,14 +142,14 @@ def test_a_failing_model_is_stood_in_for_by_the_fallback_and_probed_until_it_ans
     clock.advance(1.0)
     back = serving.score(rows(BATCH))  # the probe succeeds: closed
     assert back.degraded is None and serving.breaker.state == Breaker.CLOSED
-    assert back.scores[0, 0] == 2.0
+    assert back.scores.arrays["scores"][0, 0] == 2.0
 
 
 def test_a_batch_over_the_timeout_opens_the_breaker_at_once_and_keeps_its_scores(model: Path) -> None:
     serving, flaky, clock = flaky_serving(model, timeout_ms=100)
     flaky.slow_s = 0.25
     slow = serving.score(rows(BATCH))
-    assert slow.degraded is None and slow.scores[0, 0] == 2.0
+    assert slow.degraded is None and slow.scores.arrays["scores"][0, 0] == 2.0
     assert serving.breaker.state == Breaker.OPEN and "over model.timeout_ms" in serving.breaker.reason
     assert serving.score(rows(BATCH)).degraded
 
@@ -190,13 +200,13 @@ def next_reload(serving: Serving, clock: FakeClock, looks: int = 5) -> Reload:
 
 def test_a_changed_file_is_loaded_checked_and_swapped_in_with_its_declared_version(model: Path) -> None:
     serving, clock = reloading(config(model))
-    before = serving.score(rows(BATCH)).scores
+    before = serving.score(rows(BATCH)).scores.arrays["scores"]
     assert serving.poll() is None
     write_model(model, seed=7, version="2")
     done = next_reload(serving, clock)
     assert done.runner is not None and done.refused is None and done.version == "2"
     after = serving.score(rows(BATCH))
-    assert after.version == "2" and not np.allclose(after.scores, before)
+    assert after.version == "2" and not np.allclose(after.scores.arrays["scores"], before)
 
 
 def test_a_file_without_a_declared_version_is_named_by_its_digest(model: Path) -> None:
@@ -219,7 +229,7 @@ def test_a_change_is_loaded_only_once_it_has_held_still_for_one_look(model: Path
 @pytest.mark.parametrize("broken", ["garbage", "width", "nan"])
 def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model: Path, broken: str) -> None:
     serving, clock = reloading(config(model))
-    before = serving.score(rows(BATCH)).scores
+    before = serving.score(rows(BATCH)).scores.arrays["scores"]
     if broken == "garbage":
         model.write_bytes(b"this is not an onnx model")
     else:
@@ -227,7 +237,7 @@ def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model
     done = next_reload(serving, clock)
     assert done.runner is None and done.refused
     assert {"garbage": "cannot load", "width": "takes 16 features", "nan": "non-finite"}[broken] in done.refused
-    assert serving.version == "1" and np.array_equal(serving.score(rows(BATCH)).scores, before)
+    assert serving.version == "1" and np.array_equal(serving.score(rows(BATCH)).scores.arrays["scores"], before)
     for _ in range(3):  # the refused file is not tried again until it changes
         clock.advance(0.1)
         assert serving.poll() is None and serving._loading is None
@@ -240,11 +250,11 @@ def test_a_model_of_another_output_width_is_refused_by_hot_reload(model: Path) -
     serving = Serving(config(model, reload_check_ms=0), FunctionRunner(lambda x: x[:, :1], N), clock,
                       load=lambda path: FunctionRunner(lambda x: x[:, :2], N))
     serving.warm_up()
-    before = serving.score(rows(BATCH)).scores
+    before = serving.score(rows(BATCH)).scores.arrays["scores"]
     serving.ask_reload()
     done = next_reload(serving, clock)
     assert done.runner is None and done.refused is not None and "with shape (8, 2); expected (8, 1)" in done.refused
-    assert np.array_equal(serving.score(rows(BATCH)).scores, before)
+    assert np.array_equal(serving.score(rows(BATCH)).scores.arrays["scores"], before)
 
 
 def test_a_file_has_one_version_label_whether_loaded_at_start_or_by_a_reload(tmp_path: Path) -> None:
@@ -265,7 +275,7 @@ def test_a_file_has_one_version_label_whether_loaded_at_start_or_by_a_reload(tmp
 
 
 def test_fallback_predictions_name_the_fallback_not_the_serving_model(model: Path, tmp_path: Path) -> None:
-    from streamer.commands.run import serving as build_serving
+    from streamer.wiring import serving as build_serving
 
     constant = build_serving(config(model, fallback_scores=[0.5]), OnnxRunner(model, ("cpu",)))
     assert (constant.fallback.name, constant.fallback.version) == ("fraud-fallback", "constant")
@@ -329,7 +339,7 @@ def test_a_slow_load_keeps_the_old_model_scoring_meanwhile(model: Path) -> None:
 
 
 def test_a_fallback_needs_an_output_schema_that_can_flag_degraded_predictions(model: Path, tmp_path: Path) -> None:
-    from streamer.commands.run import serving
+    from streamer.wiring import serving
     from streamer.schemas import bundled
     from streamer.errors import ConfigError
     from streamer.formats.avro import load_schema
@@ -375,9 +385,9 @@ def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(mo
     serving._finish(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1] + 1, N)))
     go.set()
     worker.join(10)
-    assert got[0].version == old and got[0].scores[0, 0] == 1.0
+    assert got[0].version == old and got[0].scores.arrays["scores"][0, 0] == 1.0
     after = serving.score(rows(BATCH))
-    assert after.version == "2" and after.scores[0, 0] == 2.0
+    assert after.version == "2" and after.scores.arrays["scores"][0, 0] == 2.0
 
 
 def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fails_in_flight(model: Path) -> None:

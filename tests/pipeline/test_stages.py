@@ -20,14 +20,18 @@ from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
+from streamer.model.contract import Contract
+from streamer.model.signature import Columns
 from streamer.pipeline.records import Messages, Rows, Stamp
 from streamer.pipeline.stages import Stages
+from streamer.testing import matrix_signature
 from tests.support.fakes import FakeMessage
 
 ROOT = Path(__file__).resolve().parents[2]
 FEATURES = load_schema(ROOT / "streamer" / "schemas" / "feature_event.avsc")
 PREDICTION = AvroCodec(load_schema(ROOT / "streamer" / "schemas" / "prediction.avsc"))
 N = 32
+CONTRACT = Contract.of(matrix_signature(N))  # one float32 [N, 32] input fed from the array field
 # The same event with the fields in another order: a second writer schema for avro-confluent.
 REORDERED = {**FEATURES, "fields": list(reversed(FEATURES["fields"]))}
 
@@ -84,7 +88,8 @@ def same_rows(a: Rows, b: Rows) -> None:
     assert a.source.partitions.tolist() == b.source.partitions.tolist()
     assert a.source.items == b.source.items
     assert (a.event_ids, a.entity_ids, a.event_times.tolist()) == (b.event_ids, b.entity_ids, b.event_times.tolist())
-    assert a.features.dtype == b.features.dtype == np.float32 and a.features.tobytes() == b.features.tobytes()
+    x, y = a.features.arrays["features"], b.features.arrays["features"]
+    assert x.dtype == y.dtype == np.float32 and x.tobytes() == y.tobytes()
 
 
 KINDS = ["good", "alt", "tombstone", "short", "wide", "nan", "unknown-id", "trailing"]
@@ -95,7 +100,7 @@ KINDS = ["good", "alt", "tombstone", "short", "wide", "nan", "unknown-id", "trai
 @given(kinds=st.lists(st.sampled_from(KINDS), max_size=30))
 def test_a_mixed_chunk_decodes_as_the_reference_decodes_it(fmt: str, kinds: list[str]) -> None:
     chunk, decoder, cfg = messages(fmt, kinds)
-    fast, slow = Stages(decoder, PREDICTION, cfg, N), Stages(decoder, PREDICTION, cfg, N, fast=False)
+    fast, slow = Stages(decoder, PREDICTION, cfg, CONTRACT), Stages(decoder, PREDICTION, cfg, CONTRACT, fast=False)
     assert fast.fast_decoder is not None or fmt == "avro-confluent"
     rows, rejects = fast.decode(chunk)
     want_rows, want_rejects = slow.decode(chunk)
@@ -107,7 +112,7 @@ def test_a_mixed_chunk_decodes_as_the_reference_decodes_it(fmt: str, kinds: list
 def test_the_fast_path_carries_the_common_chunk_for_each_format() -> None:
     for fmt in ("avro", "json", "avro-confluent"):
         chunk, decoder, cfg = messages(fmt, ["good"] * 10 + (["alt"] * 5 if fmt == "avro-confluent" else []))
-        stages = Stages(decoder, PREDICTION, cfg, N)
+        stages = Stages(decoder, PREDICTION, cfg, CONTRACT)
         parts = stages._fast_parts(chunk.items)
         assert sum(len(cols.rows) for _, cols in parts) == len(chunk), fmt  # no row went the slow way
 
@@ -117,10 +122,10 @@ def test_the_fast_path_carries_the_common_chunk_for_each_format() -> None:
        poisoned=st.sets(st.integers(0, 29)))
 def test_encode_keeps_order_and_turns_poison_into_dead_letters(kinds: list[str], poisoned: set[int]) -> None:
     chunk, decoder, cfg = messages("avro-confluent", kinds)
-    fast, slow = Stages(decoder, PREDICTION, cfg, N), Stages(decoder, PREDICTION, cfg, N, fast=False)
+    fast, slow = Stages(decoder, PREDICTION, cfg, CONTRACT), Stages(decoder, PREDICTION, cfg, CONTRACT, fast=False)
     rows, _ = fast.decode(chunk)
     poison = {i: InferenceError("bad row") for i in poisoned if i < len(rows)}
-    scores = np.arange(len(rows) * 2, dtype=np.float32).reshape(-1, 2)
+    scores = Columns({"scores": np.arange(len(rows) * 2, dtype=np.float32).reshape(-1, 2)})
     got = fast.encode(rows, scores, poison, Stamp("m", "1", 1234, "run"))
     want = slow.encode(rows, scores, poison, Stamp("m", "1", 1234, "run"))
     assert got[0].source.offsets.tolist() == want[0].source.offsets.tolist() == \
@@ -147,13 +152,13 @@ def test_rejected_rows_leave_no_reference_cycle_behind() -> None:
     values = [write(event(0)), write(event(1, features=[float("nan")] * N)), b"not json", b"",
               write(event(2))[:-3], write(event(3, event_id="\ud800"))]  # the last one fails in encode
     chunk = Messages.of([FakeMessage("t", 0, 100 + i, v) for i, v in enumerate(values)])
-    stages = Stages(decoder, PREDICTION, cfg, N)
+    stages = Stages(decoder, PREDICTION, cfg, CONTRACT)
     gc.collect()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         rows, rejects = stages.decode(chunk)
-        kept, _, bad = stages.encode(rows, np.zeros((len(rows), 1), np.float32), {}, Stamp("m", "1", 1, None))
+        kept, _, bad = stages.encode(rows, Columns({"scores": np.zeros((len(rows), 1), np.float32)}), {}, Stamp("m", "1", 1, None))
         assert (len(rejects), len(rows), len(bad), len(kept)) == (4, 2, 1, 1)
         for error, _ in rejects + bad:
             link: BaseException | None = error

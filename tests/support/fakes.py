@@ -67,6 +67,8 @@ class FakeConsumer:
         self.commit_errors: list[Exception | dict[TP, KafkaError]] = []  # the next commits fail so
         self.committed: dict[TP, int] = {}
         self._callbacks: dict[str, Callable[..., None]] = {}
+        # called with (kind, partitions) as each rebalance callback returns: what it left behind
+        self.after_callback: Callable[[str, list[TP]], None] = lambda kind, tps: None
         self._rebalances: list[tuple[str, list[TP]]] = []
         self.in_callback: str | None = None
         self.closed = False
@@ -176,6 +178,7 @@ class FakeConsumer:
             self._callbacks[kind](self, parts)
         finally:
             self.in_callback = None
+        self.after_callback(kind, tps)
         if kind != "assign":
             self.assigned -= set(tps)
             for tp in tps:  # the next owner starts from the committed offset

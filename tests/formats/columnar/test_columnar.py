@@ -492,7 +492,7 @@ def reference_encode(codec: AvroCodec, row: dict[str, Any], scores: np.ndarray,
                           event_id=row["event_id"], entity_id=row["entity_id"], event_time_ms=row["time"],
                           timestamp_ms=0, features=np.zeros(1, np.float32))
     try:
-        return codec.encode(prediction_fields(record, scores, Stamp(**common)))
+        return codec.encode(prediction_fields(record, {"scores": scores.tolist()}, Stamp(**common)))
     except SerializeError:
         return None
 

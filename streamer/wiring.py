@@ -1,9 +1,10 @@
-"""Wiring: builds the codecs, the model runner and a Processor from a Config."""
+"""Builds the house for every command from a Config: codecs, prediction schema, runner, serving, shadow, a Processor."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -25,6 +26,7 @@ from streamer.model.runner import ModelRunner, OnnxRunner, blank_batch, cuda_opt
 from streamer.pipeline.serving import Fallback, Serving, check_candidate, file_version, served_file
 from streamer.pipeline.stages import Stages
 from streamer.schemas import bundled
+from streamer.house import Observer, Scope, Wiring
 from streamer.processor import Processor
 from streamer.shadow import Shadow
 
@@ -59,7 +61,7 @@ def prediction_schema(cfg: Config, runner: ModelRunner | None = None) -> AvroSch
     ``output.include`` write), else the bundled one or, with named outputs or pass-through
     fields, one made from them. ``runner``: the model (default: none checked, the bundled layout)."""
     shipped = load_schema(bundled("prediction.avsc"), key="output.schema")
-    contract = getattr(runner, "contract", None)
+    contract = None if runner is None else runner.contract
     made = shipped
     if contract is not None and (not contract.legacy_output or cfg.output.include):
         made = made_schema(shipped, contract, cfg.output.include, avro_input_schema(cfg))
@@ -110,9 +112,8 @@ def checked_runner(cfg: Config, path: Path | None = None, key: str = "model.path
         runner = model_runner(cfg, path)
     except InferenceError as exc:
         raise ConfigError(key, str(exc)) from exc
-    contract = getattr(runner, "contract", None)
-    if contract is not None and like is None:
-        contract.check_fields(avro_input_schema(cfg))
+    if like is None:
+        runner.contract.check_fields(avro_input_schema(cfg))
     name = (path or served_file(cfg.model)[0]).name
     try:
         refused = check_candidate(runner, like, [blank_batch(runner, 2)], cfg.batching.max_size)
@@ -163,8 +164,7 @@ def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None,
             raise ConfigError(f"shadow.challengers[{n}].path",
                               f"{spec.name!r} takes {runner.n_features} features; "
                               f"the champion takes {champion.n_features}")
-        ours, theirs = getattr(champion, "signature", None), getattr(runner, "signature", None)
-        if ours is not None and theirs is not None and (differs := ours.differs(theirs)):
+        if differs := champion.signature.differs(runner.signature):
             raise ConfigError(f"shadow.challengers[{n}].path", f"{spec.name!r}: {differs}")
         challengers.append((spec, runner))
     stages = Stages.serving(JsonCodec(), encoder or output_codec(cfg, champion), cfg, champion)  # encodes only
@@ -172,26 +172,43 @@ def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None,
                   ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))
 
 
-def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,
-                    clients: KafkaClients | None = None,
-                    stopping: Callable[[], bool] = lambda: False) -> Processor:
-    """A ready Processor; with ``metrics.enabled`` it serves /metrics, /healthz and /readyz.
-    ``clients``: other Kafka clients than the config's (the in-memory ones of benchmarks/gpu.py).
-    ``stopping``: a stop signal came (it ends start-up's wait for the cluster: StopRequested)."""
+def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,
+                 clients: KafkaClients | None = None, stopping: Callable[[], bool] = lambda: False,
+                 model_version: str | None = None, observers: tuple[Observer, ...] = ()) -> Wiring:
+    """The house for one processor, built and checked before anything is read: the model (checked
+    at start-up as a reload is, unless ``runner`` is given), codecs, serving (reloads, fallback,
+    challengers), metrics when ``metrics.enabled`` or a ``registry`` is given, and /metrics,
+    /healthz and /readyz when ``metrics.enabled``. ``clients``: other Kafka clients than the
+    config's (the in-memory ones of benchmarks/gpu.py); the config's cluster is checked first (a
+    missing input topic is named). ``stopping``: a stop signal came (it ends start-up's wait for
+    the cluster: StopRequested). ``model_version``: the label every prediction carries, verbatim,
+    whatever the file declares. ``observers``: watch the loop beside its accounting."""
     metrics = None
     if cfg.metrics.enabled or registry is not None:
         registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
     runner = runner or checked_runner(cfg)
     encoder = output_codec(cfg, runner)
-    if clients is None:  # the config's cluster: a missing input topic is named before anything runs
+    if clients is None:
         check_topics(cfg, stopping=stopping)
-    processor = Processor(cfg, runner, input_codec(cfg), encoder, metrics, clients=clients,
-                          serving=serving(cfg, runner, metrics, encoder))
+    served = serving(cfg, runner, metrics, encoder)
+    if model_version is not None:
+        served.relabel(model_version)
+    health = None
     if cfg.metrics.enabled:
-        assert registry is not None
-        processor.http = serve_http(cfg, registry, processor.status)
-    return processor
+        exported = registry
+        assert exported is not None
+        health = partial(serve_http, cfg, exported)
+    return Wiring(cfg, served, input_codec(cfg), encoder, clients or KafkaClients.from_config(cfg), metrics,
+                  health=health, observers=observers)
+
+
+def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,
+                    clients: KafkaClients | None = None, stopping: Callable[[], bool] = lambda: False,
+                    scope: Scope = Scope(), model_version: str | None = None,
+                    observers: tuple[Observer, ...] = ()) -> Processor:
+    """A ready Processor on :func:`build_wiring`'s house, for ``scope`` (default: the live stream)."""
+    return Processor(build_wiring(cfg, runner, registry, clients, stopping, model_version, observers), scope)
 
 
 def serve_http(cfg: Config, registry: CollectorRegistry, status: Callable[[], Status]) -> HealthServer:

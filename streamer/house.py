@@ -1,0 +1,68 @@
+"""What a processor runs on: the wiring that commands build before it runs, and the scope of a bounded run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from streamer.config import Config
+from streamer.formats.codec import Codec
+from streamer.kafka.clients import KafkaClients
+from streamer.kafka.delivery import Acked
+from streamer.model.runner import ModelRunner
+from streamer.observe.health import Status
+from streamer.observe.metrics import Metrics
+from streamer.pipeline.batcher import Batch
+from streamer.pipeline.isolate import Scored
+from streamer.pipeline.records import Rows, TopicPartition
+from streamer.pipeline.serving import Serving
+
+Bounds = dict[TopicPartition, tuple[int, int]]  # [start, end) offsets per partition
+
+
+class Observer(Protocol):
+    """What the loop reports as it goes, to the processor's accounting and to whoever else
+    watches it (a benchmark's stage timer): rows decoded from a consumed chunk, a batch scored
+    and its predictions encoded, outputs acknowledged by the broker. Called on the loop's thread;
+    an observer must not block."""
+
+    def decoded(self, rows: Rows) -> None: ...
+
+    def scored(self, batch: Batch[Rows], seconds: float, out: Scored, predicted: Rows) -> None: ...
+
+    def acked(self, acked: Acked) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """Everything one processor needs, built and checked before it runs (wiring.py builds it):
+    the model that scores, the input and output codecs, the Kafka clients' factory, the metrics
+    (None: not exported) and the clock. ``health`` serves /metrics, /healthz and /readyz for a
+    status source (None: not served). ``observers`` watch the loop beside its accounting."""
+
+    cfg: Config
+    serving: Serving
+    decoder: Codec
+    encoder: Codec
+    clients: KafkaClients
+    metrics: Metrics | None = None
+    clock: Callable[[], float] = time.monotonic
+    health: Callable[[Callable[[], Status]], Any] | None = None
+    observers: tuple[Observer, ...] = ()
+
+    @property
+    def runner(self) -> ModelRunner:
+        return self.serving.runner
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A bounded run (a replay): exactly ``[start, end)`` of each partition of ``bounds``, assigned
+    directly; ``run_id`` stamps its predictions; ``commit_metadata`` is kept with each partition's
+    commits (a replay's bounds, so that a crashed run resumes with them)."""
+
+    bounds: Bounds | None = None
+    run_id: str | None = None
+    commit_metadata: Callable[[TopicPartition], str] | None = None
