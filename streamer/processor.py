@@ -295,7 +295,7 @@ class Processor:
             self._gate.hold_model(str(done.error))
             return None
         batch, out = done.batch, done.out
-        self._account.breaker(self.serving.breaker.code)
+        self._account.breaker(self.serving.breaker.state.value)
         self._gate.model_answered()
         stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.scope.run_id, out.degraded)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)

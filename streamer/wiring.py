@@ -23,7 +23,9 @@ from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.model.contract import Contract
 from streamer.model.prediction_schema import check_schema, made_schema
 from streamer.model.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
-from streamer.pipeline.serving import Fallback, Serving, check_candidate, file_version, served_file
+from streamer.pipeline.breaker import Fallback
+from streamer.pipeline.reload import check_candidate, file_version, served_file
+from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
 from streamer.schemas import bundled
 from streamer.house import Observer, Scope, Wiring

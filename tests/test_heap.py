@@ -86,10 +86,7 @@ def test_a_model_swap_settles_the_heap_and_a_refused_one_does_not(tmp_path: Path
     serving.ask_reload()
     assert next_reload(serving, clock).runner is not None
     assert settled == ["2"], "the swap did not settle the heap after the new model went in"
-    def broken(path: Path) -> FunctionRunner:
-        raise InferenceError(f"cannot load model {path}: truncated")
-
-    serving._load = broken
+    model.write_bytes(b"truncated")  # a load that fails: refused, the serving model stays
     serving.ask_reload()
     assert next_reload(serving, clock).runner is None
     assert settled == ["2"]

@@ -25,7 +25,7 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.records import Rows
-from streamer.pipeline.serving import Reload
+from streamer.pipeline.reload import Reload
 from streamer.model.signature import numeric_matrix
 
 log = logging.getLogger(__name__)

@@ -100,7 +100,7 @@ mut("14-consume-wait-uncapped", "the consume wait is not cut to what is left of 
      ""))
 mut("15-reload-any-output-width", "hot reload accepts a model that answers with another number of score columns",
     "tests/pipeline/test_serving.py::test_a_model_of_another_output_width_is_refused_by_hot_reload",
-    ("streamer/pipeline/serving.py",
+    ("streamer/pipeline/reload.py",
      "        if width and scores is not None and scores.shape[1:] != (width,):\n",
      "        if False:\n"))
 mut("16-renew-fatal-producer-forever", "a producer still fatal after MAX_RENEWALS replacements is replaced again, for ever",

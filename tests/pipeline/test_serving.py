@@ -15,7 +15,9 @@ from streamer.config import Config
 from streamer.config_file import config_from_dict
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.model.runner import OnnxRunner
-from streamer.pipeline.serving import Breaker, Fallback, Reload, Serving, served_file
+from streamer.pipeline.breaker import Breaker, BreakerState, Fallback
+from streamer.pipeline.reload import Reload, served_file
+from streamer.pipeline.serving import Serving
 from streamer.model.signature import Columns
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.records import Messages, Rows
@@ -105,20 +107,20 @@ def test_the_breaker_follows_the_worked_example() -> None:
     for _ in range(2):
         assert b.allow()
         b.failed("boom")
-    assert b.state == Breaker.CLOSED and b.allow()
+    assert b.state == BreakerState.CLOSED and b.allow()
     b.failed("boom")
-    assert b.state == Breaker.OPEN and not b.allow()
+    assert b.state == BreakerState.OPEN and not b.allow()
     clock.advance(1.0)
-    assert b.allow() and b.state == Breaker.HALF_OPEN
+    assert b.allow() and b.state == BreakerState.HALF_OPEN
     b.failed("still")  # a failed probe: open for twice as long
     clock.advance(1.5)
     assert not b.allow()
     clock.advance(0.5)
     assert b.allow()
     b.succeeded()
-    assert (b.state, b.code) == (Breaker.CLOSED, 0)
+    assert (b.state, b.state.value) == (BreakerState.CLOSED, 0)
     b.failed("once")
-    assert b.state == Breaker.CLOSED  # the count started again
+    assert b.state == BreakerState.CLOSED  # the count started again
 
 
 def test_a_failing_model_is_stood_in_for_by_the_fallback_and_probed_until_it_answers(model: Path) -> None:
@@ -129,19 +131,19 @@ def test_a_failing_model_is_stood_in_for_by_the_fallback_and_probed_until_it_ans
     outs = [serving.score(rows(BATCH)) for _ in range(3)]  # each fails on the model, scored by the fallback
     assert all(o.degraded and "model failing" in o.degraded for o in outs)
     assert all((o.scores.arrays["scores"] == 0.5).all() and o.scores.shape == (4, 1) for o in outs)
-    assert serving.breaker.state == Breaker.OPEN
+    assert serving.breaker.state == BreakerState.OPEN
     calls = flaky.calls
     for _ in range(5):  # open: the model is not asked at all
         assert serving.score(rows(BATCH)).degraded
     assert flaky.calls == calls
     clock.advance(1.0)
-    assert serving.score(rows(BATCH)).degraded and serving.breaker.state == Breaker.OPEN  # the probe failed
+    assert serving.score(rows(BATCH)).degraded and serving.breaker.state == BreakerState.OPEN  # the probe failed
     flaky.failing = False
     clock.advance(1.0)
     assert serving.score(rows(BATCH)).degraded  # 2 s now: still open
     clock.advance(1.0)
     back = serving.score(rows(BATCH))  # the probe succeeds: closed
-    assert back.degraded is None and serving.breaker.state == Breaker.CLOSED
+    assert back.degraded is None and serving.breaker.state == BreakerState.CLOSED
     assert back.scores.arrays["scores"][0, 0] == 2.0
 
 
@@ -150,7 +152,7 @@ def test_a_batch_over_the_timeout_opens_the_breaker_at_once_and_keeps_its_scores
     flaky.slow_s = 0.25
     slow = serving.score(rows(BATCH))
     assert slow.degraded is None and slow.scores.arrays["scores"][0, 0] == 2.0
-    assert serving.breaker.state == Breaker.OPEN and "over model.timeout_ms" in serving.breaker.reason
+    assert serving.breaker.state == BreakerState.OPEN and "over model.timeout_ms" in serving.breaker.reason
     assert serving.score(rows(BATCH)).degraded
 
 
@@ -190,8 +192,8 @@ def next_reload(serving: Serving, clock: FakeClock, looks: int = 5) -> Reload:
         got = serving.poll()
         if got is not None:
             return got
-        if serving._loading is not None:
-            serving._loading.join(30)
+        if serving.reloader.loading:
+            serving.reloader.wait(30)
             got = serving.poll()
             assert got is not None
             return got
@@ -220,10 +222,10 @@ def test_a_change_is_loaded_only_once_it_has_held_still_for_one_look(model: Path
     serving, clock = reloading(config(model))
     write_model(model, seed=9, version="2")
     clock.advance(0.1)
-    assert serving.poll() is None and serving._loading is None  # seen once: maybe still being written
+    assert serving.poll() is None and not serving.reloader.loading  # seen once: maybe still being written
     clock.advance(0.1)
     serving.poll()
-    assert serving._loading is not None
+    assert serving.reloader.loading
 
 
 @pytest.mark.parametrize("broken", ["garbage", "width", "nan"])
@@ -240,7 +242,7 @@ def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model
     assert serving.version == "1" and np.array_equal(serving.score(rows(BATCH)).scores.arrays["scores"], before)
     for _ in range(3):  # the refused file is not tried again until it changes
         clock.advance(0.1)
-        assert serving.poll() is None and serving._loading is None
+        assert serving.poll() is None and not serving.reloader.loading
 
 
 def test_a_model_of_another_output_width_is_refused_by_hot_reload(model: Path) -> None:
@@ -307,7 +309,7 @@ def test_sighup_reloads_at_once_without_a_change(model: Path) -> None:
     write_model(model, seed=10, version="5")
     for _ in range(3):  # no looking at the file: only SIGHUP
         clock.advance(10)
-        assert serving.poll() is None and serving._loading is None
+        assert serving.poll() is None and not serving.reloader.loading
     serving.ask_reload()
     done = next_reload(serving, clock)
     assert done.version == "5" and serving.version == "5"
@@ -329,7 +331,7 @@ def test_a_slow_load_keeps_the_old_model_scoring_meanwhile(model: Path) -> None:
     serving.poll()
     clock.advance(0.1)
     serving.poll()
-    assert serving._loading is not None
+    assert serving.reloader.loading
     scored_meanwhile = 0
     while (done := serving.poll()) is None:
         assert serving.score(rows(BATCH)).version == "1"
@@ -381,8 +383,7 @@ def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(mo
     worker = threading.Thread(target=lambda: got.append(serving.score(rows(BATCH))))
     worker.start()
     assert inside.wait(10)
-    serving._since = 0.0
-    serving._finish(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1] + 1, N)))
+    serving.swap(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1] + 1, N)))
     go.set()
     worker.join(10)
     assert got[0].version == old and got[0].scores.arrays["scores"][0, 0] == 1.0
@@ -409,18 +410,17 @@ def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fai
     worker.start()
     assert inside.wait(10)
     old_breaker = serving.breaker
-    serving._since = 0.0
-    serving._finish(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1], N)))
+    serving.swap(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1], N)))
     go.set()
     worker.join(10)
     assert got[0].degraded and (got[0].model, got[0].version) == ("fallback", "constant")  # it stood in
-    assert old_breaker.state == Breaker.OPEN and serving.breaker is not old_breaker
-    assert serving.breaker.state == Breaker.CLOSED
+    assert old_breaker.state == BreakerState.OPEN and serving.breaker is not old_breaker
+    assert serving.breaker.state == BreakerState.CLOSED
     assert serving.score(rows(BATCH)).degraded is None  # the new model scores at once
 
 
 def test_a_file_that_cannot_be_read_for_its_digest_is_refused_by_a_reload(tmp_path: Path) -> None:
-    from streamer.pipeline.serving import file_version
+    from streamer.pipeline.reload import file_version
 
     gone = tmp_path / "gone.onnx"
     runner = FunctionRunner(lambda x: x[:, :1], N)  # declares no version
