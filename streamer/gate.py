@@ -1,46 +1,49 @@
-"""The gate: whether input flows, and why not. Blocked state, back-off and outputs to redo.
+"""The gate: whether input flows, and why not. Holds, back-off and outputs to redo.
 
-The processor *blocks* (pauses its partitions, reports unhealthy, commits nothing past the
-failure, retries with back-off) in three cases: the model looks broken, an output could not be
+The processor *holds* (pauses its partitions, reports unhealthy, commits nothing past the
+failure, retries with back-off) for three causes: the model looks broken, an output could not be
 written (the dead-letter topic is missing or denied, the broker is away), or input cannot be
 decoded because something it needs is away (the Schema Registry: unreachable, slow, 5xx). The
-gate keeps that state and answers questions; it never calls into the processor, which acts on
-the answers:
+gate keeps one hold per cause, each a :class:`Hold` (reason, retry time, back-off), and answers
+questions; it never calls into the processor, which acts on the answers. What to do with a
+failed output is decided before it gets here (kafka/messages.py: refused, shrink, retry): only
+the retries reach the gate.
 
-- :meth:`model_may_run`: may the next batch go to the model now (not blocked, or retry due)?
-- :meth:`hold_input` / :meth:`input_decoded`: decoding failed for want of a dependency (the
-  loop re-reads the chunk after the back-off) / decoding works again;
-- :meth:`resend`: the outputs to produce again now (back-off over), else nothing;
-- :meth:`settle`: unblock once every re-sent output is acknowledged (or, after an aborted
-  transaction, once the back-off is over and the redo starts from the last commit);
-- :attr:`paused`: pause input now (blocked, and for a held input, its retry not yet due);
-- :attr:`blocked` / :attr:`reason`: report unhealthy, and why.
+Transitions (back-off: ``retry_backoff_s`` doubling per repeat up to ``retry_backoff_max_s``):
 
-Back-off doubles from ``retry_backoff_s`` up to ``retry_backoff_max_s`` while a cause persists.
+    hold     event                                   next                       the loop is told
+    none     hold_model / hold_input / redo,          held (back-off 1x)         paused, unhealthy
+             writes_failed
+    held     the same cause again                     held (back-off 2x, max)    paused, unhealthy
+    model    model_may_run before the retry time      model                      keep the batch
+    model    model_answered                           none                       resume
+    input    paused asked after the retry time        input (not paused)         read the chunk again
+    input    input_decoded                            none                       resume
+    output   resend after the retry time              output (re-sent)           produce the redo list
+    output   settle: nothing in flight, redo empty,   none                       resume
+             re-sent (or an abort's back-off over)
+    any      forget(partitions)                       the same                   their redo dropped
 
-Worked example (backoff 0.5 s, max 30 s): a dead letter fails at t=0 -> blocked, redo it at 0.5;
+Worked example (backoff 0.5 s, max 30 s): a dead letter fails at t=0 -> held, redo it at 0.5;
 re-sent at 0.5 and fails again -> back-off 1.0, redo at 1.5; re-sent at 1.5, acknowledged at 1.6
--> :meth:`settle` sees nothing in flight and unblocks; input resumes.
+-> :meth:`settle` sees nothing in flight and releases the hold; input resumes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError
-
-from streamer.kafka.deadletter import cut_short, is_cut_short
-from streamer.kafka.delivery import TOO_LARGE, Output, is_permanent
+from streamer.kafka.messages import Failure, Output
 from streamer.pipeline.records import TopicPartition
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class Block:
-    """Why the processor is blocked, and when it tries again."""
+class Hold:
+    """Why the processor holds, and when it tries again."""
 
     reason: str
     retry_at: float
@@ -54,9 +57,9 @@ class Gate:
     def __init__(self, retry_backoff_s: float, retry_backoff_max_s: float,
                  clock: Callable[[], float]) -> None:
         self._first_s, self._max_s, self._clock = retry_backoff_s, retry_backoff_max_s, clock
-        self.model: Block | None = None
-        self.delivery: Block | None = None
-        self.source: Block | None = None  # decoding's dependency (the registry) is away
+        self.model: Hold | None = None
+        self.delivery: Hold | None = None
+        self.source: Hold | None = None  # decoding's dependency (the registry) is away
         self._redo: list[Output] = []
 
     @property
@@ -105,28 +108,15 @@ class Gate:
 
     # ---- outputs ----------------------------------------------------------------------------
 
-    def outputs_failed(self, failed: list[tuple[Output, KafkaError]], assigned: Collection[TopicPartition]
-                       ) -> tuple[list[tuple[Output, KafkaError]], list[Output]]:
-        """Sort failed deliveries into ``(refused, now)``: a prediction the broker refuses for good
-        (too large, invalid) is refused, to be dead-lettered; a dead letter too large for its topic
-        comes back cut short (deadletter.cut_short), to produce now; the rest are kept to produce
-        again after a back-off, and block input meanwhile. Those of partitions revoked or lost
-        meanwhile are their new owner's to redo."""
-        refused, retry, now = [], [], []
-        for out, err in failed:
-            if out.source_tp not in assigned:
-                continue
-            if out.stage is not None and err.code() in TOO_LARGE and not is_cut_short(out.headers):
-                now.append(cut_short(out))
-            else:
-                (refused if out.stage is None and is_permanent(err) else retry).append((out, err))
-        if retry:
-            out, err = retry[-1]
-            self._redo.extend(o for o, _ in retry)
-            backoff = self.writes_failed(f"cannot write to {out.topic}: {err.str()}")
-            log.warning("%d outputs could not be written (%s: %s): input paused, retrying in %.1f s",
-                        len(retry), out.topic, err, backoff)
-        return refused, now
+    def redo(self, retry: Sequence[Failure]) -> None:
+        """Outputs to produce again after a back-off (their verdict: retry); input holds meanwhile."""
+        if not retry:
+            return
+        out, err = retry[-1]
+        self._redo.extend(o for o, _ in retry)
+        backoff = self.writes_failed(f"cannot write to {out.topic}: {err.str()}")
+        log.warning("%d outputs could not be written (%s: %s): input paused, retrying in %.1f s",
+                    len(retry), out.topic, err, backoff)
 
     def writes_failed(self, reason: str) -> float:
         """Writing failed (an aborted transaction redoes from its commit): back off."""
@@ -159,6 +149,6 @@ class Gate:
         """Partitions revoked or lost: their outputs are their next owner's to redo."""
         self._redo = [o for o in self._redo if o.source_tp not in tps]
 
-    def _backoff(self, block: Block | None, reason: str) -> Block:
+    def _backoff(self, block: Hold | None, reason: str) -> Hold:
         backoff = self._first_s if block is None else min(block.backoff_s * 2, self._max_s)
-        return Block(reason, self._clock() + backoff, backoff)
+        return Hold(reason, self._clock() + backoff, backoff)

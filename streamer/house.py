@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from streamer.config import Config
 from streamer.formats.codec import Codec
 from streamer.kafka.clients import KafkaClients
-from streamer.kafka.delivery import Acked
+from streamer.kafka.messages import Acked
 from streamer.model.runner import ModelRunner
 from streamer.observe.health import Status
 from streamer.observe.metrics import Metrics
@@ -33,6 +33,25 @@ class Observer(Protocol):
     def scored(self, batch: Batch[Rows], seconds: float, out: Scored, predicted: Rows) -> None: ...
 
     def acked(self, acked: Acked) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Observers:
+    """Several observers as one, told in order."""
+
+    each: tuple[Observer, ...]
+
+    def decoded(self, rows: Rows) -> None:
+        for o in self.each:
+            o.decoded(rows)
+
+    def scored(self, batch: Batch[Rows], seconds: float, out: Scored, predicted: Rows) -> None:
+        for o in self.each:
+            o.scored(batch, seconds, out, predicted)
+
+    def acked(self, acked: Acked) -> None:
+        for o in self.each:
+            o.acked(acked)
 
 
 @dataclass(frozen=True, slots=True)

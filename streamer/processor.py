@@ -26,7 +26,8 @@ from streamer.gate import Gate
 from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint, Commit
 from streamer.kafka.clients import consume_batch, queue_limit
 from streamer.kafka.deadletter import letter_for
-from streamer.kafka.delivery import Deliveries, Predictions
+from streamer.kafka.delivery import Deliveries
+from streamer.kafka.messages import Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.kafka.topics import names
 from streamer.observe.accounting import Accounting
@@ -36,7 +37,7 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.inference import Inference, Scoring
 from streamer.pipeline.records import Messages, Rows, Stamp
-from streamer.house import Observer, Scope, Wiring
+from streamer.house import Observers, Scope, Wiring
 from streamer.model.runner import numeric_width
 from streamer.pipeline.stages import Stages
 
@@ -54,7 +55,7 @@ class Processor:
         self._observed = metrics is not None or cfg.metrics.log_interval_ms > 0  # librdkafka's lag wanted
         self._account = Accounting(self.stats, metrics, cfg, numeric_width(runner), clock)  # drift: numeric inputs
         self._clients, self._clock = wiring.clients, clock
-        self._observers: tuple[Observer, ...] = (self._account, *wiring.observers)
+        self._observe = Observers((self._account, *wiring.observers))  # the accounting first
         self._stages = Stages.serving(wiring.decoder, wiring.encoder, cfg, runner)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
                                                          join=Rows.join)
@@ -167,8 +168,7 @@ class Processor:
         for tp, offsets in by_tp.items():
             self._tracker.consumed(tp, offsets)
         self._dead_letter(rejects)
-        for observer in self._observers:
-            observer.decoded(rows)
+        self._observe.decoded(rows)
         return rows
 
     def _batch(self, rows: Rows) -> None:
@@ -185,16 +185,16 @@ class Processor:
             self.deliveries.send(outputs)
 
     def _collect_acks(self, timeout_s: float) -> None:
-        """Serve delivery reports: acked outputs mark their offsets done; failures are kept."""
+        """Serve delivery reports: acked outputs mark their offsets done; failures go by their verdict."""
         acked, failed = self.deliveries.collect(timeout_s)
         if acked:
-            for observer in self._observers:
-                observer.acked(acked)
+            self._observe.acked(acked)
             self._account.final(self.checkpoint.acknowledged(acked))
-        refused, now = self._gate.outputs_failed(self.checkpoint.failed(failed), self._assigned)
-        self.deliveries.send(now)  # dead letters too large for their topic, cut short
+        failed = self.checkpoint.failed(failed).within(self._assigned)  # the others are their new owner's
+        self.deliveries.send(list(failed.shrink))  # dead letters too large for their topic, cut short
+        self._gate.redo(failed.retry)
         self._dead_letter([(ProduceError(f"the broker refused the prediction: {err}"), out.source)
-                           for out, err in refused])
+                           for out, err in failed.refused])
 
     def _redo_failed_deliveries(self) -> None:
         self.deliveries.send(self._gate.resend())  # nothing, unless a back-off is over
@@ -299,8 +299,7 @@ class Processor:
         self._gate.model_answered()
         stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.scope.run_id, out.degraded)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
-        for observer in self._observers:
-            observer.scored(batch, done.seconds, out, rows)
+        self._observe.scored(batch, done.seconds, out, rows)
         self._dead_letter(rejects, (out.model, out.version))  # named by the model that scored them
         return Predictions(self.cfg.output.topic, values, rows)
 

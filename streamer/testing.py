@@ -111,3 +111,8 @@ class PoisonRunner:
         if poisoned.size:
             raise InferenceError(f"poisoned row(s) {poisoned.tolist()} in a batch of {len(features)}")
         return self._inner.run(features)
+
+
+def score_matrix(runner: ModelRunner, features: np.ndarray) -> np.ndarray:
+    """A one-input model's scores for a feature matrix: the ``features`` column in, ``scores`` out."""
+    return runner.run(Columns({FEATURES: features})).arrays[SCORES]

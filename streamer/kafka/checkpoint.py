@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -44,7 +44,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from streamer.config import Config, transactional_id
 from streamer.errors import CommitError, ProducerFatalError, TransactionAbortedError
-from streamer.kafka.delivery import Acked, Deliveries, Output
+from streamer.kafka.delivery import Deliveries
+from streamer.kafka.messages import Acked, Failed
 from streamer.kafka.offsets import OffsetTracker
 from streamer.kafka.pending import OnItsWay
 from streamer.kafka.quiet import MIN_QUIET_MS, QuietSpell
@@ -53,14 +54,13 @@ from streamer.kafka.watchdog import deadline
 from streamer.pipeline.records import TopicPartition
 
 log = logging.getLogger(__name__)
-Failures = list[tuple[Output, KafkaError]]
 MAX_RENEWALS = 5  # producers replaced in a row without a commit in between; then exit
 # A fence within this long of the previous one ends the process: two instances share the
 # transactional.id and would otherwise take it from each other for ever.
 FENCE_WINDOW_S = 300.0
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Commit:
     """What one commit did. Empty when there was nothing to commit."""
 
@@ -81,8 +81,9 @@ class Checkpoint(Protocol):
     def acknowledged(self, acked: Acked) -> Acked:
         """Mark acknowledged outputs' offsets done; return those that are final now."""
 
-    def failed(self, failed: Failures) -> Failures:
-        """Note failed deliveries; return those the loop must dead-letter or produce again."""
+    def failed(self, failed: Failed) -> Failed:
+        """Note failed deliveries; return those the loop must act on (dead-letter, cut short,
+        produce again: their verdicts)."""
 
     def commit_due(self, read: bool = True) -> bool:
         """Is a commit due: the interval passed, a failure waits, or the input went quiet (``read``:
@@ -197,7 +198,7 @@ class AtLeastOnce(_Base):
         self._done(acked)
         return acked
 
-    def failed(self, failed: Failures) -> Failures:
+    def failed(self, failed: Failed) -> Failed:
         return failed
 
     def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
@@ -302,19 +303,20 @@ class Transactional(_Base):
         commit = super()._renew(broken)
         self._txn = self._transactions()
         self._uncounted = Acked()
-        commit.write_failure, self._failure = self._failure, None
-        return commit
+        failure, self._failure = self._failure, None
+        return replace(commit, write_failure=failure)
 
     def acknowledged(self, acked: Acked) -> Acked:
         self._done(acked)
-        self._uncounted.extend(acked)
+        self._uncounted = self._uncounted.plus(acked)
         return Acked()
 
-    def failed(self, failed: Failures) -> Failures:
+    def failed(self, failed: Failed) -> Failed:
         if failed:  # the transaction cannot commit: abort it at the next commit, redo from the last
-            out, err = failed[0]
-            self._failure = f"cannot write to {out.topic}: {err.str()}"
-        return []
+            errors = (*failed.retry, *failed.refused)
+            self._failure = (f"cannot write to {errors[0][0].topic}: {errors[0][1].str()}" if errors else
+                             f"cannot write to {failed.shrink[0].topic}: a dead letter too large for it")
+        return Failed()
 
     def commit_due(self, read: bool = True) -> bool:
         return super().commit_due(read) or self._failure is not None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamer.errors import RecordError, frames
-from streamer.kafka.delivery import Output
+from streamer.kafka.messages import Output
 
 Headers = list[tuple[str, bytes]]
 HEADER_PREFIX = "streamer.dlq."

@@ -12,112 +12,30 @@ scored row) or single :class:`Output` messages (dead letters, predictions produc
 message of a unit reports to the same bound method, which only notes an error and counts down;
 the bookkeeping happens when :meth:`Deliveries.collect` is called, per unit, and comes back as
 :class:`Acked` (what the broker took) and failures. A failed output is handed back with its
-error as an :class:`Output`, never dropped: the processor decides whether to dead-letter it (a
-permanent error) or to produce it again later.
+error as an :class:`Output`, never dropped, with its verdict (messages.py: refused, shrink,
+retry), which the loop acts on.
 """
 
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException
 
 from streamer.config import OutputKey
-from streamer.pipeline.records import Rows
+from streamer.kafka.deadletter import cut_short, is_cut_short
+from streamer.kafka.messages import TOO_LARGE, Acked, Failed, Failure, Headers, Output, Predictions, is_permanent
 
-Headers = list[tuple[str, bytes]]
 QUEUE_LIMIT = 100_000  # librdkafka's queue.buffering.max.messages default
 # While outputs wait for their acks, the loop blocks in consume for at most this long: their
 # reports are served by producer.poll between two consumes, and the end-to-end latency (and the
 # commit) of a prediction runs to the moment its ack is collected. A whole consume timeout (100 ms)
 # in between put p50 at 200 ms for a 7,000 events/s trickle.
 ACK_POLL_S = 0.005
-
-# A message larger than the topic (or the producer) takes.
-TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
-                       KafkaError.INVALID_MSG_SIZE})
-# Errors that concern the one message, whatever the broker's state: retrying cannot help.
-PERMANENT = frozenset({
-    KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG, KafkaError.INVALID_MSG_SIZE,
-    KafkaError.INVALID_RECORD, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_REQUIRED_ACKS,
-})
-
-
-@dataclass(slots=True)
-class Output:
-    """One message to produce on behalf of one consumed message (``source``)."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: Headers | None
-    source: Any  # the consumed confluent_kafka.Message this output stands for
-    stage: str | None = None  # None for a prediction, else the dead letter's stage
-    event_time_ms: int = 0
-    attempts: int = 0
-
-    @property
-    def source_tp(self) -> tuple[str, int]:
-        return self.source.topic(), self.source.partition()
-
-
-@dataclass(frozen=True, slots=True)
-class Predictions:
-    """A batch's predictions: ``values[i]`` is the prediction of ``rows`` row i, all to ``topic``;
-    ``keys[i]`` its key (None: the input message's key, ``output.key: input``)."""
-
-    topic: str
-    values: list[bytes]
-    rows: Rows
-    keys: list[bytes | None] | None = None
-
-    def output(self, i: int) -> Output:
-        """Row ``i``'s prediction as a single output (to produce it again, or dead-letter it)."""
-        m = self.rows.source.items[i]
-        key = m.key() if self.keys is None else self.keys[i]
-        return Output(self.topic, key, self.values[i], None, m, event_time_ms=int(self.rows.event_times[i]),
-                      attempts=1)
-
-    def keyed(self, key_by: OutputKey) -> Predictions:
-        """These predictions keyed as ``output.key`` says: the input's key, or a prediction field's
-        UTF-8 bytes (``entity_id``: every prediction of an entity in one partition, in order, and
-        the latest kept by a compacted topic); an empty id is a null key."""
-        if key_by == "input":
-            return self
-        ids = self.rows.entity_ids if key_by == "entity_id" else self.rows.event_ids
-        # an event without an entity is keyed null, not b"": one key for all of them would put
-        # them in one partition, and a compacted topic would keep one of them
-        return replace(self, keys=[None if not i else i if isinstance(i, bytes) else str(i).encode() for i in ids])
-
-
-@dataclass(slots=True)
-class Acked:
-    """What the broker acknowledged: predictions as batches of rows, other outputs one by one."""
-
-    batches: list[Rows] = field(default_factory=list)
-    outputs: list[Output] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.batches or self.outputs)
-
-    def extend(self, other: Acked) -> None:
-        self.batches.extend(other.batches)
-        self.outputs.extend(other.outputs)
-
-    def offsets(self) -> dict[tuple[str, int], list[np.ndarray]]:
-        """The source offsets now done, per partition."""
-        out: dict[tuple[str, int], list[np.ndarray]] = {}
-        for rows in self.batches:
-            for tp, offsets in rows.source.by_partition().items():
-                out.setdefault(tp, []).append(offsets)
-        for o in self.outputs:
-            out.setdefault(o.source_tp, []).append(np.array([o.source.offset()], np.int64))
-        return out
 
 
 class _Unit:
@@ -144,7 +62,7 @@ class _Unit:
         self.errors.append((index, err))
         self.report(None, None)
 
-    def sort(self) -> tuple[Acked, list[tuple[Output, KafkaError]]]:
+    def sort(self) -> tuple[Acked, list[Failure]]:
         """Acked and failed, with each failure mapped back to its output by index or by value."""
         sent = self.sent
         values = sent.values if isinstance(sent, Predictions) else [o.value for o in sent]
@@ -162,20 +80,55 @@ class _Unit:
                 bad[where_i] = err
         if isinstance(sent, Predictions):
             if not bad:
-                return Acked(batches=[sent.rows]), []
+                return Acked(batches=(sent.rows,)), []
             ok = np.ones(len(values), bool)
             ok[list(bad)] = False
-            return Acked(batches=[sent.rows.take(ok)]), [(sent.output(i), e) for i, e in sorted(bad.items())]
-        return (Acked(outputs=[o for i, o in enumerate(sent) if i not in bad]),
+            return Acked(batches=(sent.rows.take(ok),)), [(sent.output(i), e) for i, e in sorted(bad.items())]
+        return (Acked(outputs=tuple(o for i, o in enumerate(sent) if i not in bad)),
                 [(sent[i], e) for i, e in sorted(bad.items())])
+
+
+class Producer(Protocol):
+    """What delivery calls on a librdkafka producer (confluent_kafka.Producer, or a test's fake)."""
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
+                headers: Any = None, on_delivery: Callable[..., None] | None = None) -> None: ...
+
+    def produce_batch(self, topic: str, messages: list[dict[str, Any]],
+                      on_delivery: Callable[..., None] | None = None) -> int: ...
+
+    def poll(self, timeout: float = ...) -> int: ...
+
+    def flush(self, timeout: float = ...) -> int: ...
+
+    def purge(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+def verdicts(failures: list[Failure]) -> Failed:
+    """Each failed delivery's verdict (messages.py): a prediction refused for good is refused;
+    a dead letter too large for its topic is cut short once (deadletter.cut_short), to produce
+    now; the rest are retried after a back-off."""
+    refused: list[Failure] = []
+    shrink: list[Output] = []
+    retry: list[Failure] = []
+    for out, err in failures:
+        if out.stage is not None and err.code() in TOO_LARGE and not is_cut_short(out.headers):
+            shrink.append(cut_short(out))
+        elif out.stage is None and is_permanent(err):
+            refused.append((out, err))
+        else:
+            retry.append((out, err))
+    return Failed(tuple(refused), tuple(shrink), tuple(retry))
 
 
 class Deliveries:
     """Sends outputs through one producer and sorts the reports into acked and failed."""
 
-    def __init__(self, producer: Any, on_full: Callable[[], None],
+    def __init__(self, producer: Producer, on_full: Callable[[], None],
                  before_send: Callable[[], None] = lambda: None,
-                 make_producer: Callable[[], Any] | None = None, key_by: OutputKey = "input",
+                 make_producer: Callable[[], Producer] | None = None, key_by: OutputKey = "input",
                  queue_limit: int = QUEUE_LIMIT) -> None:
         self.producer = producer
         self.queue_limit = queue_limit  # queue.buffering.max.messages: a batch call needs room for all
@@ -195,6 +148,8 @@ class Deliveries:
         self.before_send()
         if isinstance(outputs, Predictions):
             outputs = outputs.keyed(self.key_by)
+        else:  # counted per send: a failure hands back the output with its attempts
+            outputs = [replace(o, attempts=o.attempts + 1) for o in outputs]
         unit = _Unit(outputs, self._finished, self._generation)
         self.in_flight += unit.size
         self.units_in_flight += 1
@@ -202,7 +157,7 @@ class Deliveries:
         if isinstance(outputs, Predictions):
             topic = outputs.topic
             keys = outputs.keys or [m.key() for m in outputs.rows.source.items]
-            if (len(self.producer) + unit.size <= self.queue_limit and hasattr(self.producer, "produce_batch")
+            if (len(self.producer) + unit.size <= self.queue_limit
                     and self._produce_batch(unit, topic, outputs.values, keys)):
                 return
             for i, (value, key) in enumerate(zip(outputs.values, keys)):
@@ -212,7 +167,6 @@ class Deliveries:
                     self._produce_hard(unit, i, topic, value, key, None)
             return
         for i, out in enumerate(outputs):
-            out.attempts += 1
             self._produce_hard(unit, i, out.topic, out.value, out.key, out.headers)
 
     def _produce_batch(self, unit: _Unit, topic: str, values: list[bytes], keys: list[bytes | None]) -> bool:
@@ -239,22 +193,23 @@ class Deliveries:
         except KafkaException as exc:  # refused before sending (too large, say)
             unit.refused(i, exc.args[0])
 
-    def collect(self, timeout_s: float) -> tuple[Acked, list[tuple[Output, KafkaError]]]:
-        """Serve delivery reports; return what was acknowledged and the outputs that failed."""
+    def collect(self, timeout_s: float) -> tuple[Acked, Failed]:
+        """Serve delivery reports; return what was acknowledged and the outputs that failed, each
+        with its verdict (refused, shrink, retry: messages.py)."""
         self.producer.poll(timeout_s)
-        acked, failed = Acked(), []
         if not self._finished:
-            return acked, failed
+            return Acked(), Failed()
         finished, self._finished[:] = list(self._finished), []
+        acked, failed = Acked(), []
         for unit in finished:
             if unit.generation != self._generation:
                 continue  # sent before discard(): already written off
             self.in_flight -= unit.size
             self.units_in_flight -= 1
             ok, bad = unit.sort()
-            acked.extend(ok)
+            acked = acked.plus(ok)
             failed.extend(bad)
-        return acked, failed
+        return acked, verdicts(failed) if failed else Failed()
 
     @property
     def poll_s(self) -> float:
@@ -296,7 +251,3 @@ def produce(producer: Any, on_full: Callable[[], object], topic: str, value: byt
             return
         except BufferError:
             on_full()
-
-
-def is_permanent(err: KafkaError) -> bool:
-    return err.code() in PERMANENT

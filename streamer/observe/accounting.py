@@ -17,7 +17,7 @@ import numpy as np
 
 from streamer.config import Config
 from streamer.kafka.checkpoint import Commit
-from streamer.kafka.delivery import Acked
+from streamer.kafka.messages import Acked
 from streamer.observe.drift import DriftMonitor, Profile
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.report import ProgressLog

@@ -22,7 +22,7 @@ from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_B
 from streamer.commands.demo import synthetic_events
 from streamer.errors import ConfigError, InferenceError
 from streamer.kafka.clients import KafkaClients
-from streamer.testing import FunctionRunner, PoisonRunner
+from streamer.testing import FunctionRunner, PoisonRunner, score_matrix
 from tests.conftest import (
     Topics,
     committed_offsets,
@@ -151,7 +151,7 @@ def test_a_broken_model_pauses_instead_of_flooding_the_dead_letter_topic(bootstr
     def model(x: np.ndarray) -> np.ndarray:
         if broken[0]:
             raise InferenceError("model file is corrupt")
-        return real.run(x)
+        return score_matrix(real, x)
 
     runner = FunctionRunner(model, real.n_features)
     processor = build_processor(cfg, runner=runner)

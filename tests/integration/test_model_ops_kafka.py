@@ -29,7 +29,7 @@ from streamer.commands.demo import synthetic_events
 from streamer.config import ChallengerConfig, with_overrides
 from streamer.errors import InferenceError
 from streamer.formats.avro import AvroCodec, load_schema
-from streamer.testing import FunctionRunner
+from streamer.testing import FunctionRunner, score_matrix
 from tests.conftest import Topics, make_config
 from tests.support.faults import (ROOT, ChildProcessor, audit, caught_up, read_all, wait_until, write_config,
                                  written)
@@ -120,7 +120,7 @@ def test_a_failing_model_degrades_to_the_fallback_and_comes_back(bootstrap: str,
     def model(x: np.ndarray) -> np.ndarray:  # the real model, failing while set (its GPU went away)
         if failing.is_set():
             raise InferenceError("CUDA error: an illegal memory access was encountered")
-        return real.run(x)
+        return score_matrix(real, x)
 
     switch = FunctionRunner(model, real.n_features, real.provider)
     registry = CollectorRegistry()
@@ -197,13 +197,13 @@ def test_challengers_score_in_shadow_and_a_failing_or_hung_one_never_touches_the
 
     def hanging(x: np.ndarray) -> np.ndarray:  # a device that stopped answering, until released
         release.wait()
-        return other_model.run(x)
+        return score_matrix(other_model, x)
 
     shadow.challengers[1].runner = FunctionRunner(raising, other_model.n_features)
     shadow.challengers[2].runner = FunctionRunner(hanging, other_model.n_features)
 
     features = np.array([e["features"] for e in synthetic_events(n, 32, seed=3)], np.float32)
-    champion, challenger = model_runner(cfg).run(features)[:, 0], model_runner(cfg, other).run(features)[:, 0]
+    champion, challenger = score_matrix(model_runner(cfg), features)[:, 0], score_matrix(model_runner(cfg, other), features)[:, 0]
     expected_flips = int(np.count_nonzero((champion >= 0.5) != (challenger >= 0.5)))
     feed(bootstrap, topics, n)
 

@@ -33,7 +33,7 @@ from streamer.observe.health import HealthServer, Status
 from streamer.observe.drift import write_profile
 from streamer.observe.lag import LagExporter
 from streamer.processor import Processor
-from streamer.testing import FunctionRunner
+from streamer.testing import FunctionRunner, score_matrix
 from tests.conftest import ROOT, Topics, free_port, make_config
 
 pytestmark = pytest.mark.kafka
@@ -251,7 +251,7 @@ def test_a_hanging_model_is_reported_unhealthy(bootstrap: str, topics: Topics) -
 
     def hanging(x: np.ndarray) -> np.ndarray:
         release.wait(60)
-        return real.run(x)
+        return score_matrix(real, x)
 
     running = Running(build_processor(cfg, runner=FunctionRunner(hanging, real.n_features)))
     base = f"http://127.0.0.1:{running.processor.http.port}"

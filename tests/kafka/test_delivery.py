@@ -7,7 +7,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from streamer.kafka.delivery import Deliveries, Output, produce
+from streamer.kafka.deadletter import is_cut_short
+from streamer.kafka.delivery import Deliveries, produce, verdicts
+from streamer.kafka.messages import Output
 
 
 class FakeProducer:
@@ -51,14 +53,16 @@ def test_send_reports_a_refused_output_as_failed_and_sends_the_rest() -> None:
     deliveries.send(outputs)
     acked, failed = deliveries.collect(0)
     assert [o.value for o in acked.outputs] == [b"a", b"b"] and not acked.batches
-    assert [(o.value, e.code()) for o, e in failed] == [(b"huge", KafkaError.MSG_SIZE_TOO_LARGE)]
-    assert deliveries.in_flight == 0 and [o.attempts for o in outputs] == [1, 1, 1]
+    assert [(o.value, e.code()) for o, e in failed.refused] == [(b"huge", KafkaError.MSG_SIZE_TOO_LARGE)]
+    assert not failed.retry and not failed.shrink  # a prediction too large: refused for good
+    assert deliveries.in_flight == 0
+    assert [o.attempts for o in (*acked.outputs, *(o for o, _ in failed.refused))] == [1, 1, 1]
 
 
 def test_predictions_keyed_by_a_field_and_an_empty_entity_is_a_null_key() -> None:
     from types import SimpleNamespace
 
-    from streamer.kafka.delivery import Predictions
+    from streamer.kafka.messages import Predictions
 
     p = Predictions("t", [b"a", b"b"], SimpleNamespace(entity_ids=["acct-1", ""], event_ids=["e1", "e2"]))  # type: ignore[arg-type]
     assert p.keyed("entity_id").keys == [b"acct-1", None]
@@ -89,7 +93,7 @@ class BatchProducer(FakeProducer):
 
 
 def predictions(values: list[bytes]) -> Any:
-    from streamer.kafka.delivery import Predictions
+    from streamer.kafka.messages import Predictions
 
     items = [SimpleNamespace(key=lambda i=i: f"k{i}".encode()) for i in range(len(values))]
     rows = SimpleNamespace(source=SimpleNamespace(items=items), event_times=list(range(len(values))),
@@ -105,7 +109,7 @@ def test_a_batch_of_predictions_goes_out_in_one_call_in_order_and_a_refusal_is_i
     assert producer.sent == [("scores", b"a", b"k0"), ("scores", b"b", b"k2")]
     acked, failed = deliveries.collect(0)
     assert acked.batches[0].kept == [b"a", b"b"]
-    assert [(o.value, o.key, e.code()) for o, e in failed] == [(b"huge", b"k1", KafkaError.MSG_SIZE_TOO_LARGE)]
+    assert [(o.value, o.key, e.code()) for o, e in failed.refused] == [(b"huge", b"k1", KafkaError.MSG_SIZE_TOO_LARGE)]
     assert deliveries.in_flight == 0
 
 
@@ -132,3 +136,20 @@ def test_a_batch_call_refused_whole_falls_back_to_one_produce_each() -> None:
     assert [v for _, v, _ in producer.sent] == [b"a", b"b"]
     acked, failed = deliveries.collect(0)
     assert acked.batches and not failed and deliveries.units_in_flight == 0
+
+
+def test_each_failed_delivery_gets_one_verdict() -> None:
+    """Refused: a prediction the broker refuses for good; shrink: a dead letter too large for its
+    topic, cut short once; retry: everything else, a cut-short letter refused again included."""
+    source = SimpleNamespace(topic=lambda: "in", partition=lambda: 0, offset=lambda: 7)
+    prediction = Output("out", None, b"p", None, source)
+    letter = Output("out.dlq", None, b"x" * 5000, [], source, stage="decode")
+    too_large, timed_out = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), KafkaError(KafkaError._MSG_TIMED_OUT)
+    got = verdicts([(prediction, too_large), (letter, too_large), (prediction, timed_out), (letter, timed_out)])
+    assert got.refused == ((prediction, too_large),)
+    (short,) = got.shrink
+    assert is_cut_short(short.headers) and len(short.value or b"") < len(letter.value or b"")
+    assert got.retry == ((prediction, timed_out), (letter, timed_out))
+    again = verdicts([(short, too_large)])
+    assert again.retry == ((short, too_large),) and not again.shrink  # cut short once, never twice
+    assert not got.within(set()) and got.within({("in", 0)}) is got  # another owner's: dropped
