@@ -12,7 +12,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union, cast, get_args, get_origin
 
 from streamer.errors import ConfigError
 
@@ -41,14 +41,14 @@ def file_exists(key: str, what: str, path: Path | None) -> None:
 
 
 @functools.cache
-def hints(cls: type) -> dict[str, Any]:
+def hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
 def check_types(obj: Any, section: str) -> None:
     """Each field holds its declared type: ``replace()`` and direct construction take anything."""
     for f in fields(obj):
-        check_type(hints(type(obj))[f.name], getattr(obj, f.name),
+        check_type(hints(cast(Any, type(obj)))[f.name], getattr(obj, f.name),
                     f"{section}.{f.name}" if section else f.name)
 
 

@@ -145,11 +145,11 @@ def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
         if m.fallback_path is not None and runner.n_features != _fallback_width(cfg, m.fallback_path):
             raise ConfigError("model.fallback_path", f"takes {_fallback_width(cfg, m.fallback_path)} features; "
                                                      f"model.path takes {runner.n_features}")
-        runner_of_fallback = (None if m.fallback_path is None
-                              else checked_runner(cfg, m.fallback_path, "model.fallback_path", like=runner))
-        fallback = Fallback(runner_of_fallback, m.fallback_scores, name=f"{m.name}-fallback",
-                            version="constant" if m.fallback_path is None
-                            else file_version("", m.fallback_path, None, runner_of_fallback))
+        runner_of_fallback, version = None, "constant"
+        if m.fallback_path is not None:
+            runner_of_fallback = checked_runner(cfg, m.fallback_path, "model.fallback_path", like=runner)
+            version = file_version("", m.fallback_path, None, runner_of_fallback)
+        fallback = Fallback(runner_of_fallback, m.fallback_scores, name=f"{m.name}-fallback", version=version)
     return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback,
                    shadow=shadow(cfg, runner, metrics, encoder))
 

@@ -14,6 +14,7 @@ at-least-once: a crash between publishing and committing can publish a row again
 from __future__ import annotations
 
 import datetime as dt
+from typing import cast
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -21,7 +22,8 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from streamer.config import Config, dead_letter_topic
 from streamer.errors import STAGES, BrokerError
 from streamer.kafka import clients
-from streamer.kafka.deadletter import REDRIVE_HEADER, header, is_cut_short, original_headers, redrive_count
+from streamer.kafka.deadletter import (REDRIVE_HEADER, header, headers_of, is_cut_short, original_headers,
+                                      redrive_count)
 from streamer.kafka.topics import partitions
 
 
@@ -39,7 +41,7 @@ def inspect(cfg: Config, limit: int | None = None) -> list[str]:
     lines = []
     try:
         for m in clients.read_to_end(consumer, dead_letter_topic(cfg), from_committed=False):
-            h = m.headers()
+            h = headers_of(m)
             when = dt.datetime.fromtimestamp(m.timestamp()[1] / 1000, dt.UTC)
             lines.append(f"{when:%Y-%m-%dT%H:%M:%S}Z  {header(h, 'stage') or '?':<11}  "
                          f"{header(h, 'original.topic')}[{header(h, 'original.partition')}]"
@@ -65,13 +67,14 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None) -> 
         for m in clients.read_to_end(consumer, topic, from_committed=False, starts=starts):
             if limit is not None and redriven >= limit:
                 break
-            positions[(m.topic(), m.partition())] = m.offset() + 1
-            h = m.headers()
+            partition, offset = cast(int, m.partition()), cast(int, m.offset())
+            positions[(cast(str, m.topic()), partition)] = offset + 1
+            h = headers_of(m)
             row_stage = header(h, "stage")
             if stage is not None and row_stage != stage:
                 skipped += 1
                 continue
-            if m.offset() < done[m.partition()].get(row_stage, done[m.partition()][None]):
+            if offset < done[partition].get(row_stage, done[partition][None]):
                 already += 1
                 continue
             originals = original_headers(h)
@@ -85,7 +88,7 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None) -> 
                 continue
             headers = [(k, v) for k, v in originals if k != REDRIVE_HEADER]
             headers.append((REDRIVE_HEADER, str(count + 1).encode()))
-            producer.produce(original_topic, m.value(), m.key(), headers=headers)
+            producer.produce(original_topic, m.value(), m.key(), headers=list(headers))
             producer.poll(0)
             redriven += 1
         if producer.flush(cfg.output.ack_timeout_ms / 1000.0):

@@ -24,7 +24,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from confluent_kafka import Consumer, Producer
 
@@ -181,7 +181,9 @@ def tail(cfg: Config, out: TextIO, limit: int | None = None) -> int:
     n = 0
     try:
         for m in clients.read_to_end(consumer, cfg.output.topic, from_committed=False):
-            out.write(json.dumps(dict(decoder.decode(m.value())), separators=(",", ":")) + "\n")
+            if m.value() is None:
+                continue  # a tombstone holds no prediction
+            out.write(json.dumps(dict(decoder.decode(cast(bytes, m.value()))), separators=(",", ":")) + "\n")
             n += 1
             if limit is not None and n >= limit:
                 break

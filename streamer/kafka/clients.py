@@ -124,7 +124,8 @@ def queue_limit(cfg: Config) -> int:
 
 
 def make_admin(cfg: Config) -> AdminClient:
-    return AdminClient({"logger": _LIBRDKAFKA_LOG, **librdkafka_config(cfg)})
+    settings: dict[str, Any] = {"logger": _LIBRDKAFKA_LOG, **librdkafka_config(cfg)}
+    return AdminClient(settings)
 
 
 def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0,

@@ -18,6 +18,11 @@ TRUNCATED_BYTES = 1024  # what a dead letter too large for its topic keeps of th
 log = logging.getLogger(__name__)
 
 
+def headers_of(message: Any) -> Headers:
+    """A consumed message's headers as (name, bytes) pairs (none: an empty list)."""
+    return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in (message.headers() or [])]
+
+
 def redrive_count(headers: Headers | None) -> int:
     """How often a record has been redriven already (0 when never), from its own headers."""
     for key, value in reversed(headers or []):

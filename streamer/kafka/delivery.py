@@ -47,7 +47,7 @@ class _Unit:
         self.sent, self.finished, self.generation = sent, finished, generation
         self.size = len(sent.values) if isinstance(sent, Predictions) else len(sent)
         self.remaining = self.size  # reports still to come
-        self.errors: list[tuple[int | bytes | None, KafkaError]] = []
+        self.errors: list[tuple[int | bytes | None, KafkaError]] = []  # (index, or value sent, error)
 
     def report(self, err: KafkaError | None, msg: Any) -> None:
         """Called once per message, from poll(): kept to a decrement (the count inline, not a call)."""
@@ -174,7 +174,7 @@ class Deliveries:
         False when the call refused the whole batch before queueing any (the caller produces one by
         one). A message refused by ``queue.buffering.max.kbytes`` (the room check counts messages)
         is a failure produced again later, after later ones: as any retried output."""
-        messages = [{"value": v, "key": k} for v, k in zip(values, keys)]
+        messages: list[dict[str, Any]] = [{"value": v, "key": k} for v, k in zip(values, keys)]
         try:
             queued = self.producer.produce_batch(topic, messages, on_delivery=unit.report)
         except (KafkaException, BufferError, TypeError, ValueError):  # raised before any is queued

@@ -13,10 +13,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 FlushReason = Literal["full", "timeout", "revoke", "shutdown"]
-C = TypeVar("C", bound=Sequence[Any])
+
+
+class Chunk(Protocol):
+    """What the batcher holds: rows that count and slice (a tuple, or pipeline.records.Rows)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, idx: slice, /) -> Any: ...
+
+
+C = TypeVar("C", bound=Chunk)
 # A deadline within a nanosecond counts as reached: first_at + max_wait is a float sum that can
 # land a hair past the instant it names (0.1 + 0.05 > 0.15), which would cost a whole extra pass.
 _EPSILON_S = 1e-9
@@ -48,7 +58,7 @@ class MicroBatcher(Generic[C]):
     """
 
     def __init__(self, max_size: int, max_wait_ms: int, clock: Callable[[], float] = time.monotonic,
-                 join: Callable[[list[C]], C] = join_rows) -> None:
+                 join: Callable[[list[C]], C] = join_rows) -> None:  # type: ignore[assignment]
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1, got {max_size}")
         if max_wait_ms < 0:
@@ -79,7 +89,7 @@ class MicroBatcher(Generic[C]):
             if not self._pieces:
                 self._first_at = self._clock()
             take = min(self.max_size - self._size, n - at)
-            self._pieces.append(rows if take == n else rows[at:at + take])  # type: ignore[index]
+            self._pieces.append(rows if take == n else rows[at:at + take])
             self._size += take
             at += take
             if self._size >= self.max_size:

@@ -160,7 +160,8 @@ class _Search:
     def search(self, whole: InferenceError) -> None:
         """Generalized binary splitting over rows [0, n), known to fail as a whole (``whole``)."""
         n, outputs, attempt = self.n, self.outputs, self.attempt
-        p, known, checked = 0, (0, n, whole), False
+        known: tuple[int, int, InferenceError] | None = (0, n, whole)
+        p, checked = 0, False
         while p < n:
             if known is not None:  # [lo, hi) starts at p and fails: find its first poison row
                 (lo, hi, failure), known = known, None

@@ -51,8 +51,10 @@ def _index(idx: np.ndarray | slice) -> np.ndarray | slice:
 
 
 def _pick(items: Sequence[Any], idx: np.ndarray | slice) -> Any:
-    if isinstance(idx, slice) or isinstance(items, Texts):
+    if isinstance(idx, slice):
         return items[idx]
+    if isinstance(items, Texts):
+        return items[idx]  # its own fancy indexing, in numpy
     return [items[i] for i in idx.tolist()]
 
 

@@ -114,7 +114,8 @@ class Reloader:
     def __init__(self, m: ModelConfig, load: Callable[[Path], ModelRunner] | None,
                  clock: Callable[[], float], rows: int) -> None:
         self._m, self._load, self._clock, self._rows = m, load, clock, rows
-        self._seen, self._changed = _state(m), None  # model.path as looked at, and a change seen once
+        self._seen = _state(m)  # model.path as looked at
+        self._changed: tuple[str, int, int, int] | None = None  # a change seen once
         self._changed_at = 0.0
         self._next_look = clock() + m.reload_check_ms / 1000
         self._asked = False  # SIGHUP

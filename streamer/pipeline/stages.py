@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -174,7 +174,7 @@ class Stages:
                                           stamp.run_id, stamp.degraded)
         if None not in values:  # every kept row encoded: the poison rows are the only rejects
             items = rows.source.items
-            return part, values, [poison_reject(poison[i], items[i]) for i in sorted(poison)]
+            return part, cast(list[bytes], values), [poison_reject(poison[i], items[i]) for i in sorted(poison)]
         out_rows: list[int] = []
         out_values: list[bytes] = []
         rejects: list[Reject] = []

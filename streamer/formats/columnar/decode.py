@@ -193,7 +193,7 @@ def _array_end(w: _Walk, sel: np.ndarray, count: np.ndarray | int, width: int) -
     return start
 
 
-def _text(t: _T, w: _Walk, sel: np.ndarray) -> list[Any]:
+def _text(t: _T, w: _Walk, sel: np.ndarray) -> Sequence[Any]:
     """The value ``str(payload[field])`` gives, per row of ``sel`` (None where not ok)."""
     if t.kind == "string":
         return _texts(w, sel)

@@ -75,8 +75,9 @@ class Texts(Sequence[str]):
     @staticmethod
     def join(parts: Sequence[Sequence[str]]) -> Sequence[str]:
         """The columns one after the other: a Texts when every part is one, else a list."""
-        if all(isinstance(p, Texts) for p in parts):
-            blobs = [p.blob() for p in parts]  # type: ignore[union-attr]
+        texts = [p for p in parts if isinstance(p, Texts)]
+        if len(texts) == len(parts):
+            blobs = [p.blob() for p in texts]
             sizes = np.concatenate([s for _, s in blobs]) if blobs else np.empty(0, np.int64)
             return Texts(np.frombuffer(b"".join(b for b, _ in blobs), np.uint8), np.cumsum(sizes) - sizes, sizes)
         return [t for p in parts for t in p]
