@@ -41,12 +41,10 @@ import numpy as np
 
 from streamer.config import InputSource, OutputTarget
 from streamer.errors import ConfigError, InferenceError, ValidationError
+from streamer.model.exact import EXACT_INT, F32_MAX, INT_RANGE
 from streamer.model.outputs import OutputPlan, field_doc, plan_outputs
 from streamer.model.signature import DTYPES, FLOATS, Columns, Signature, TensorSpec
 
-_INT_RANGE = {"int64": (-2 ** 63, 2 ** 63 - 1), "int32": (-2 ** 31, 2 ** 31 - 1)}
-_EXACT_INT = {"float32": 2 ** 24, "float64": 2 ** 53}  # every int up to this is a float exactly
-_F32_MAX = float(np.finfo(np.float32).max)
 FEATURES = "features"  # the input column of a one-input model fed from the array field
 SCORES = "scores"  # the output column of a model whose outputs are not mapped
 
@@ -114,23 +112,23 @@ def exact(value: Any, element: str) -> Any:
             raise ValueError(f"is {type(value).__name__} {value!r}, not a number")
         if isinstance(value, int):
             try:
-                held = int(float(np.dtype(element).type(value))) if abs(value) > _EXACT_INT[element] else value
+                held = int(float(np.dtype(element).type(value))) if abs(value) > EXACT_INT[element] else value
             except OverflowError:  # past a double's range (a 400-digit JSON integer)
                 held = None
             if held != value:
                 raise ValueError(f"is the integer {str(value)[:40]}, which {element} cannot hold exactly")
             return float(value)
-        if not math.isfinite(value) or (element == "float32" and abs(value) > _F32_MAX):
+        if not math.isfinite(value) or (element == "float32" and abs(value) > F32_MAX):
             raise ValueError(f"is {value!r}, not a finite {element}")
         return value
-    if element in _INT_RANGE:
+    if element in INT_RANGE:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"is {type(value).__name__} {value!r}, not an integer")
         if isinstance(value, float):
             if not value.is_integer():
                 raise ValueError(f"is {value!r}, not a whole number")
             value = int(value)
-        lo, hi = _INT_RANGE[element]
+        lo, hi = INT_RANGE[element]
         if not lo <= value <= hi:
             raise ValueError(f"is {value}, out of the {element} range")
         return value

@@ -27,7 +27,8 @@ from streamer.formats.avro import AvroCodec
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
-from streamer.formats.columnar.decode import ColumnarDecoder, DecodedColumns
+from streamer.formats.columnar.decode import ColumnarDecoder
+from streamer.formats.columnar.walk import DecodedColumns
 from streamer.formats.columnar.encode import PredictionEncoder
 from streamer.formats.columnar.fields import FieldDecoder
 from streamer.formats.columnar.json_columns import JsonColumns

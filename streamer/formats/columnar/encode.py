@@ -21,9 +21,9 @@ from typing import Any
 import fastavro
 import numpy as np
 
-from streamer.formats.varint import avro_string, zigzag
-from streamer.formats.columnar.decode import byte_windows
+from streamer.formats.columnar.walk import byte_windows
 from streamer.formats.columnar.texts import Texts
+from streamer.formats.varint import avro_string, zigzag
 
 _INT64 = (-(1 << 63), 1 << 63)
 _LONGEST = 4096  # bytes: a longer string (id, entity, topic) or constant part is left to the reference

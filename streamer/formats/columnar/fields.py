@@ -30,39 +30,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-import fastavro
 import numpy as np
 
 from streamer.config import InputConfig
-from streamer.formats.columnar.decode import (
-    _PAD,
-    _T,
+from streamer.formats.columnar.walk import (
     DecodedColumns,
-    _array_end,
-    _branches,
-    _long,
-    _node,
-    _pick,
-    _skip,
-    _text,
-    _texts,
-    _varint,
-    _Walk,
+    Node,
+    Walk,
+    array_end,
+    branches,
+    long,
+    pick,
+    record_fields,
+    roles_readable,
+    skip,
+    text,
+    texts,
+    varint,
+    walk_chunk,
 )
 from streamer.model.contract import Contract, InputPlan
+from streamer.model.exact import EXACT_INT, F32_MAX, INT_RANGE
 from streamer.model.signature import Columns
 
-_F32_MAX = float(np.finfo(np.float32).max)
-_EXACT_INT = {"float32": 2 ** 24, "float64": 2 ** 53}
-_INT32 = (-(2 ** 31), 2 ** 31 - 1)
 # The source kinds (a compiled node's primitive) each input element takes on this path.
 _TAKES = {"float32": {"float", "double", "long"}, "float64": {"float", "double", "long"}, "int64": {"long"},
           "int32": {"long"}, "bool": {"boolean"}, "string": {"string"}}
 
 
-def _kind(t: _T) -> str:
+def _kind(t: Node) -> str:
     """The primitive a compiled node reads: float, double, boolean, long, string, array, or ''."""
     if t.kind == "fixed":
         return t.item if t.item in ("float", "double", "boolean") else ""
@@ -71,9 +69,9 @@ def _kind(t: _T) -> str:
     return t.kind if t.kind in ("long", "string") else ""
 
 
-def _value_kind(t: _T) -> str | None:
+def _value_kind(t: Node) -> str | None:
     """The one non-null kind of a field (a union with null allowed); None when there is not one."""
-    kinds = {_kind(b) for b in _branches(t) if b.kind != "null"}
+    kinds = {_kind(b) for b in branches(t) if b.kind != "null"}
     return kinds.pop() if len(kinds) == 1 and "" not in kinds else None
 
 
@@ -85,10 +83,10 @@ class _Read:
     null: np.ndarray
 
 
-def _read(t: _T, w: _Walk, sel: np.ndarray, width: int) -> _Read:
+def _read(t: Node, w: Walk, sel: np.ndarray, width: int) -> _Read:
     """Read one field per row of ``sel`` (its union branch too); rows that fail are no longer ok."""
     if t.kind == "union":
-        index = _varint(w, sel)
+        index = varint(w, sel)
         ok = w.ok[sel]
         w.ok[sel] &= (index >= 0) & (index < len(t.branches))
         null = np.zeros(len(sel), bool)
@@ -107,13 +105,13 @@ def _read(t: _T, w: _Walk, sel: np.ndarray, width: int) -> _Read:
         return _Read(np.zeros(len(sel)) if values is None else values, null)
     kind = _kind(t)
     if kind == "long":
-        return _Read(_varint(w, sel), np.zeros(len(sel), bool))
+        return _Read(varint(w, sel), np.zeros(len(sel), bool))
     if kind == "string":
-        return _Read(np.array([*_texts(w, sel), None], object)[:-1], np.zeros(len(sel), bool))
+        return _Read(np.array([*texts(w, sel), None], object)[:-1], np.zeros(len(sel), bool))
     if kind == "array":
-        count = _varint(w, sel)
+        count = varint(w, sel)
         w.ok[sel] &= count == width
-        start = _array_end(w, sel, width, t.size)
+        start = array_end(w, sel, width, t.size)
         out = np.zeros((len(sel), width), np.float64)
         good = np.flatnonzero(w.ok[sel])
         if len(good):
@@ -134,11 +132,11 @@ def _convert(read: _Read, element: str, fill: Any) -> tuple[np.ndarray, np.ndarr
     bad: Any = False
     if element in ("float32", "float64"):
         if v.dtype.kind == "i":
-            bad = np.abs(v) > _EXACT_INT[element]  # the reference checks whether it is exact
+            bad = np.abs(v) > EXACT_INT[element]  # the reference checks whether it is exact
         elif v.dtype.kind == "f":
-            bad = ~np.isfinite(v) | (np.abs(v) > _F32_MAX if element == "float32" else False)
+            bad = ~np.isfinite(v) | (np.abs(v) > F32_MAX if element == "float32" else False)
     elif element == "int32":
-        bad = (v < _INT32[0]) | (v > _INT32[1])
+        bad = (v < INT_RANGE["int32"][0]) | (v > INT_RANGE["int32"][1])
     if isinstance(bad, np.ndarray):
         aside |= (bad if bad.ndim == 1 else bad.any(axis=1)) & ~null
     if element == "string":
@@ -155,7 +153,7 @@ def _convert(read: _Read, element: str, fill: Any) -> tuple[np.ndarray, np.ndarr
 class FieldDecoder:
     """Decodes chunks of one writer schema into the contract's input columns."""
 
-    def __init__(self, fields: list[tuple[str, _T]], cfg: InputConfig, inputs: tuple[InputPlan, ...]) -> None:
+    def __init__(self, fields: list[tuple[str, Node]], cfg: InputConfig, inputs: tuple[InputPlan, ...]) -> None:
         self._fields, self._cfg, self._inputs = fields, cfg, inputs
         self._entity = cfg.entity_field in dict(fields)
         self._widths = {f: (p.width if not p.source.stacked else 1) for p in inputs for f in p.source.fields}
@@ -183,26 +181,14 @@ class FieldDecoder:
     def compile(cls, writer_schema: dict[str, Any], input_cfg: InputConfig, contract: Contract) -> FieldDecoder | None:
         """A decoder for ``writer_schema`` and ``contract``'s inputs, or None where it does not walk."""
         cfg = input_cfg
-        try:
-            parsed = fastavro.parse_schema(writer_schema)
-        except Exception:  # noqa: BLE001 - a schema fastavro refuses is the reference's to report
+        fields = record_fields(writer_schema)
+        if fields is None:
             return None
-        if not isinstance(parsed, dict) or parsed.get("type") != "record":
-            return None
-        named: dict[str, _T] = {}
-        fields: list[tuple[str, _T]] = []
-        for f in parsed["fields"]:
-            node = _node(f["type"], named)
-            if node is None or f["name"] in dict(fields):
-                return None
-            fields.append((f["name"], node))
         types = dict(fields)
         roles = (cfg.time_field, cfg.id_field, cfg.entity_field)
         if not {cfg.time_field, cfg.id_field} <= types.keys() or len(set(roles)) < 3:
             return None  # an id or time that defaults to the message's coordinates: the reference
-        texts = [types[cfg.id_field]] + ([types[cfg.entity_field]] if cfg.entity_field in types else [])
-        if (any(b.kind not in ("string", "long", "null") for t in texts for b in _branches(t))
-                or not any(b.kind == "long" for b in _branches(types[cfg.time_field]))):
+        if not roles_readable(types, cfg):
             return None
         for plan in contract.inputs:
             for path in plan.source.fields:
@@ -220,15 +206,7 @@ class FieldDecoder:
     def decode(self, values: Sequence[bytes | None], offset_of_payload: int = 0) -> DecodedColumns:
         """Decode ``values``; the Avro body of each starts ``offset_of_payload`` bytes in."""
         cfg, k = self._cfg, len(values)
-        try:
-            sizes = np.fromiter(map(len, cast("Sequence[bytes]", values)), np.int64, k)
-        except TypeError:  # a tombstone among them
-            sizes = np.fromiter((-1 if v is None else len(v) for v in values), np.int64, k)
-        ends = np.cumsum(sizes.clip(0))
-        ok = (sizes >= offset_of_payload) & (sizes <= cfg.max_message_bytes)
-        w = _Walk(b"".join([b"" if v is None else v for v in values]) + _PAD,
-                  np.where(ok, ends - sizes.clip(0) + offset_of_payload, 0), ends, ok)
-        sel = np.flatnonzero(ok)
+        w, sel = walk_chunk(values, offset_of_payload, cfg.max_message_bytes)
         got: dict[str, tuple[np.ndarray, Any]] = {}
         blocks: dict[str, tuple[np.ndarray, int]] = {}  # a run's field -> (the run's block, its column)
         skip_to = 0
@@ -246,11 +224,11 @@ class FieldDecoder:
             elif name in self._widths:
                 got[name] = sel, _read(t, w, sel, self._widths[name])
             elif name == cfg.time_field:
-                got[name] = sel, _long(t, w, sel)
+                got[name] = sel, long(t, w, sel)
             elif name in (cfg.id_field, cfg.entity_field):
-                got[name] = sel, _text(t, w, sel)
+                got[name] = sel, text(t, w, sel)
             else:
-                _skip(t, w, sel)
+                skip(t, w, sel)
         at = sel[w.ok[sel] & (w.pos[sel] == w.end[sel])]  # trailing bytes: the codec refuses them
         good = np.ones(len(at), bool)
         columns: dict[str, np.ndarray] = {}
@@ -277,14 +255,14 @@ class FieldDecoder:
         keep = np.flatnonzero(good)
         rows = at[keep]
         feats = Columns(columns)[keep]
-        entities = _pick(got[cfg.entity_field], rows) if self._entity else [""] * len(rows)
+        entities = pick(got[cfg.entity_field], rows) if self._entity else [""] * len(rows)
         rest = np.ones(k, bool)
         rest[rows] = False
-        return DecodedColumns(rows, feats, _pick(got[cfg.id_field], rows), entities,  # type: ignore[arg-type]
-                              _pick(got[cfg.time_field], rows), np.flatnonzero(rest))
+        return DecodedColumns(rows, feats, pick(got[cfg.id_field], rows), entities,  # type: ignore[arg-type]
+                              pick(got[cfg.time_field], rows), np.flatnonzero(rest))
 
 
-def _block(w: _Walk, sel: np.ndarray, count: int, size: int, dtype: str) -> np.ndarray:
+def _block(w: Walk, sel: np.ndarray, count: int, size: int, dtype: str) -> np.ndarray:
     """``count`` adjacent fixed-size numbers per row of ``sel`` as float64 [len(sel), count]; a
     row too short for them is no longer ok (its numbers stay 0)."""
     start = w.advance(sel, count * size)

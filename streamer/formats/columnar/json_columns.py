@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from streamer.config import InputConfig
-from streamer.formats.columnar.decode import DecodedColumns
+from streamer.formats.columnar.walk import DecodedColumns
 
 _INT64 = (-(2**63), 2**63)
 _NUMBERS = {int, float}
