@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "streamer"
 MAX_LINES, MAX_LOOP_LINES = 400, 350
@@ -66,10 +68,14 @@ def test_no_import_cycle() -> None:
         visit(name, [])
 
 
-def test_the_pipeline_does_not_talk_to_kafka() -> None:
-    """Stages over a batch import no Kafka client (the Schema Registry client is a codec's)."""
+@pytest.mark.parametrize("folder", ["pipeline", "formats", "model"])
+def test_the_pipeline_formats_and_model_do_not_talk_to_kafka(folder: str) -> None:
+    """Stages over a batch, the wire formats and the model contract import no Kafka client (the
+    Schema Registry client is a codec's) and nothing of streamer/kafka/."""
+    checked = [name for name in modules() if name.startswith(f"streamer.{folder}.")]
+    assert checked, folder
     for name, path in modules().items():
-        if not name.startswith("streamer.pipeline."):
+        if not name.startswith(f"streamer.{folder}."):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
