@@ -339,7 +339,7 @@ class HasKafka(Protocol):  # a Config, or the part of one a tool reads alone (ob
 
 
 def librdkafka_config(cfg: HasKafka, **overrides: Any) -> dict[str, Any]:
-    """The raw librdkafka dict: the one place secrets are unwrapped, at the client boundary."""
+    """The raw librdkafka dict: the one place Kafka secrets are unwrapped, at the client boundary."""
     out: dict[str, Any] = {k: v.value if isinstance(v, Secret) else v for k, v in cfg.kafka.items()}
     out.update(overrides)
     return out

@@ -13,8 +13,8 @@ schema is tested against the subject's latest version under the subject's compat
 (a new subject has nothing to be incompatible with), then registered (``output.auto_register``,
 the default; registering an existing schema returns its id) or looked up (auto-register off:
 it must be registered already). An incompatible or missing schema is a :class:`ConfigError`
-(exit 2, a restart cannot fix it); a registry that does not answer (within ``registry.timeout_ms``
-a request) is a :class:`BrokerError`.
+(exit 2, a restart cannot fix it); a registry that does not answer (each request limited to
+``registry.timeout_ms``) is a :class:`BrokerError`.
 """
 
 from __future__ import annotations
@@ -136,7 +136,6 @@ def _away(what: str, exc: Exception, reg: RegistryConfig) -> BrokerError:
     else:
         detail = repr(exc)
     return BrokerError(redact(f"schema registry: {what} failed: {detail}", reg.basic_auth_user_info))
-
 
 
 def _timed_out(exc: Exception) -> bool:
