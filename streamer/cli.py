@@ -33,8 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     redrive.add_argument("--stage", choices=STAGES)
     redrive.add_argument("--limit", type=int)
     lag = sub.add_parser("lag-exporter", help="export a group's lag, with or without live members")
-    lag.add_argument("--config", help="YAML config (kafka, input.group_id, input.topics, metrics)")
-    lag.add_argument("--bootstrap", help="instead of --config: the cluster")
+    lag.add_argument("--config", help="the processors' YAML config, of which only kafka, input.group_id, "
+                                      "input.topics and metrics are read (no model or schema files needed)")
+    lag.add_argument("--bootstrap", "--bootstrap-server", help="instead of --config: the cluster (plaintext)")
     lag.add_argument("--group", help="instead of --config: the consumer group")
     lag.add_argument("--topics", help="instead of --config: comma-separated topics")
     lag.add_argument("--host", default=None, help="bind address (default metrics.host or 127.0.0.1)")
@@ -171,13 +172,15 @@ def _lag_exporter(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
     from streamer.config import librdkafka_config
-    from streamer.config_file import load_config
+    from streamer.config_file import load_part
     from streamer.observe.health import HealthServer, Status
-    from streamer.observe.lag import LagExporter
+    from streamer.observe.lag import LagConfig, LagExporter
 
     host, port = "127.0.0.1", 9399
     if args.config:
-        cfg = load_config(args.config)
+        # The processors' file, so the cluster's security settings and the group are theirs; only
+        # its part the exporter uses is read (a pod of its own mounts no model or schemas).
+        cfg = load_part(args.config, LagConfig)
         client, group, topics = librdkafka_config(cfg), cfg.input.group_id, list(cfg.input.topics)
         host, port = cfg.metrics.host, max(cfg.metrics.port - 1, 0)  # below the workers' ports
     elif args.bootstrap and args.group and args.topics:

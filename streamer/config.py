@@ -7,7 +7,7 @@ naming the dotted key and the reason. A key's dataclass default is its one defau
 configs and command-line flags do not restate it.
 
 The ``kafka:`` mapping is passed to librdkafka verbatim; values of secret-looking keys are held
-in :class:`Secret`, which prints as ``***`` and is unwrapped only by :func:`librdkafka_config`.
+in :class:`Secret`, which prints as ``***``, unwrapped by :func:`librdkafka_config` and ``registry_client``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from streamer.config_check import above, at_least, check_types, file_exists
 from streamer.config_contract import InputSource, OutputTarget
@@ -46,6 +46,10 @@ class Secret:
 
     __str__ = __repr__
 
+    def hide_in(self, text: str) -> str:
+        """``text`` with the value shown as ``***`` wherever it appears (for messages and logs)."""
+        return text.replace(self.value, "***") if self.value else text
+
 
 @dataclass(frozen=True, slots=True)
 class RegistryConfig:
@@ -57,17 +61,14 @@ class RegistryConfig:
     # A registry that restarts answers 404 for ids it holds while it loads: a 404 is asked again
     # (with the processing back-off) for this long before its rows are dead letters.
     not_found_retry_ms: int = 10_000
+    timeout_ms: int = 10_000  # a request's limit: a registry that accepts and never answers fails, not hangs
 
     def __post_init__(self) -> None:
         check_types(self, "registry")
         at_least(0, "registry.not_found_retry_ms", self.not_found_retry_ms)
+        above(0, "registry.timeout_ms", self.timeout_ms)
         if self.basic_auth_user_info is not None and ":" not in self.basic_auth_user_info.value:
             raise ConfigError("registry.basic_auth_user_info", "must be USER:PASSWORD")  # the value stays unsaid
-
-    @property
-    def secret(self) -> str | None:
-        """The credentials' text, for the client and to redact from messages; never to log."""
-        return self.basic_auth_user_info.value if self.basic_auth_user_info is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,8 +333,13 @@ class Config:
             raise ConfigError("shadow.topic", f"{shadow_topic(self)!r} is already the output or dead-letter topic")
 
 
-def librdkafka_config(cfg: Config, **overrides: Any) -> dict[str, Any]:
-    """The raw librdkafka dict: the one place secrets are unwrapped, at the client boundary."""
+class HasKafka(Protocol):  # a Config, or the part of one a tool reads alone (observe/lag.py's LagConfig)
+    @property
+    def kafka(self) -> Mapping[str, str | Secret]: ...
+
+
+def librdkafka_config(cfg: HasKafka, **overrides: Any) -> dict[str, Any]:
+    """The raw librdkafka dict: the one place Kafka secrets are unwrapped, at the client boundary."""
     out: dict[str, Any] = {k: v.value if isinstance(v, Secret) else v for k, v in cfg.kafka.items()}
     out.update(overrides)
     return out

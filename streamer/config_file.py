@@ -1,4 +1,5 @@
-"""Reading a config file: YAML, ``${ENV}`` interpolation, conversion to the typed :class:`Config`.
+"""Reading a config file: YAML, ``${ENV}`` interpolation, conversion to the typed :class:`Config`
+(or to the part of it a tool reads, :func:`load_part`).
 
 ``${VAR}`` and ``${VAR:-default}`` are taken from the environment after the YAML is parsed, so a
 value from the environment can never change the document's structure; a value that is exactly
@@ -16,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
 
 import yaml
 
@@ -25,18 +26,59 @@ from streamer.config_check import kind_of
 from streamer.errors import ConfigError
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+T = TypeVar("T")
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
     """Read, interpolate and validate a YAML config file."""
     path = Path(path)
+    return config_from_dict(_read(path), base_dir=path.parent, env=os.environ if env is None else env)
+
+
+def load_part(path: str | Path, cls: type[T], env: Mapping[str, str] | None = None) -> T:
+    """Only the keys ``cls`` declares of a config file, read, interpolated and checked as
+    :func:`load_config` does them; the rest of the file is never read.
+
+    For a tool that needs a part of a processor's config: the lag exporter reads ``kafka``,
+    ``input.group_id``, ``input.topics`` and ``metrics`` (observe/lag.py's ``LagConfig``), so the
+    model and schema files the rest names need not exist where it runs, nor their ``${VAR}`` be set.
+    """
+    path = Path(path)
+    raw = _read(path)
+    if not isinstance(raw, Mapping):
+        raise ConfigError("<root>", "the config must be a mapping of sections")
+    part = _interpolate(_declared(cls, raw), "", os.environ if env is None else env)
+    return cast(T, _build(cls, _with_secrets(part), "", path.parent))
+
+
+def _read(path: Path) -> Any:
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from exc
-    return config_from_dict(raw, base_dir=path.parent, env=os.environ if env is None else env)
+
+
+def _declared(cls: type, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` cut down to the keys of ``cls``, section by section (a section's other keys dropped)."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in raw:
+            value, tp = raw[f.name], hints[f.name]
+            section = isinstance(tp, type) and hasattr(tp, "__dataclass_fields__") and isinstance(value, Mapping)
+            out[f.name] = _declared(tp, value) if section else value
+    return out
+
+
+def _with_secrets(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``kafka:`` mapping's values as librdkafka takes them, secret-looking keys' as :class:`Secret`."""
+    kafka = raw.get("kafka")
+    if not isinstance(kafka, Mapping):
+        return dict(raw)
+    return {**raw, "kafka": {str(k): Secret(str(v)) if SECRET_KEY.search(str(k)) else _librdkafka_str(v)
+                             for k, v in kafka.items()}}
 
 
 def config_from_dict(raw: Any, base_dir: Path = Path("."),
@@ -46,13 +88,9 @@ def config_from_dict(raw: Any, base_dir: Path = Path("."),
     if not isinstance(raw, Mapping):
         raise ConfigError("<root>", "the config must be a mapping of sections")
     raw = _interpolate(raw, "", env)
-    kafka = raw.get("kafka")
-    if not isinstance(kafka, Mapping):
+    if not isinstance(raw.get("kafka"), Mapping):
         raise ConfigError("kafka", KAFKA_NEEDS)
-    raw = dict(raw)
-    raw["kafka"] = {str(k): Secret(str(v)) if SECRET_KEY.search(str(k)) else _librdkafka_str(v)
-                    for k, v in kafka.items()}
-    cfg: Config = _build(Config, raw, "", base_dir)  # each section validates itself
+    cfg: Config = _build(Config, _with_secrets(raw), "", base_dir)  # each section validates itself
     from streamer.kafka.clients import check_properties  # the one place librdkafka dicts are built
 
     check_properties(cfg)

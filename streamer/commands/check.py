@@ -78,7 +78,7 @@ def _registries(cfg: Config) -> list[Finding]:
         needed.append(("output.registry.url" if cfg.output.registry else "input.registry.url", out))
     found = []
     for key, reg in needed:
-        secret = reg.secret
+        secret = reg.basic_auth_user_info
         try:
             subjects = registry_client(reg).get_subjects()
         except Exception as exc:  # noqa: BLE001 - any failure is the finding

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from streamer.config import Secret
 from streamer.errors import BrokerError, DeserializeError, SerializeError
 from streamer.formats.avro import AvroCodec, AvroSchema
 from streamer.formats.codec import DEFAULT_MAX_BYTES, check_size
@@ -46,10 +47,10 @@ def _not_found(exc: Exception) -> bool:
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
-def redact(text: str, secret: str | None = None) -> str:
+def redact(text: str, secret: Secret | None = None) -> str:
     """``text`` without registry credentials: neither ``user:pass@`` in a URL nor ``secret``."""
     text = _USERINFO.sub("***@", text)
-    return text.replace(secret, "***") if secret else text
+    return secret.hide_in(text) if secret is not None else text
 
 
 class SchemaIds:

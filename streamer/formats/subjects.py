@@ -13,7 +13,8 @@ schema is tested against the subject's latest version under the subject's compat
 (a new subject has nothing to be incompatible with), then registered (``output.auto_register``,
 the default; registering an existing schema returns its id) or looked up (auto-register off:
 it must be registered already). An incompatible or missing schema is a :class:`ConfigError`
-(exit 2, a restart cannot fix it); a registry that does not answer is a :class:`BrokerError`.
+(exit 2, a restart cannot fix it); a registry that does not answer (each request limited to
+``registry.timeout_ms``) is a :class:`BrokerError`.
 """
 
 from __future__ import annotations
@@ -29,13 +30,21 @@ from streamer.errors import BrokerError, ConfigError
 from streamer.formats.avro import AvroCodec, AvroSchema
 from streamer.formats.confluent import confluent_header, redact
 
+# The client's own retries of a request that failed in transport (refused, reset, timed out), with
+# its jittered back-off; said here, not left to the library's default, because messages state it.
+REGISTRY_RETRIES = 3
+
 
 def registry_client(reg: RegistryConfig) -> SchemaRegistryClient:
-    """confluent-kafka's client for ``reg`` (also its own ``mock://`` URLs, used by unit tests);
-    the credentials are unwrapped here and go nowhere else."""
-    conf = {"url": reg.url}
-    if reg.secret is not None:
-        conf["basic.auth.user.info"] = reg.secret
+    """confluent-kafka's client for ``reg`` (also its own ``mock://`` URLs, used by unit tests).
+
+    The one place the registry's credentials are unwrapped: into the client's settings, and
+    nowhere else. Every request has ``reg.timeout_ms`` (the client's ``timeout``, in seconds;
+    without one it waits for an answer forever).
+    """
+    conf: dict[str, Any] = {"url": reg.url, "timeout": reg.timeout_ms / 1000, "max.retries": REGISTRY_RETRIES}
+    if reg.basic_auth_user_info is not None:
+        conf["basic.auth.user.info"] = reg.basic_auth_user_info.value
     return SchemaRegistryClient.new_client(conf)
 
 
@@ -68,8 +77,7 @@ def confluent_output_codec(cfg: Config, schema: AvroSchema,
     plain = AvroCodec(schema)
     subject = output_subject(cfg, schema)
     registered = Schema(plain.schema_json, "AVRO")
-    secret = reg.secret
-    _check_compatible(client, subject, registered, secret)
+    _check_compatible(client, subject, registered, reg)
     try:
         if cfg.output.auto_register:
             schema_id = int(client.register_schema(subject, registered))
@@ -83,21 +91,21 @@ def confluent_output_codec(cfg: Config, schema: AvroSchema,
             raise ConfigError("output.auto_register", f"is false and the prediction schema is not registered "
                                                       f"under subject {subject!r} (register it, e.g. with "
                                                       f"`streamer schema`'s output, or allow auto_register)") from exc
-        raise _away(f"registering under {subject!r}", exc, secret) from exc
+        raise _away(f"registering under {subject!r}", exc, reg) from exc
     except Exception as exc:  # a transport error: the registry is away
-        raise _away(f"registering under {subject!r}", exc, secret) from exc
+        raise _away(f"registering under {subject!r}", exc, reg) from exc
     return AvroCodec(schema, prefix=confluent_header(schema_id))
 
 
-def _check_compatible(client: SchemaRegistryClient, subject: str, schema: Schema, secret: str | None) -> None:
+def _check_compatible(client: SchemaRegistryClient, subject: str, schema: Schema, reg: RegistryConfig) -> None:
     try:
         compatible = client.test_compatibility(subject, schema)
     except SchemaRegistryError as exc:
         if exc.http_status_code == 404:  # no such subject (or no version yet): nothing to break
             return
-        raise _away(f"testing compatibility under {subject!r}", exc, secret) from exc
+        raise _away(f"testing compatibility under {subject!r}", exc, reg) from exc
     except Exception as exc:
-        raise _away(f"testing compatibility under {subject!r}", exc, secret) from exc
+        raise _away(f"testing compatibility under {subject!r}", exc, reg) from exc
     if not compatible:
         raise ConfigError("output.schema", f"the prediction schema is not compatible with the latest version "
                                            f"under subject {subject!r} ({_level(client, subject)}): readers of "
@@ -119,7 +127,18 @@ def _said(exc: SchemaRegistryError) -> str:
     return f"HTTP {exc.http_status_code}, error code {exc.error_code}: {exc.error_message}"
 
 
-def _away(what: str, exc: Exception, secret: str | None) -> BrokerError:
-    detail = _said(exc) if isinstance(exc, SchemaRegistryError) else repr(exc)
-    return BrokerError(redact(f"schema registry: {what} failed: {detail}", secret))
+def _away(what: str, exc: Exception, reg: RegistryConfig) -> BrokerError:
+    if isinstance(exc, SchemaRegistryError):
+        detail = _said(exc)
+    elif _timed_out(exc):
+        detail = (f"{reg.url} did not answer within registry.timeout_ms ({reg.timeout_ms} ms), "
+                  f"asked {REGISTRY_RETRIES + 1} times")
+    else:
+        detail = repr(exc)
+    return BrokerError(redact(f"schema registry: {what} failed: {detail}", reg.basic_auth_user_info))
 
+
+def _timed_out(exc: Exception) -> bool:
+    # The client's transport is httpx or its successor httpx2, whichever is installed (the
+    # client's choice): their timeouts share the base class's name, not the class.
+    return any(c.__name__ == "TimeoutException" for c in type(exc).__mro__)

@@ -68,7 +68,8 @@ def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: 
         return
     futures = admin.create_topics([NewTopic(name, count, replication_factor=replication_factor,
                                             config=dict(config or {}))
-                                   for name, count in wanted.items()], operation_timeout=timeout_s)
+                                   for name, count in wanted.items()],
+                                  operation_timeout=timeout_s, request_timeout=timeout_s)
     created: dict[str, int] = {}
     for name, future in futures.items():
         try:
@@ -111,7 +112,7 @@ def max_message_bytes(admin: Any, topic: str, timeout_s: float = 30.0) -> int | 
     """``topic``'s max.message.bytes (its own, or the broker's default); None when unknown."""
     resource = ConfigResource("topic", topic)
     try:
-        entries = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
         return int(entries["max.message.bytes"].value)
     except Exception:  # noqa: BLE001 - missing topic, no DESCRIBE_CONFIGS permission, old broker
         return None

@@ -4,6 +4,10 @@ Reads the group's committed offsets and the partitions' end offsets and exports,
 and in total, the lag in messages and an estimate in seconds: the age of the first uncommitted
 message. It never joins the group, so it keeps working when every processor is down, which is
 when the lag matters most.
+
+Of the processors' config file it reads only what it uses (:class:`LagConfig`): the cluster
+(``kafka``, security settings included), the group and its topics, where to serve. The model and
+schema files the rest of the file names need not exist where it runs.
 """
 
 from __future__ import annotations
@@ -12,16 +16,48 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
 
-from streamer.errors import BrokerError
+from streamer.config import KAFKA_NEEDS, MetricsConfig, Secret
+from streamer.config_check import check_types
+from streamer.errors import BrokerError, ConfigError
 from streamer.kafka.clients import admin_consumer, plain_admin, retrying
 from streamer.kafka.topics import partitions
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSection:
+    """``input.group_id`` and ``input.topics`` of a processor's config: the group and what it reads."""
+
+    topics: tuple[str, ...]
+    group_id: str
+
+    def __post_init__(self) -> None:
+        check_types(self, "input")
+        if not self.topics or not all(self.topics):
+            raise ConfigError("input.topics", "needs at least one topic, and no empty name")
+        if not self.group_id:
+            raise ConfigError("input.group_id", "cannot be empty")
+
+
+@dataclass(frozen=True, slots=True)
+class LagConfig:
+    """The part of a processor's config the lag exporter reads (``config_file.load_part``)."""
+
+    kafka: Mapping[str, str | Secret]
+    input: GroupSection
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kafka, Mapping) or "bootstrap.servers" not in self.kafka:
+            raise ConfigError("kafka", KAFKA_NEEDS)
+        check_types(self, "")
 
 
 class LagExporter:

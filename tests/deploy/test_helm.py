@@ -151,19 +151,23 @@ def test_helm_is_built_as_its_release_is_and_needs_no_kube_version(tmp_path: Pat
 
 def test_pull_secrets_volumes_and_keda_auth_render_as_documented() -> None:
     docs = objects(render(*FULL))
-    for name in ("StatefulSet/scorer", "Deployment/scorer-lag-exporter"):
-        pod = docs[name]["spec"]["template"]["spec"]
-        assert pod["imagePullSecrets"] == [{"name": "registry-pull"}], name
-        volumes = {v["name"]: v for v in pod["volumes"]}
-        assert volumes["models"]["configMap"] == {"name": "fraud-model"} and volumes["schemas"] == \
-            {"name": "schemas", "emptyDir": {}}, name
-        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
-        assert mounts["models"] == {"name": "models", "mountPath": "/models", "readOnly": True}, name
-        assert mounts["schemas"]["mountPath"] == "/schemas" and mounts["schemas"]["readOnly"], name
-        (download,) = pod["initContainers"]
-        assert download["image"] == "curlimages/curl:8.11.0" and download["command"][0] == "sh"
-        assert {"name": "TARGET_DIR", "value": "/schemas"} in download["env"]
-        assert {m["name"]: m["mountPath"] for m in download["volumeMounts"]}["schemas"] == "/schemas"
+    pod = docs["StatefulSet/scorer"]["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "registry-pull"}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["models"]["configMap"] == {"name": "fraud-model"} and volumes["schemas"] == \
+        {"name": "schemas", "emptyDir": {}}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["models"] == {"name": "models", "mountPath": "/models", "readOnly": True}
+    assert mounts["schemas"]["mountPath"] == "/schemas" and mounts["schemas"]["readOnly"]
+    (download,) = pod["initContainers"]
+    assert download["image"] == "curlimages/curl:8.11.0" and download["command"][0] == "sh"
+    assert {"name": "TARGET_DIR", "value": "/schemas"} in download["env"]
+    assert {m["name"]: m["mountPath"] for m in download["volumeMounts"]}["schemas"] == "/schemas"
+    # The lag exporter reads only the cluster and the group of the config: no model, no schemas.
+    lag = docs["Deployment/scorer-lag-exporter"]["spec"]["template"]["spec"]
+    assert lag["imagePullSecrets"] == [{"name": "registry-pull"}] and "initContainers" not in lag
+    assert [v["name"] for v in lag["volumes"]] == ["config"]
+    assert [m["mountPath"] for m in lag["containers"][0]["volumeMounts"]] == ["/etc/streamer"]
     (trigger,) = docs["ScaledObject/scorer"]["spec"]["triggers"]
     assert trigger["authenticationRef"] == {"name": "scorer-kafka"}
     refs = docs["TriggerAuthentication/scorer-kafka"]["spec"]["secretTargetRef"]
@@ -214,3 +218,24 @@ def test_the_rendered_config_loads_with_streamers_own_loader(values: list[str], 
     assert cfg.model.drift_profile == profile and cfg.model.drift_window_rows == 5000
     assert [(c.name, c.version) for c in cfg.shadow.challengers] == [("next", "2")]
     assert cfg.model.fallback_scores == (0.25,) and cfg.model.timeout_ms == 250 and cfg.model.reload_check_ms == 2000
+
+
+@pytest.mark.parametrize("values", VARIANTS.values(), ids=VARIANTS.keys())
+def test_the_lag_exporter_reads_the_rendered_config_with_its_pods_env_and_no_model(values: list[str],
+                                                                                   tmp_path: Path) -> None:
+    """The lag exporter's pod mounts no model: the part of the ConfigMap it reads loads with only
+    the variables its pod sets, where the image's model and schema paths do not exist."""
+    from streamer.config_file import load_part
+    from streamer.errors import ConfigError
+    from streamer.observe.lag import LagConfig
+
+    docs = objects(render(*values))
+    path = tmp_path / "config.yaml"
+    path.write_text(docs["ConfigMap/scorer-config"]["data"]["config.yaml"])
+    (container,) = docs["Deployment/scorer-lag-exporter"]["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:3] == ["lag-exporter", "--config", "/etc/streamer/config.yaml"]
+    env = {e["name"]: "user:secret" for e in container["env"]}
+    cfg = load_part(path, LagConfig, env=env)
+    assert cfg.input.group_id == "streamer-fraud" and cfg.input.topics == ("features",)
+    with pytest.raises(ConfigError, match=r"no (schema|model) file at /app/"):  # the processors' loader needs them
+        load_config(path, env=env)

@@ -1,20 +1,24 @@
-"""formats/subjects.py without a registry: subject names by strategy, credentials redacted; and
-the avro-confluent framing on both encode paths (the columnar one and the reference) byte for byte."""
+"""formats/subjects.py without a registry: subject names by strategy, credentials redacted, a
+registry that never answers failing within its timeout; and the avro-confluent framing on both
+encode paths (the columnar one and the reference) byte for byte."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
+from confluent_kafka.schema_registry._sync import schema_registry_client as sr_client
 
-from streamer.config import RegistryConfig, output_registry, with_overrides
-from streamer.errors import ConfigError
+from streamer.config import RegistryConfig, Secret, output_registry, with_overrides
+from streamer.errors import BrokerError, ConfigError
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.confluent import confluent_header
 from streamer.formats.columnar.encode import PredictionEncoder
-from streamer.formats.subjects import full_name, redact, subject_name
+from streamer.formats.subjects import REGISTRY_RETRIES, confluent_output_codec, full_name, redact, subject_name
 from tests.conftest import ROOT, EXAMPLE
+from tests.support.registry import SilentRegistry
 from streamer.config_file import load_config
 
 PREDICTION = ROOT / "streamer" / "schemas" / "prediction.avsc"
@@ -31,7 +35,7 @@ def test_subject_names_follow_confluents_strategies() -> None:
 
 def test_credentials_are_redacted_from_urls_and_messages() -> None:
     said = "failed: ConnectError('http://scorer:hunter2@registry:8081/subjects') auth scorer:hunter2"
-    assert "hunter2" not in redact(said, "scorer:hunter2")
+    assert "hunter2" not in redact(said, Secret("scorer:hunter2"))
     assert redact("https://u:p@h/x", None) == "https://***@h/x"
 
 
@@ -46,6 +50,36 @@ def test_avro_confluent_output_needs_a_registry_and_borrows_the_inputs() -> None
     assert output_registry(borrowed) == shared
     with pytest.raises(ConfigError, match="registry.not_found_retry_ms"):
         RegistryConfig(url="http://x", not_found_retry_ms=-1)
+    for bad in (0, -5):
+        with pytest.raises(ConfigError) as caught:
+            RegistryConfig(url="http://x", timeout_ms=bad)
+        assert caught.value.key == "registry.timeout_ms" and f"got {bad}" in caught.value.reason
+    with pytest.raises(ConfigError, match=r"'registry\.timeout_ms': expected an integer, got float"):
+        RegistryConfig(url="http://x", timeout_ms=2.5)  # type: ignore[arg-type]
+
+
+def test_a_registry_that_never_answers_fails_within_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry that accepts connections and never answers (wedged in a restart) fails start-up
+    with a BrokerError naming registry.timeout_ms, its credentials unsaid, instead of a hang."""
+    # The client's back-off between its tries is random (up to 1, 2, 4 s); none here, so the
+    # time taken is the timeouts' alone.
+    monkeypatch.setattr(sr_client, "full_jitter", lambda *_: 0.0)
+    silent = SilentRegistry()
+    try:
+        reg = RegistryConfig(url=silent.url, basic_auth_user_info=Secret("scorer:hunter2"), timeout_ms=200)
+        cfg = with_overrides(load_config(EXAMPLE, env={}), output={"format": "avro-confluent", "registry": reg})
+        started = time.monotonic()
+        with pytest.raises(BrokerError) as caught:
+            confluent_output_codec(cfg, load_schema(PREDICTION))
+        took = time.monotonic() - started
+        tries = REGISTRY_RETRIES + 1
+        assert silent.wait_for_connections(tries, timeout_s=5), f"{silent.accepted} connections, {tries} expected"
+    finally:
+        silent.close()
+    said = str(caught.value)
+    assert f"{silent.url} did not answer within registry.timeout_ms (200 ms), asked {tries} times" in said
+    assert "testing compatibility" in said and "hunter2" not in said
+    assert tries * 0.2 <= took < tries * 0.2 + 5  # each try waited its timeout, and no more
 
 
 def test_the_columnar_encoder_frames_values_as_the_reference_does() -> None:

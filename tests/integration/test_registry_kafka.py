@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -64,7 +64,7 @@ def test_confluents_deserializer_reads_the_predictions_keyed_by_entity(
     events = feed(bootstrap, topics)
     processor = build_processor(cfg)
     run_until_outputs(processor, N)
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = schema_registry.client()
     latest = client.get_latest_version(f"{topics.output}-value")  # TopicNameStrategy, the default
     messages = read_all(bootstrap, topics.output)
     assert len(messages) == N
@@ -96,14 +96,14 @@ def test_the_subject_follows_the_strategy(bootstrap: str, topics: Topics, schema
     cfg = with_overrides(cfg, output={"schema": path})
     codec = output_codec(cfg)
     want = subject.format(full=f"test.ns.{mine['name']}", topic=topics.output)
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = schema_registry.client()
     assert want in client.get_subjects()
     assert codec.prefix == b"\0" + client.get_latest_version(want).schema_id.to_bytes(4, "big")
 
 
 def test_an_incompatible_prediction_schema_is_refused_at_start_with_exit_2(
         bootstrap: str, topics: Topics, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = schema_registry.client()
     subject = f"{topics.output}-value"
     other = {"type": "record", "name": "Prediction", "namespace": "streamer",
              "fields": [{"name": "event_id", "type": "long"}]}  # a reader of it cannot read ours
@@ -159,7 +159,7 @@ def test_a_registry_restart_loses_no_event(bootstrap: str, topics: Topics) -> No
     carry, as a registry still loading answers) and gets its schema back: every event is scored
     once, none is dead-lettered, and the processor never exits."""
     with running_registry() as registry:
-        client = SchemaRegistryClient({"url": registry.url})
+        client = registry.client()
         serializer = AvroSerializer(client, FEATURES.read_text())
         events = synthetic_events(N, 32, seed=5)
         context = SerializationContext(topics.input, MessageField.VALUE)
@@ -180,7 +180,7 @@ def test_a_registry_restart_loses_no_event(bootstrap: str, topics: Topics) -> No
             deadline = time.monotonic() + 30
             while "not found" not in " ".join(seen) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            again = SchemaRegistryClient({"url": registry.url}).register_schema(
+            again = registry.client().register_schema(
                 f"{topics.input}-value", Schema(FEATURES.read_text(), "AVRO"))
             seen.append(f"registered again as {again}")
             restarted.set()
@@ -211,7 +211,7 @@ def test_json_schema_confluent_events_are_checked_against_their_registered_schem
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
     schema_text = (ROOT / "streamer" / "schemas" / "feature_event.schema.json").read_text()
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = schema_registry.client()
     serializer = JSONSerializer(schema_text, client)
     context = SerializationContext(topics.input, MessageField.VALUE)
     events = [{**e, "features": [float(x) for x in e["features"]]} for e in synthetic_events(60, 32, seed=9)]
@@ -246,7 +246,7 @@ def test_protobuf_confluent_events_are_scored_as_onnx_runtime_scores_their_featu
 
     from tests.formats.test_protobuf import Purchase
 
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = schema_registry.client()
     serializer = ProtobufSerializer(Purchase, client, {"use.deprecated.format": False})
     context = SerializationContext(topics.input, MessageField.VALUE)
     events = synthetic_events(80, 32, seed=4)

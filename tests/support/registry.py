@@ -1,14 +1,16 @@
-"""A stand-in Schema Registry over real HTTP, for outage tests: the registry client talks to it
-as to the real one (GET /schemas/ids/<id>), and the test switches it away and back.
+"""Stand-in Schema Registries over real sockets, for outage tests: the registry client talks to
+them as to the real one.
 
-Only the lookup by id is served (what decoding needs). ``away`` answers 503, as a registry
-behind a load balancer with no healthy instance does; an unknown id answers 404 with the
-registry's error body.
+:class:`FakeRegistry` serves the lookup by id (GET /schemas/ids/<id>, what decoding needs), and
+the test switches it away and back: ``away`` answers 503, as a registry behind a load balancer
+with no healthy instance does; an unknown id answers 404 with the registry's error body.
+:class:`SilentRegistry` accepts connections and never answers.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -50,3 +52,42 @@ class FakeRegistry:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class SilentRegistry:
+    """A server that accepts connections and never answers, as a registry wedged in a restart:
+    a client without a timeout waits on it forever. ``accepted`` counts the connections."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._held: list[socket.socket] = []
+        self._changed = threading.Condition()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def accepted(self) -> int:
+        with self._changed:
+            return len(self._held)
+
+    def wait_for_connections(self, count: int, timeout_s: float) -> bool:
+        """True once ``count`` connections were accepted, False if not within ``timeout_s``."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self._held) >= count, timeout_s)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            with self._changed:
+                self._held.append(conn)  # held open, never read from or written to
+                self._changed.notify_all()
+
+    def close(self) -> None:
+        self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self._listener.close()
+        with self._changed:
+            for conn in self._held:
+                conn.close()

@@ -30,12 +30,15 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
 from streamer.dev.broker import REPO_ROOT, _free_port, _log_tail
 
 VERSION = "3.3.3"  # pinned here and nowhere else
 ARTIFACT = f"io.apicurio:apicurio-registry-app:{VERSION}:tar.gz:all"
 CACHE = Path(os.environ.get("STREAMER_REGISTRY_CACHE", REPO_ROOT / ".cache" / "registry")) / VERSION
 START_TIMEOUT_S = 120.0
+CLIENT_TIMEOUT_S = 10.0  # a test's own client: a request the registry never answers fails, never hangs
 API = "/apis/ccompat/v7"
 
 
@@ -128,6 +131,11 @@ class SchemaRegistry:
                                          + _log_tail(self.log_file))
             time.sleep(0.2)
         return self
+
+    def client(self) -> SchemaRegistryClient:
+        """confluent-kafka's client on this registry, for a test's own calls and serializers,
+        with a request timeout (the client has none by default)."""
+        return SchemaRegistryClient({"url": self.url, "timeout": CLIENT_TIMEOUT_S})
 
     def answers(self) -> bool:
         """True when ``GET /subjects`` is answered (401 counts: the server is up, it wants a login)."""
