@@ -46,12 +46,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import KafkaException  # noqa: E402
 
-from streamer.errors import BrokerError  # noqa: E402
 from streamer.dev.broker import LocalCluster, LocalKafka, ensure_jars  # noqa: E402
+from streamer.errors import BrokerError  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from tests.conftest import Topics  # noqa: E402
-from tests.support.faults import ChildProcessor, audit, caught_up, write_config  # noqa: E402
 from tests.integration.test_faults_kafka import Feeder, committed_total  # noqa: E402
+from tests.support.faults import ChildProcessor, audit, caught_up, write_config  # noqa: E402
 
 PARTITIONS = 6
 RECOVERY_LIMIT_S = 180

@@ -29,17 +29,17 @@ from typing import Any
 
 import faust
 import numpy as np
-from faust.serializers import codecs
 from fastavro import schemaless_reader, schemaless_writer
+from faust.serializers import codecs
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from streamer.commands.demo import demo_config  # noqa: E402
-from streamer.wiring import model_runner  # noqa: E402
+from streamer.formats.avro import load_schema  # noqa: E402
 from streamer.model.contract import FEATURES, SCORES  # noqa: E402
 from streamer.model.signature import Columns  # noqa: E402
-from streamer.formats.avro import load_schema
+from streamer.wiring import model_runner  # noqa: E402
 
 BATCH = 512
 WITHIN_S = 0.02

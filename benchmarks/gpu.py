@@ -35,11 +35,11 @@ from prometheus_client import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer.commands.demo import demo_config, encoded_events, synthetic_events  # noqa: E402
-from streamer.wiring import build_processor, input_codec, model_runner  # noqa: E402
-from streamer.model.contract import FEATURES  # noqa: E402
-from streamer.model.signature import Columns  # noqa: E402
 from streamer.config import Config  # noqa: E402
 from streamer.kafka.clients import KafkaClients  # noqa: E402
+from streamer.model.contract import FEATURES  # noqa: E402
+from streamer.model.signature import Columns  # noqa: E402
+from streamer.wiring import build_processor, input_codec, model_runner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ROOT / "models" / "fraud_encoder.onnx"

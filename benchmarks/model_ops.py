@@ -33,12 +33,12 @@ from prometheus_client import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
-from streamer.wiring import build_processor, input_codec, model_runner  # noqa: E402
 from streamer.config import ChallengerConfig, Config  # noqa: E402
-from streamer.errors import InferenceError  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
+from streamer.errors import InferenceError  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.testing import FunctionRunner  # noqa: E402
+from streamer.wiring import build_processor, input_codec  # noqa: E402
 
 
 def fresh(base: Config, tag: str, **changes: object) -> Config:

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events  # noqa: E402
-from streamer.wiring import input_codec  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
+from streamer.wiring import input_codec  # noqa: E402
 from tests.support.faults import caught_up, write_config, written  # noqa: E402
 
 

@@ -29,7 +29,6 @@ import time
 import uuid
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer.dev.broker import LocalCluster, ensure_jars, kafka_cluster  # noqa: E402

@@ -50,16 +50,16 @@ import io
 import json
 import os
 import random
-import tempfile
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -67,22 +67,22 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer import heap  # noqa: E402
-from streamer.kafka import clients  # noqa: E402
-from streamer.wiring import build_processor, input_codec, model_runner, output_codec  # noqa: E402
-from streamer.model.contract import FEATURES, SCORES  # noqa: E402
-from streamer.model.signature import Columns  # noqa: E402
-from streamer.dev.broker import kafka_cluster  # noqa: E402
-from streamer.kafka.delivery import produce  # noqa: E402
-from streamer.kafka.topics import create_topics  # noqa: E402
-from streamer.config import Config, InputSource, OutputTarget  # noqa: E402
-from streamer.observe.stats import Stats  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
+from streamer.commands.replay import When, run_replay  # noqa: E402
+from streamer.config import Config, InputSource, OutputTarget  # noqa: E402
+from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.varint import avro_string, zigzag  # noqa: E402
-from streamer.pipeline.validate import EventValidator  # noqa: E402
+from streamer.kafka import clients  # noqa: E402
+from streamer.kafka.delivery import produce  # noqa: E402
+from streamer.kafka.topics import create_topics  # noqa: E402
+from streamer.model.contract import FEATURES, SCORES  # noqa: E402
+from streamer.model.signature import Columns  # noqa: E402
+from streamer.observe.stats import Stats  # noqa: E402
 from streamer.pipeline.records import Stamp, prediction_fields  # noqa: E402
-from streamer.commands.replay import When, run_replay  # noqa: E402
+from streamer.pipeline.validate import EventValidator  # noqa: E402
 from streamer.testing import PoisonRunner  # noqa: E402
+from streamer.wiring import build_processor, input_codec, model_runner, output_codec  # noqa: E402
 
 POISON = 9999.0
 ROOT = Path(__file__).resolve().parent.parent

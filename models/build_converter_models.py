@@ -131,8 +131,12 @@ def build_models() -> list[dict[str, Any]]:
     from onnxmltools.convert import convert_lightgbm, convert_xgboost
     from onnxmltools.convert.common.data_types import FloatTensorType as MlFloatTensorType
     from skl2onnx import convert_sklearn
-    from skl2onnx.common.data_types import (DoubleTensorType, FloatTensorType, Int64TensorType,
-                                            StringTensorType)
+    from skl2onnx.common.data_types import (
+        DoubleTensorType,
+        FloatTensorType,
+        Int64TensorType,
+        StringTensorType,
+    )
     from sklearn.compose import ColumnTransformer
     from sklearn.decomposition import PCA
     from sklearn.ensemble import GradientBoostingClassifier

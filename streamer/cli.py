@@ -131,9 +131,9 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
     reload: list[Callable[[], None]] = [lambda: None]  # SIGHUP: load the model again (not: hang up)
     signal.signal(signal.SIGHUP, lambda *_: reload[0]())
 
-    from streamer.wiring import build_processor
     from streamer.config import redacted
     from streamer.config_file import load_config
+    from streamer.wiring import build_processor
 
     cfg = load_config(config_path)
     if worker_index is not None:

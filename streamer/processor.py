@@ -23,6 +23,7 @@ from streamer import heap
 from streamer.config import dead_letter_topic
 from streamer.errors import BrokerError, ProduceError, RecordError
 from streamer.gate import Gate
+from streamer.house import Observers, Scope, Wiring
 from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint, Commit
 from streamer.kafka.clients import consume_batch, queue_limit
 from streamer.kafka.deadletter import letter_for
@@ -30,6 +31,7 @@ from streamer.kafka.delivery import Deliveries
 from streamer.kafka.messages import Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.kafka.topics import names
+from streamer.model.runner import numeric_width
 from streamer.observe.accounting import Accounting
 from streamer.observe.health import Status, loop_status
 from streamer.observe.progress import ProgressWatch
@@ -37,8 +39,6 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.inference import Inference, Scoring
 from streamer.pipeline.records import Messages, Rows, Stamp
-from streamer.house import Observers, Scope, Wiring
-from streamer.model.runner import numeric_width
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)

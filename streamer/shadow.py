@@ -34,12 +34,12 @@ import numpy as np
 from confluent_kafka import KafkaError
 
 from streamer.config import ChallengerConfig, Config, shadow_topic
-from streamer.observe.metrics import Metrics, NullMetrics, observe_many
-from streamer.pipeline.isolate import Scored
 from streamer.model.outputs import decision_scores
-from streamer.pipeline.records import Rows, Stamp
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
+from streamer.observe.metrics import Metrics, NullMetrics, observe_many
+from streamer.pipeline.isolate import Scored
+from streamer.pipeline.records import Rows, Stamp
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)

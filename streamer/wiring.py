@@ -17,21 +17,20 @@ from streamer.formats.confluent import ConfluentAvroCodec, SchemaIds
 from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
 from streamer.formats.protobuf import ConfluentProtobufCodec
 from streamer.formats.subjects import confluent_output_codec, registry_client
+from streamer.house import Observer, Scope, Wiring
 from streamer.kafka.clients import KafkaClients, check_topics, ensure_topic, make_producer
-from streamer.observe.health import HealthServer, Status
-from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.model.contract import Contract
 from streamer.model.prediction_schema import check_schema, made_schema
 from streamer.model.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
+from streamer.observe.health import HealthServer, Status
+from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.breaker import Fallback
 from streamer.pipeline.reload import check_candidate, file_version, served_file
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
-from streamer.schemas import bundled
-from streamer.house import Observer, Scope, Wiring
 from streamer.processor import Processor
+from streamer.schemas import bundled
 from streamer.shadow import Shadow
-
 
 
 def input_codec(cfg: Config) -> Codec:

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from streamer.config import Config
+from streamer.config_file import load_config
+from streamer.dev.broker import kafka_cluster
+from streamer.kafka.topics import create_topics
+from streamer.observe.stats import Stats
+from streamer.processor import Processor
 from tests.support import faults
 from tests.support.schema_registry import SchemaRegistry
 from tests.support.schema_registry import schema_registry as running_registry
-from streamer.dev.broker import kafka_cluster
-from streamer.kafka.topics import create_topics
-from streamer.config import Config
-from streamer.config_file import load_config
-from streamer.processor import Processor
-from streamer.observe.stats import Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"

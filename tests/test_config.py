@@ -11,11 +11,19 @@ from typing import Any
 import pytest
 import yaml
 
-from streamer.kafka import clients
-from streamer.config import (BatchingConfig, Config, InputConfig, ModelConfig, OutputConfig, Secret,
-                             redacted, with_overrides)
+from streamer.config import (
+    BatchingConfig,
+    Config,
+    InputConfig,
+    ModelConfig,
+    OutputConfig,
+    Secret,
+    redacted,
+    with_overrides,
+)
 from streamer.config_file import config_from_dict, load_config
 from streamer.errors import ConfigError
+from streamer.kafka import clients
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"

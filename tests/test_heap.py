@@ -9,13 +9,11 @@ from pathlib import Path
 import pytest
 
 from streamer import heap
-from streamer.errors import InferenceError
 from streamer.observe.stats import Stats
-from streamer.testing import FunctionRunner
+from tests.pipeline.test_serving import config as serving_config
+from tests.pipeline.test_serving import next_reload, reloading, write_model
 from tests.support.fakes import event
 from tests.test_processor import P0, Harness, config
-from tests.pipeline.test_serving import next_reload, reloading, write_model
-from tests.pipeline.test_serving import config as serving_config
 
 
 class Node:

@@ -16,21 +16,20 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError
 
-from streamer.errors import BrokerError, ConfigError, ProducerFatalError
-
 from streamer.config import Config, with_overrides
 from streamer.config_file import load_config
+from streamer.errors import BrokerError, ConfigError, ProducerFatalError
+from streamer.formats.codec import Codec
+from streamer.formats.json_events import JsonCodec
+from streamer.house import Wiring
 from streamer.kafka.checkpoint import FENCE_WINDOW_S, MAX_RENEWALS
 from streamer.kafka.clients import KafkaClients
 from streamer.observe.stats import Stats
-from streamer.formats.codec import Codec
-from streamer.house import Wiring
+from streamer.pipeline.inference import FULL
 from streamer.pipeline.serving import Serving
 from streamer.processor import Processor
-from streamer.wiring import output_codec
-from streamer.formats.json_events import JsonCodec
-from streamer.pipeline.inference import FULL
 from streamer.testing import FakeClock, FunctionRunner
+from streamer.wiring import output_codec
 from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka
 
 ROOT = Path(__file__).resolve().parent.parent

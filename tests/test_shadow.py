@@ -10,19 +10,18 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from streamer.wiring import output_codec
 from streamer.config import ChallengerConfig
 from streamer.errors import InferenceError
+from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.json_events import JsonCodec
 from streamer.model.contract import Contract
 from streamer.model.signature import Columns
 from streamer.observe.metrics import Metrics
-from streamer.formats.avro import AvroCodec, load_schema
-from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow
-from streamer.testing import matrix_signature
-from streamer.testing import FakeClock, FunctionRunner
+from streamer.testing import FakeClock, FunctionRunner, matrix_signature
+from streamer.wiring import output_codec
 from tests.pipeline.test_serving import N, config, rows
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-from streamer.wiring import build_processor, input_codec
+from streamer.config import Config, dead_letter_topic
+from streamer.config_file import load_config
 from streamer.dev.broker import kafka_cluster
+from streamer.formats.codec import Codec
 from streamer.kafka.clients import plain_producer
 from streamer.kafka.delivery import produce
 from streamer.kafka.topics import create_topics
-from streamer.formats.codec import Codec
-from streamer.config import Config, dead_letter_topic
-from streamer.config_file import load_config
 from streamer.observe.stats import Stats
+from streamer.wiring import build_processor, input_codec
 
 log = logging.getLogger(__name__)
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "config" / "example.yaml"

@@ -14,16 +14,22 @@ at-least-once: a crash between publishing and committing can publish a row again
 from __future__ import annotations
 
 import datetime as dt
-from typing import cast
 from dataclasses import dataclass
+from typing import cast
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 
 from streamer.config import Config, dead_letter_topic
 from streamer.errors import STAGES, BrokerError
 from streamer.kafka import clients
-from streamer.kafka.deadletter import (REDRIVE_HEADER, header, headers_of, is_cut_short, original_headers,
-                                      redrive_count)
+from streamer.kafka.deadletter import (
+    REDRIVE_HEADER,
+    header,
+    headers_of,
+    is_cut_short,
+    original_headers,
+    redrive_count,
+)
 from streamer.kafka.topics import partitions
 
 

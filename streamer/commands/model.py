@@ -27,7 +27,6 @@ from streamer.model.signature import DTYPES, Signature
 from streamer.schemas import bundled
 
 
-
 def signature_of(path: Path) -> Signature:
     """The signature of the ONNX file at ``path`` (CPU session; ConfigError when it does not load)."""
     try:

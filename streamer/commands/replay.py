@@ -22,13 +22,13 @@ from typing import Any, TextIO
 
 from confluent_kafka import Consumer, TopicPartition
 
-from streamer.kafka import clients
-from streamer.kafka.topics import partitions
-from streamer.house import Bounds, Scope
-from streamer.wiring import build_processor
 from streamer.config import Config
 from streamer.errors import ConfigError
+from streamer.house import Bounds, Scope
+from streamer.kafka import clients
+from streamer.kafka.topics import partitions
 from streamer.observe.stats import Stats
+from streamer.wiring import build_processor
 
 log = logging.getLogger(__name__)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")

@@ -19,8 +19,7 @@ it must be registered already). An incompatible or missing schema is a :class:`C
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -82,7 +81,7 @@ def confluent_output_codec(cfg: Config, schema: AvroSchema,
         if cfg.output.auto_register:
             schema_id = int(client.register_schema(subject, registered))
         else:
-            schema_id = int(client.lookup_schema(subject, registered).schema_id)
+            schema_id = int(cast(int, client.lookup_schema(subject, registered).schema_id))
     except SchemaRegistryError as exc:
         if exc.http_status_code == 409:
             raise ConfigError("output.schema", f"the registry refuses the prediction schema under subject "

@@ -28,7 +28,16 @@ from confluent_kafka import KafkaError, KafkaException
 
 from streamer.config import OutputKey
 from streamer.kafka.deadletter import cut_short, is_cut_short
-from streamer.kafka.messages import TOO_LARGE, Acked, Failed, Failure, Headers, Output, Predictions, is_permanent
+from streamer.kafka.messages import (
+    TOO_LARGE,
+    Acked,
+    Failed,
+    Failure,
+    Headers,
+    Output,
+    Predictions,
+    is_permanent,
+)
 
 QUEUE_LIMIT = 100_000  # librdkafka's queue.buffering.max.messages default
 # While outputs wait for their acks, the loop blocks in consume for at most this long: their

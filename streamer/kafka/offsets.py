@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+
 from streamer.pipeline.records import TopicPartition
 
 Offsets = Iterable[int] | np.ndarray | int

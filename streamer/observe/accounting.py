@@ -18,6 +18,7 @@ import numpy as np
 from streamer.config import Config
 from streamer.kafka.checkpoint import Commit
 from streamer.kafka.messages import Acked
+from streamer.model.signature import numeric_matrix
 from streamer.observe.drift import DriftMonitor, Profile
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.report import ProgressLog
@@ -26,7 +27,6 @@ from streamer.pipeline.batcher import Batch
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.records import Rows
 from streamer.pipeline.reload import Reload
-from streamer.model.signature import numeric_matrix
 
 log = logging.getLogger(__name__)
 DRIFT_REFRESH_S = 1.0

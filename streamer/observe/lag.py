@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
@@ -133,7 +133,7 @@ class LagExporter:
         deadline = time.monotonic() + timeout_s
         while len(ages) < len(starts) and time.monotonic() < deadline:
             for m in self._peek.consume(len(starts), 0.2):
-                key = (m.topic(), m.partition())
+                key = (cast(str, m.topic()), cast(int, m.partition()))
                 if m.error() is None and key not in ages:
                     ages[key] = max(time.time() - m.timestamp()[1] / 1000.0, 0.0)
         self._peek.unassign()

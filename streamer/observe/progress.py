@@ -10,7 +10,6 @@ from streamer.observe.metrics import Metrics, NullMetrics
 from streamer.pipeline.records import TopicPartition
 
 
-
 class ProgressWatch:
     """A partition with work (lag, or rows in flight) whose commit has not moved for
     ``stall_s`` seconds is stalled; an idle partition never is."""

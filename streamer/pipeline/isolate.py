@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError, detach
 from streamer.model.runner import ModelRunner, blank_batch
 from streamer.model.signature import Columns

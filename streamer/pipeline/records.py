@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from streamer.model.signature import Columns
 from streamer.formats.columnar.texts import Texts
+from streamer.model.signature import Columns
 
 TopicPartition = tuple[str, int]
 

@@ -25,17 +25,17 @@ from streamer.config import Config, InputConfig
 from streamer.errors import DeserializeError, InferenceError, PoisonRowError, RecordError, detach
 from streamer.formats.avro import AvroCodec
 from streamer.formats.codec import Codec
-from streamer.formats.confluent import ConfluentAvroCodec
-from streamer.formats.json_events import JsonCodec
 from streamer.formats.columnar.decode import ColumnarDecoder
-from streamer.formats.columnar.walk import DecodedColumns
 from streamer.formats.columnar.encode import PredictionEncoder
 from streamer.formats.columnar.fields import FieldDecoder
 from streamer.formats.columnar.json_columns import JsonColumns
+from streamer.formats.columnar.walk import DecodedColumns
+from streamer.formats.confluent import ConfluentAvroCodec
+from streamer.formats.json_events import JsonCodec
 from streamer.model.contract import FEATURES, SCORES, Contract
-from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, prediction_fields
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
+from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 
 Reject = tuple[RecordError, Any]  # why a row failed, and the consumed message it came from

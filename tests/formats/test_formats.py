@@ -18,11 +18,11 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from streamer.errors import BrokerError, ConfigError, DeserializeError, SerializeError
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
-from streamer.errors import BrokerError, ConfigError, DeserializeError, SerializeError
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "streamer" / "schemas"
 
@@ -552,7 +552,8 @@ def test_the_wire_format_page_shows_the_bytes_the_codec_writes(feature_schema: d
 
 @pytest.mark.parametrize("n", [0, -1, 1, -3, 63, -64, 64, 2 ** 31, -(2 ** 63), 2 ** 63 - 1, 1764417600123])
 def test_the_varint_is_fastavros_long_and_reads_back(n: int) -> None:
-    from streamer.formats.varint import read_zigzag, zigzag as write
+    from streamer.formats.varint import read_zigzag
+    from streamer.formats.varint import zigzag as write
 
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, fastavro.parse_schema("long"), n)

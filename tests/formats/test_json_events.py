@@ -14,8 +14,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamer.errors import ConfigError, DeserializeError, SerializeError, ValidationError
-from streamer.formats.json_events import JsonCodec
-from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonSchemaCheck
+from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "streamer" / "schemas" / "feature_event.schema.json").read_text())
@@ -85,10 +84,10 @@ def test_an_avro_id_is_not_a_json_schema(feature_avro: Any = None) -> None:
 
 
 def test_json_input_with_a_schema_file_is_checked_and_keeps_off_the_unchecked_fast_path() -> None:
-    from streamer.wiring import input_codec
     from streamer.config import with_overrides
     from streamer.config_file import load_config
     from streamer.pipeline.stages import Stages
+    from streamer.wiring import input_codec
 
     cfg = load_config(ROOT / "deploy" / "config" / "example.yaml", env={})
     cfg = with_overrides(cfg, input={"format": "json", "schema": None,

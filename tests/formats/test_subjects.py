@@ -12,14 +12,20 @@ import pytest
 from confluent_kafka.schema_registry._sync import schema_registry_client as sr_client
 
 from streamer.config import RegistryConfig, Secret, output_registry, with_overrides
+from streamer.config_file import load_config
 from streamer.errors import BrokerError, ConfigError
 from streamer.formats.avro import AvroCodec, load_schema
-from streamer.formats.confluent import confluent_header
 from streamer.formats.columnar.encode import PredictionEncoder
-from streamer.formats.subjects import REGISTRY_RETRIES, confluent_output_codec, full_name, redact, subject_name
-from tests.conftest import ROOT, EXAMPLE
+from streamer.formats.confluent import confluent_header
+from streamer.formats.subjects import (
+    REGISTRY_RETRIES,
+    confluent_output_codec,
+    full_name,
+    redact,
+    subject_name,
+)
+from tests.conftest import EXAMPLE, ROOT
 from tests.support.registry import SilentRegistry
-from streamer.config_file import load_config
 
 PREDICTION = ROOT / "streamer" / "schemas" / "prediction.avsc"
 

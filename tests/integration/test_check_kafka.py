@@ -73,8 +73,8 @@ def test_a_missing_input_topic_stops_run_with_exit_2_and_creates_nothing(
     existing = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
     assert typo not in existing and f"{typo}.dlq" not in existing  # no dead-letter topic for a typo
 
-    from streamer.wiring import build_processor
     from streamer.config_file import load_config
+    from streamer.wiring import build_processor
 
     made = write(tmp_path, bootstrap, topics, input={"topics": [typo], "create_topics": True})
     build_processor(load_config(made))  # creates it, with the broker's default partitions

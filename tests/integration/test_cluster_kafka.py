@@ -23,12 +23,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from streamer.errors import EXIT_WATCHDOG
 from streamer.dev.broker import LocalCluster, ensure_jars
+from streamer.errors import EXIT_WATCHDOG
 from streamer.kafka.topics import create
 from tests.conftest import Topics
+from tests.integration.test_faults_kafka import (
+    GUARANTEES,
+    Feeder,
+    check,
+    committed_total,
+    finish_feed,
+    processor,
+)
 from tests.support.faults import ChildProcessor, caught_up, owners, wait_until
-from tests.integration.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish_feed, processor
 
 pytestmark = pytest.mark.kafka
 # A broker's death is noticed after broker.session.timeout.ms (9 s by default), and the group

@@ -18,11 +18,11 @@ import onnxruntime as ort
 import pytest
 
 from streamer.commands.demo import produce_events
-from streamer.wiring import build_processor, input_codec
 from streamer.config import Config, InputSource, OutputTarget, with_overrides
 from streamer.errors import ConfigError
-from streamer.kafka.deadletter import header
 from streamer.formats.json_events import JsonCodec
+from streamer.kafka.deadletter import header
+from streamer.wiring import build_processor, input_codec
 from tests.conftest import (
     ROOT,
     Topics,

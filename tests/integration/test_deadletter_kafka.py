@@ -15,14 +15,14 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from streamer.commands import dlq
-from streamer.wiring import build_processor, input_codec, model_runner, output_codec
-from streamer.kafka.topics import create, create_topics
-from streamer.config import Config, with_overrides
-from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_BYTES, header
 from streamer.commands.demo import synthetic_events
+from streamer.config import Config, with_overrides
 from streamer.errors import ConfigError, InferenceError
 from streamer.kafka.clients import KafkaClients
+from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_BYTES, header
+from streamer.kafka.topics import create, create_topics
 from streamer.testing import FunctionRunner, PoisonRunner, score_matrix
+from streamer.wiring import build_processor, input_codec, model_runner, output_codec
 from tests.conftest import (
     Topics,
     committed_offsets,

@@ -22,10 +22,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamer.wiring import input_codec
+from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from streamer.dev.broker import LocalKafka, ensure_jars
 from streamer.kafka.topics import create_topics
-from streamer.commands.demo import encoded_events, produce_events, synthetic_events
+from streamer.wiring import input_codec
+from tests.conftest import Topics, free_port, make_config
 from tests.support.faults import (
     Audit,
     ChildProcessor,
@@ -37,7 +38,6 @@ from tests.support.faults import (
     write_config,
     written,
 )
-from tests.conftest import Topics, free_port, make_config
 
 pytestmark = pytest.mark.kafka
 GUARANTEES = ["at_least_once", "exactly_once"]

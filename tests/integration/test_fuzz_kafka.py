@@ -16,16 +16,15 @@ import resource
 from collections import Counter
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from streamer.formats import subjects
 from streamer.commands.demo import synthetic_events
-from streamer.wiring import build_processor, input_codec, output_codec
 from streamer.config import RegistryConfig, with_overrides
+from streamer.formats import subjects
 from streamer.kafka.deadletter import header
+from streamer.wiring import build_processor, input_codec, output_codec
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, read_all, run_until_outputs
 from tests.integration.test_deadletter_kafka import produce_raw, zigzag
 

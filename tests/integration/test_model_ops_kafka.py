@@ -15,8 +15,7 @@ from __future__ import annotations
 import re
 import signal
 import threading
-from collections import Counter
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,26 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from streamer.wiring import build_processor, model_runner
 from streamer.commands.demo import synthetic_events
 from streamer.config import ChallengerConfig, with_overrides
 from streamer.errors import InferenceError
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.testing import FunctionRunner, score_matrix
+from streamer.wiring import build_processor, model_runner
 from tests.conftest import Topics, make_config
-from tests.support.faults import (ROOT, ChildProcessor, audit, caught_up, read_all, wait_until, write_config,
-                                 written)
 from tests.integration.test_faults_kafka import Feeder, check, feed, finish_feed
 from tests.integration.test_observability_kafka import Running
 from tests.pipeline.test_serving import write_model
+from tests.support.faults import (
+    ROOT,
+    ChildProcessor,
+    audit,
+    caught_up,
+    read_all,
+    wait_until,
+    write_config,
+    written,
+)
 
 pytestmark = pytest.mark.kafka
 

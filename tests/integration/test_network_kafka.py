@@ -26,12 +26,19 @@ from pathlib import Path
 
 import pytest
 
-from streamer.errors import EXIT_WATCHDOG
 from streamer.dev.broker import LocalCluster, ensure_jars
+from streamer.errors import EXIT_WATCHDOG
+from tests.integration.test_cluster_kafka import cluster_topics, progress_restarting_on_watchdog
+from tests.integration.test_faults_kafka import (
+    GUARANTEES,
+    Feeder,
+    check,
+    committed_total,
+    finish_feed,
+    processor,
+)
 from tests.support.faults import ChildProcessor, wait_until
 from tests.support.proxy import Proxy
-from tests.integration.test_cluster_kafka import cluster_topics, progress_restarting_on_watchdog
-from tests.integration.test_faults_kafka import GUARANTEES, Feeder, check, committed_total, finish_feed, processor
 
 pytestmark = pytest.mark.kafka
 SESSION_TIMEOUT_MS = 6_000  # write_config's: every cut and black hole below outlasts it

@@ -25,16 +25,16 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from streamer.wiring import build_processor, input_codec
-from streamer.config import ChallengerConfig, Config, with_overrides
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
-from tests.support.faults import ChildProcessor, write_config
-from streamer.observe.health import HealthServer, Status
+from streamer.config import ChallengerConfig, Config, with_overrides
 from streamer.observe.drift import write_profile
+from streamer.observe.health import HealthServer, Status
 from streamer.observe.lag import LagExporter
 from streamer.processor import Processor
 from streamer.testing import FunctionRunner, score_matrix
+from streamer.wiring import build_processor, input_codec
 from tests.conftest import ROOT, Topics, free_port, make_config
+from tests.support.faults import ChildProcessor, write_config
 
 pytestmark = pytest.mark.kafka
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "streamer.json"

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -27,12 +27,11 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from prometheus_client import CollectorRegistry
 
-from streamer.formats import subjects
-from streamer.wiring import build_processor, input_codec, output_codec
-from streamer.config import RegistryConfig
-from streamer.formats.avro import AvroCodec
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
-from tests.support.registry import FakeRegistry
+from streamer.config import RegistryConfig
+from streamer.formats import subjects
+from streamer.formats.avro import AvroCodec
+from streamer.wiring import build_processor, input_codec, output_codec
 from tests.conftest import (
     ROOT,
     Topics,
@@ -42,6 +41,7 @@ from tests.conftest import (
     read_all,
     run_until_outputs,
 )
+from tests.support.registry import FakeRegistry
 
 pytestmark = pytest.mark.kafka
 N_FEATURES = 32

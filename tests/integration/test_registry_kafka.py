@@ -28,13 +28,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamer.cli import main as cli
 from streamer.commands.demo import produce_events, synthetic_events
-from streamer.wiring import build_processor, output_codec
 from streamer.config import Config, RegistryConfig, Secret, with_overrides
 from streamer.errors import EXIT_CONFIG, BrokerError, ConfigError
-from streamer.kafka.deadletter import header
 from streamer.formats.avro import AvroCodec, load_schema
+from streamer.kafka.deadletter import header
+from streamer.wiring import build_processor, output_codec
 from tests.conftest import ROOT, Topics, make_config, read_all, run_until_outputs
-from tests.support.schema_registry import SchemaRegistry, schema_registry as running_registry
+from tests.support.schema_registry import SchemaRegistry
+from tests.support.schema_registry import schema_registry as running_registry
 
 pytestmark = pytest.mark.kafka
 

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streamer.wiring import build_processor, input_codec, output_codec
-from streamer.config import Config
 from streamer.commands.demo import synthetic_events
-from streamer.errors import ConfigError
-from tests.support.faults import read_all, wait_until, write_config
 from streamer.commands.replay import ReplayFinishedError, When, parse_when, run_replay
+from streamer.config import Config
+from streamer.errors import ConfigError
+from streamer.wiring import build_processor, input_codec, output_codec
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, run_until_outputs
+from tests.support.faults import read_all, wait_until, write_config
 
 pytestmark = pytest.mark.kafka
 T0 = 1_700_000_000_000  # event i is stamped T0 + i seconds

@@ -32,9 +32,9 @@ import onnxruntime as ort
 import pytest
 
 from streamer.commands.demo import produce_events
-from streamer.wiring import build_processor, input_codec
 from streamer.config_file import load_config
 from streamer.kafka.deadletter import header
+from streamer.wiring import build_processor, input_codec
 from tests.conftest import ROOT, Topics, read_all, run_until_outputs
 
 pytestmark = pytest.mark.kafka

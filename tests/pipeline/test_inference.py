@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 
 from streamer.errors import InferenceError
+from streamer.model.contract import Contract
+from streamer.model.signature import Columns
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.inference import DEPTH, Inference, Scoring
 from streamer.pipeline.records import Rows
 from streamer.pipeline.serving import Serving
-from streamer.model.contract import Contract
-from streamer.model.signature import Columns
-from streamer.testing import matrix_signature
-from streamer.testing import FakeClock, FunctionRunner
+from streamer.testing import FakeClock, FunctionRunner, matrix_signature
 from tests.pipeline.test_serving import N, config, rows
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "fraud_mlp.onnx"

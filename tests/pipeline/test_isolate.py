@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError
-from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, score_isolating
 from streamer.model.signature import Columns
+from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, score_isolating
 from streamer.testing import FunctionRunner, PoisonRunner
 
 SENTINEL = 777.0

@@ -15,15 +15,15 @@ from streamer.config import Config
 from streamer.config_file import config_from_dict
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.model.runner import OnnxRunner
-from streamer.pipeline.breaker import Breaker, BreakerState, Fallback
-from streamer.pipeline.reload import Reload, served_file
-from streamer.pipeline.serving import Serving
 from streamer.model.signature import Columns
+from streamer.pipeline.breaker import Breaker, BreakerState, Fallback
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.reload import Reload, served_file
+from streamer.pipeline.serving import Serving
 from streamer.testing import FakeClock, FunctionRunner
-from tests.support.fakes import FakeMessage
 from tests.model.test_runner import build_models_script
+from tests.support.fakes import FakeMessage
 
 N = 32
 
@@ -341,10 +341,10 @@ def test_a_slow_load_keeps_the_old_model_scoring_meanwhile(model: Path) -> None:
 
 
 def test_a_fallback_needs_an_output_schema_that_can_flag_degraded_predictions(model: Path, tmp_path: Path) -> None:
-    from streamer.wiring import serving
-    from streamer.schemas import bundled
     from streamer.errors import ConfigError
     from streamer.formats.avro import load_schema
+    from streamer.schemas import bundled
+    from streamer.wiring import serving
 
     old = load_schema(bundled("prediction.avsc"))
     old["fields"] = [f for f in old["fields"] if not f["name"].startswith("degraded")]

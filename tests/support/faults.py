@@ -27,6 +27,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from streamer.errors import BrokerError
+from streamer.formats.avro import AvroCodec, load_schema
 from streamer.kafka.clients import (
     admin_consumer,
     is_transient,
@@ -36,7 +37,6 @@ from streamer.kafka.clients import (
     retrying,
 )
 from streamer.kafka.topics import partitions
-from streamer.formats.avro import AvroCodec, load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"

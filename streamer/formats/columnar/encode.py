@@ -21,8 +21,8 @@ from typing import Any
 import fastavro
 import numpy as np
 
-from streamer.formats.columnar.walk import byte_windows
 from streamer.formats.columnar.texts import Texts
+from streamer.formats.columnar.walk import byte_windows
 from streamer.formats.varint import avro_string, zigzag
 
 _INT64 = (-(1 << 63), 1 << 63)

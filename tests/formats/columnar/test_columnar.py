@@ -23,10 +23,10 @@ from streamer.commands.demo import synthetic_events
 from streamer.config import InputConfig
 from streamer.errors import DeserializeError, RecordError, SerializeError
 from streamer.formats.avro import AvroCodec, load_schema
-from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.columnar.decode import ColumnarDecoder
-from streamer.formats.columnar.walk import DecodedColumns
 from streamer.formats.columnar.encode import PredictionEncoder
+from streamer.formats.columnar.walk import DecodedColumns
+from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.pipeline.records import SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 

@@ -20,8 +20,8 @@ from streamer.config import InputSource
 from streamer.errors import DeserializeError, RecordError
 from streamer.formats.columnar.fields import FieldDecoder
 from streamer.model.contract import Contract
-from streamer.pipeline.records import SourceRecord
 from streamer.model.signature import Signature, TensorSpec
+from streamer.pipeline.records import SourceRecord
 from streamer.pipeline.validate import EventValidator
 from tests.formats.columnar.test_columnar import PROPERTY, codec, config, message, zigzag
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,8 +12,8 @@ from hypothesis import strategies as st
 
 from streamer.config import InputConfig
 from streamer.errors import DeserializeError, RecordError
-from streamer.formats.json_events import JsonCodec
 from streamer.formats.columnar.json_columns import JsonColumns
+from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.records import SourceRecord
 from streamer.pipeline.validate import EventValidator
 
