@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit mutants kafka-jars registry prometheus helm-tools bench chaos images bundle clean
+.PHONY: demo test unit lint mutants kafka-jars registry prometheus helm-tools bench chaos images bundle clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,10 +53,15 @@ $(K8S_STRICT): deploy/helm/strict/main.go deploy/helm/strict/go.mod deploy/helm/
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))
 
-test: kafka-jars registry prometheus helm-tools
+test: kafka-jars registry prometheus helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q
 
-unit: $(STAMP) prometheus helm-tools
+# ruff (pyflakes, isort's import order) on the whole tree, and mypy on streamer/ (pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check streamer tests benchmarks models deploy
+	$(VENV)/bin/mypy
+
+unit: $(STAMP) prometheus helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q -m 'not kafka'
 
 # Deliberate bugs (tests/mutants/*.patch), each applied to a scratch copy: every one must be killed.
