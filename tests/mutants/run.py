@@ -12,6 +12,11 @@ Before any mutant, the same tests run once on the unmutated copy and must pass, 
 the bug, not a broken test.
 
     python tests/mutants/run.py [--only NAME ...] [--no-baseline] [--keep]
+    python tests/mutants/run.py --check [--only NAME ...]
+
+``--check`` runs no test: it plants every selected mutant in memory against the work tree as it
+stands and names each edit that no longer finds its function or its text exactly once, which is
+what a refactor of the code under a mutant needs to know.
 """
 
 from __future__ import annotations
@@ -31,13 +36,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run as a script: tests.mutants and streamer come from this tree
 
-from tests.mutants.apply import AnchorError, Mutant, apply_mutant
-from tests.mutants.catalog import MUTANTS
+from tests.mutants.apply import AnchorError, Mutant, apply_mutant, mutated_sources  # noqa: E402
+from tests.mutants.catalog import MUTANTS  # noqa: E402
 
 FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
     mutant: str
     verdict: str  # killed | SURVIVED | ERROR
@@ -68,6 +73,21 @@ def check_imports_copy(copy: Path, env: dict[str, str]) -> None:
                          cwd=copy, env=env, check=True, capture_output=True, text=True).stdout
     if not Path(out.strip()).resolve().is_relative_to(copy.resolve()):
         raise SystemExit(f"the scratch copy imports {out.strip()}, not its own package")
+
+
+def check(mutants: list[Mutant]) -> int:
+    """Plant each mutant in memory against the work tree; 1 when any edit does not land."""
+    failures = 0
+    for mutant in mutants:
+        try:
+            files = mutated_sources(mutant, ROOT)
+        except AnchorError as exc:
+            failures += 1
+            print(f"{mutant.name}: does not apply: {exc}")
+        else:
+            print(f"{mutant.name}: applies ({', '.join(sorted(files))})")
+    print(f"\n{len(mutants) - failures} of {len(mutants)} mutants apply to the work tree")
+    return 1 if failures else 0
 
 
 def needs_broker(tests: tuple[str, ...]) -> bool:
@@ -114,12 +134,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", nargs="*", help="mutant names, or parts of them (01, revoke), to run")
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
+    parser.add_argument("--check", action="store_true",
+                        help="run no test: only check that every mutant applies to the work tree")
     args = parser.parse_args(argv)
     mutants = list(MUTANTS)
     if args.only:
         mutants = [m for m in mutants if m.name in args.only or any(o in m.name for o in args.only)]
     if not mutants:
         raise SystemExit("no mutant selected")
+    if args.check:
+        return check(mutants)
     from streamer.dev.broker import CACHE_DIR, kafka_cluster
 
     every = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
