@@ -4,6 +4,8 @@ applier touches only the function it is told to, and names the mutant when it ca
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -81,6 +83,17 @@ def test_matching_ignores_indentation_and_the_replacement_takes_the_code_s_own()
     assert "            total = 1\n            total += 2\n" in mutate(nested, "99-demo", moved)
 
 
+def test_a_fragment_matches_inside_a_line_and_leaves_the_rest_of_it() -> None:
+    out = mutate(SOURCE, "99-demo", edit("Tracker.commit", "total += 1", "total -= 1"))
+    assert "            total -= 1\n" in out and out.count("total -= 1") == 1
+
+
+def test_lines_are_compared_without_their_indentation() -> None:
+    flattened = SOURCE.replace("            total += 1\n", "          total += 1\n")  # re-indented body
+    anchored = edit("Tracker.commit", "if total:\n    total += 1\n", "total += 2\n")
+    assert "        total = 1\n        total += 2\n" in mutate(flattened, "99-demo", anchored)
+
+
 def test_a_regular_expression_is_searched_inside_the_function() -> None:
     out = mutate(SOURCE, "99-demo", edit("helper", re.compile(r"total = (\d)"), r"total = \1 + 1"))
     assert out.count("total = 1 + 1") == 1 and out.index("total = 1 + 1") < out.index("class Tracker")
@@ -107,3 +120,10 @@ def test_a_mutant_is_written_only_when_all_its_edits_land(tmp_path: Path) -> Non
     assert (tmp_path / "pkg" / "mod.py").read_text() == SOURCE
     assert apply_mutant(Mutant("99-whole", "lands", ("t",), (good,)), tmp_path) == ["pkg/mod.py"]
     assert (tmp_path / "pkg" / "mod.py").read_text() == SOURCE.replace("    total = 1\n", "    total = 2\n", 1)
+
+
+def test_run_check_finds_every_mutant_applies_to_the_work_tree() -> None:
+    done = subprocess.run([sys.executable, "tests/mutants/run.py", "--check"], cwd=ROOT, check=False,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(MUTANTS)} of {len(MUTANTS)} mutants apply" in done.stdout

@@ -49,8 +49,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "03-eos-offsets-outside-transaction",
         "exactly-once: input offsets committed by the consumer, outside the transaction",
         (P + "test_exactly_once_puts_the_offsets_in_the_transaction_never_through_the_consumer",
-         "tests/integration/test_faults_kafka.py::"
-         "test_exactly_once_crash_inside_a_commit_resumes_from_the_last_transaction"),
+         ("tests/integration/test_faults_kafka.py::"
+          "test_exactly_once_crash_inside_a_commit_resumes_from_the_last_transaction")),
         (Edit(CHECKPOINT, "Transactional.commit",
               "self._txn.commit([self._position(tp, off) for tp, off in positions.items()])\n",
               "if positions:\n"
@@ -125,8 +125,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "11-dead-letter-short",
         "a dead letter loses the last byte of the original value",
-        ("tests/integration/test_deadletter_kafka.py::"
-         "test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic",),
+        (("tests/integration/test_deadletter_kafka.py::"
+          "test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic"),),
         (Edit("streamer/kafka/deadletter.py", "dead_letter",
               "return DeadLetter(topic=dlq_topic, key=key, value=error.raw, headers=headers,\n",
               "return DeadLetter(topic=dlq_topic, key=key, value=error.raw[:-1] if error.raw else error.raw,\n"
@@ -136,8 +136,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "12-no-bisection",
         "a failing batch is not searched: every row of it is dead-lettered",
         ("tests/pipeline/test_isolate.py",
-         "tests/integration/test_deadletter_kafka.py::"
-         "test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic"),
+         ("tests/integration/test_deadletter_kafka.py::"
+          "test_1pct_each_kind_of_bad_row_goes_to_the_dead_letter_topic")),
         (Edit("streamer/pipeline/isolate.py", "_Search.run",
               "else:\n"
               "    self.search(whole)\n",
@@ -193,8 +193,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "18-unanswered-commit-never-resent",
         "a background commit whose answer never comes is never sent again",
-        ("tests/kafka/test_checkpoint.py::"
-         "test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before",),
+        (("tests/kafka/test_checkpoint.py::"
+          "test_an_unanswered_background_commit_is_sent_again_after_its_deadline_not_before"),),
         (Edit(PENDING, "OnItsWay._held",
               "return sent is not None and now - sent[1] < self.deadline_s\n",
               "return sent is not None\n"),),
@@ -226,8 +226,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "22-highest-answer-kept",
         "the committed position is the highest answered, not the last (a late older commit is missed)",
-        ("tests/kafka/test_checkpoint.py::"
-         "test_an_older_position_answered_after_a_newer_one_sends_the_newer_again",),
+        (("tests/kafka/test_checkpoint.py::"
+          "test_an_older_position_answered_after_a_newer_one_sends_the_newer_again"),),
         (Edit(OFFSETS, "OffsetTracker.mark_committed",
               "state.committed = pos\n",
               "state.committed = pos if state.committed is None else max(state.committed, pos)\n"),),
