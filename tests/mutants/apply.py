@@ -193,7 +193,7 @@ def mutate(source: str, mutant: str, edit: Edit) -> str:
     """``source`` (the text of ``edit.file``) with the edit made; AnchorError if it cannot be."""
     try:
         first, last = function_span(source, edit.function)
-    except LookupError as exc:
+    except (LookupError, SyntaxError) as exc:  # a file that does not parse has no function to find
         raise AnchorError(mutant, edit, str(exc)) from exc
     if isinstance(edit.old, re.Pattern):
         matches = _pattern_matches(source, first, last, edit.old, edit.new)
