@@ -64,7 +64,8 @@ lint: $(STAMP)
 unit: $(STAMP) prometheus helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q -m 'not kafka'
 
-# Deliberate bugs (tests/mutants/*.patch), each applied to a scratch copy: every one must be killed.
+# Deliberate bugs (tests/mutants/catalog.py), each planted in a scratch copy: every one must be killed.
+# `$(PY) tests/mutants/run.py --check` only checks that each still lands in its function.
 mutants: kafka-jars prometheus
 	$(PY) tests/mutants/run.py
 

@@ -1,17 +1,22 @@
 """`make mutants`: plant each deliberate bug in a scratch copy and check that the suite kills it.
 
-Each ``tests/mutants/*.patch`` is a small diff against the package, headed by two lines:
+The bugs are listed in ``tests/mutants/catalog.py``: each has a name, what it breaks, the tests
+that must kill it, and edits anchored by function and text (``tests/mutants/apply.py``).
 
-    Mutant: what the bug breaks, in words
-    Killed-by: tests/test_x.py::test_a tests/test_y.py::test_b
-
-For every patch: copy the work tree (tracked and untracked, not ignored) to a scratch folder,
-apply the patch, and run the named tests there with ``pytest -x`` against one shared broker.
-A mutant is *killed* when a named test fails (a hang counts too: the per-test timeout turns it
-into a failure). It *survives* when they all pass, and the run fails. Before any mutant, the same
-tests run once on the unpatched copy and must pass, so a kill means the bug, not a broken test.
+For every mutant: copy the work tree (tracked and untracked, not ignored) to a scratch folder,
+plant its edits there, and run its tests there with ``pytest -x`` against one shared broker
+(started only when one of the selected tests is marked ``kafka``). A mutant is *killed* when a
+named test fails (a hang counts too: the per-test timeout turns it into a failure). It
+*survives* when they all pass, and the run fails; so does a mutant whose edits no longer apply.
+Before any mutant, the same tests run once on the unmutated copy and must pass, so a kill means
+the bug, not a broken test.
 
     python tests/mutants/run.py [--only NAME ...] [--no-baseline] [--keep]
+    python tests/mutants/run.py --check [--only NAME ...]
+
+``--check`` runs no test: it plants every selected mutant in memory against the work tree as it
+stands and names each edit that no longer finds its function or its text exactly once, which is
+what a refactor of the code under a mutant needs to know.
 """
 
 from __future__ import annotations
@@ -29,33 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MUTANTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))  # run as a script: tests.mutants and streamer come from this tree
+
+from tests.mutants.apply import AnchorError, Mutant, apply_mutant, mutated_sources
+from tests.mutants.catalog import MUTANTS
+
 FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    patch: Path
-    description: str
-    tests: tuple[str, ...]
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
     mutant: str
     verdict: str  # killed | SURVIVED | ERROR
     killer: str
     seconds: float
-
-
-def load(path: Path) -> Mutant:
-    text = path.read_text()
-    desc = re.search(r"^Mutant: (.+)$", text, re.MULTILINE)
-    kills = re.search(r"^Killed-by: (.+)$", text, re.MULTILINE)
-    if not desc or not kills:
-        raise SystemExit(f"{path.name}: needs 'Mutant:' and 'Killed-by:' header lines")
-    return Mutant(path.stem, path, desc.group(1).strip(), tuple(kills.group(1).split()))
 
 
 def scratch_copy(dest: Path) -> None:
@@ -71,16 +63,41 @@ def scratch_copy(dest: Path) -> None:
 
 def run_tests(copy: Path, tests: tuple[str, ...], env: dict[str, str]) -> tuple[int, str]:
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
-    proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, check=False, cwd=copy, env=env, capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr
 
 
 def check_imports_copy(copy: Path, env: dict[str, str]) -> None:
-    """The child Python must import the patched package, not the installed work tree."""
+    """The child Python must import the mutated package, not the installed work tree."""
     out = subprocess.run([sys.executable, "-c", "import streamer; print(streamer.__file__)"],
                          cwd=copy, env=env, check=True, capture_output=True, text=True).stdout
     if not Path(out.strip()).resolve().is_relative_to(copy.resolve()):
         raise SystemExit(f"the scratch copy imports {out.strip()}, not its own package")
+
+
+def check(mutants: list[Mutant]) -> int:
+    """Plant each mutant in memory against the work tree; 1 when any edit does not land."""
+    failures = 0
+    for mutant in mutants:
+        try:
+            files = mutated_sources(mutant, ROOT)
+        except AnchorError as exc:
+            failures += 1
+            print(f"{mutant.name}: does not apply: {exc}")
+        else:
+            print(f"{mutant.name}: applies ({', '.join(sorted(files))})")
+    print(f"\n{len(mutants) - failures} of {len(mutants)} mutants apply to the work tree")
+    return 1 if failures else 0
+
+
+def needs_broker(tests: tuple[str, ...]) -> bool:
+    """Whether any of the tests is marked ``kafka``: a run of unit tests starts no broker."""
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "kafka", "-p", "no:cacheprovider",
+           *tests]
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode not in (0, 5):  # 5: nothing collected, so nothing needs the broker
+        raise SystemExit(f"cannot collect {' '.join(tests)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return proc.returncode == 0
 
 
 def one(mutant: Mutant | None, tests: tuple[str, ...], env: dict[str, str], keep: bool) -> Outcome:
@@ -90,10 +107,10 @@ def one(mutant: Mutant | None, tests: tuple[str, ...], env: dict[str, str], keep
     try:
         scratch_copy(copy)
         if mutant is not None:
-            applied = subprocess.run(["git", "apply", "--verbose", str(mutant.patch)], cwd=copy,
-                                     capture_output=True, text=True)
-            if applied.returncode != 0:
-                return Outcome(name, "ERROR", f"patch does not apply: {applied.stderr.strip()}", 0.0)
+            try:
+                apply_mutant(mutant, copy)
+            except AnchorError as exc:
+                return Outcome(name, "ERROR", f"does not apply: {exc}", 0.0)
         env = {**env, "PYTHONPATH": str(copy)}
         check_imports_copy(copy, env)
         code, output = run_tests(copy, tests, env)
@@ -114,24 +131,28 @@ def one(mutant: Mutant | None, tests: tuple[str, ...], env: dict[str, str], keep
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="mutant names (patch file stems) to run")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the unpatched run")
+    parser.add_argument("--only", nargs="*", help="mutant names, or parts of them (01, revoke), to run")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
+    parser.add_argument("--check", action="store_true",
+                        help="run no test: only check that every mutant applies to the work tree")
     args = parser.parse_args(argv)
-    mutants = [load(p) for p in sorted(MUTANTS.glob("*.patch"))]
+    mutants = list(MUTANTS)
     if args.only:
         mutants = [m for m in mutants if m.name in args.only or any(o in m.name for o in args.only)]
     if not mutants:
         raise SystemExit("no mutant selected")
-    sys.path.insert(0, str(ROOT))
+    if args.check:
+        return check(mutants)
     from streamer.dev.broker import CACHE_DIR, kafka_cluster
 
+    every = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
     outcomes: list[Outcome] = []
     with ExitStack() as stack:
-        bootstrap = stack.enter_context(kafka_cluster())  # one broker for every run
-        env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "STREAMER_KAFKA_CACHE": str(CACHE_DIR)}
+        env = {**os.environ, "STREAMER_KAFKA_CACHE": str(CACHE_DIR)}
+        if needs_broker(every):
+            env["KAFKA_BOOTSTRAP"] = stack.enter_context(kafka_cluster())  # one broker for every run
         if not args.no_baseline:
-            every = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
             base = one(None, every, env, args.keep)
             print(f"{base.mutant}: {base.verdict} in {base.seconds:.0f} s", flush=True)
             if base.verdict != "passed":
