@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run as a script: tests.mutants and streamer come from this tree
 
-from tests.mutants.apply import AnchorError, Mutant, apply_mutant, mutated_sources
-from tests.mutants.catalog import MUTANTS
+from tests.mutants.apply import AnchorError, Mutant, apply_mutant, mutated_sources  # noqa: E402
+from tests.mutants.catalog import MUTANTS  # noqa: E402
 
 FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
