@@ -50,7 +50,8 @@ class Processor:
     def __init__(self, wiring: Wiring, scope: Scope = Scope()) -> None:
         cfg, clock, metrics = wiring.cfg, wiring.clock, wiring.metrics
         self.cfg, self.serving, self.scope = cfg, wiring.serving, scope
-        self.runner = runner = wiring.runner
+        self.runner, self.encoder = wiring.runner, wiring.encoder  # the output codec reads predictions back
+        runner = self.runner
         self.stats = Stats()
         self._observed = metrics is not None or cfg.metrics.log_interval_ms > 0  # librdkafka's lag wanted
         self._account = Accounting(self.stats, metrics, cfg, numeric_width(runner), clock)  # drift: numeric inputs

@@ -3,7 +3,7 @@
 Every fenced block of the page whose info string carries a ``walkthrough-<step>`` marker is taken
 from the page as written: the Python blocks and the shell commands run verbatim (the shell ones
 with the venv's ``streamer`` first on the PATH) in a temporary folder laid out like the repository
-root (``schemas/`` and ``deploy/config/byom.yaml`` copied in), so the model the training block
+root (``streamer/schemas/`` and ``deploy/config/byom.yaml`` copied in), so the model the training block
 writes lands where the config's default ``model.path`` looks for it. Printed excerpts
 (``walkthrough-inspect-output``, ``walkthrough-schema-fields``, ``walkthrough-read-output``) must
 appear in what the commands really print, and the config block must be ``deploy/config/byom.yaml``
@@ -120,7 +120,7 @@ def test_the_walkthrough_runs_as_written(bootstrap: str, topics: Topics, tmp_pat
     blocks = doc_blocks()
     assert (BIN / "streamer").exists(), f"no streamer script beside {sys.executable}"
     # The repository root as the walk-through uses it: the event schema and the config.
-    shutil.copytree(ROOT / "streamer" / "schemas", tmp_path / "schemas")
+    shutil.copytree(ROOT / "streamer" / "schemas", tmp_path / "streamer" / "schemas")
     (tmp_path / "deploy" / "config").mkdir(parents=True)
     shutil.copy(CONFIG, tmp_path / "deploy" / "config" / "byom.yaml")
     kafka_env = {"KAFKA_BOOTSTRAP": bootstrap, "INPUT_TOPIC": topics.input, "OUTPUT_TOPIC": topics.output,
