@@ -182,7 +182,7 @@ class AckClock:
     printed apart. An observer of the loop (streamer.house.Observer)."""
 
     def __init__(self, n: int) -> None:
-        self.n, self.acked, self.at = n, 0, None
+        self.n, self.outputs, self.at = n, 0, None
 
     def decoded(self, rows: Any) -> None:
         pass
@@ -191,8 +191,8 @@ class AckClock:
         pass
 
     def acked(self, acked: Any) -> None:
-        self.acked += sum(len(rows) for rows in acked.batches) + len(acked.outputs)
-        if self.at is None and self.acked >= self.n:
+        self.outputs += sum(len(rows) for rows in acked.batches) + len(acked.outputs)
+        if self.at is None and self.outputs >= self.n:
             self.at = time.monotonic()
             WINDOW.stop()
 
