@@ -9,8 +9,10 @@ from typing import Any, Protocol
 
 from streamer.config import Config
 from streamer.formats.codec import Codec
-from streamer.kafka.clients import KafkaClients
+from streamer.kafka.checkpoint import Checkpoint
+from streamer.kafka.delivery import Deliveries
 from streamer.kafka.messages import Acked
+from streamer.kafka.offsets import OffsetTracker
 from streamer.model.runner import ModelRunner
 from streamer.observe.health import Status
 from streamer.observe.metrics import Metrics
@@ -55,17 +57,38 @@ class Observers:
 
 
 @dataclass(frozen=True, slots=True)
+class KafkaSide:
+    """The clients a processor opens when it runs: its consumer, its deliveries (the producer) and
+    the checkpoint of its guarantee, wired to each other."""
+
+    consumer: Any
+    deliveries: Deliveries
+    checkpoint: Checkpoint
+
+
+class OpenKafka(Protocol):
+    """Opens a processor's Kafka side (wiring.py builds it from the config): ``tracker`` shared with
+    the checkpoint, ``commit_metadata`` kept with each commit, ``on_stats`` given librdkafka's
+    statistics (None: not asked for), ``on_full`` called while the producer's local queue is full
+    (it serves delivery reports)."""
+
+    def __call__(self, tracker: OffsetTracker, clock: Callable[[], float],
+                 commit_metadata: Callable[[TopicPartition], str] | None,
+                 on_stats: Callable[[str], None] | None, on_full: Callable[[], None]) -> KafkaSide: ...
+
+
+@dataclass(frozen=True, slots=True)
 class Wiring:
     """Everything one processor needs, built and checked before it runs (wiring.py builds it):
-    the model that scores, the input and output codecs, the Kafka clients' factory, the metrics
-    (None: not exported) and the clock. ``health`` serves /metrics, /healthz and /readyz for a
+    the model that scores, the input and output codecs, the Kafka side to open when it runs, the
+    metrics (None: not exported) and the clock. ``health`` serves /metrics, /healthz and /readyz for a
     status source (None: not served). ``observers`` watch the loop beside its accounting."""
 
     cfg: Config
     serving: Serving
     decoder: Codec
     encoder: Codec
-    clients: KafkaClients
+    kafka: OpenKafka
     metrics: Metrics | None = None
     clock: Callable[[], float] = time.monotonic
     health: Callable[[Callable[[], Status]], Any] | None = None

@@ -17,17 +17,16 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from streamer import heap
 from streamer.config import dead_letter_topic
 from streamer.errors import BrokerError, ProduceError, RecordError
 from streamer.gate import Gate
 from streamer.house import Observers, Scope, Wiring
-from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint, Commit
-from streamer.kafka.clients import consume_batch, queue_limit
+from streamer.kafka.checkpoint import Checkpoint, Commit
+from streamer.kafka.clients import consume_batch
 from streamer.kafka.deadletter import letter_for
-from streamer.kafka.delivery import Deliveries
 from streamer.kafka.messages import Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.kafka.topics import names
@@ -55,7 +54,7 @@ class Processor:
         self.stats = Stats()
         self._observed = metrics is not None or cfg.metrics.log_interval_ms > 0  # librdkafka's lag wanted
         self._account = Accounting(self.stats, metrics, cfg, numeric_width(runner), clock)  # drift: numeric inputs
-        self._clients, self._clock = wiring.clients, clock
+        self._open_kafka, self._clock = wiring.kafka, clock
         self._observe = Observers((self._account, *wiring.observers))  # the accounting first
         self._stages = Stages.serving(wiring.decoder, wiring.encoder, cfg, runner)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
@@ -119,20 +118,10 @@ class Processor:
         self.serving.warm_up()
         self._inference.start()  # pipelined: the inference thread
         self._account.started(self.serving.provider, self.serving.version)
-        room = (self._clients.ensure_topic(self._dlq_topic, self.cfg.input.topics[0])
-                if self.cfg.processing.create_dead_letter_topic else None)  # the largest dead letter
-        kind = CHECKPOINTS[self.cfg.processing.guarantee]  # the one place the guarantee is read
-        make_producer = partial(self._clients.producer, error_cb=self._on_client_error, largest_message=room,
-                                **kind.producer_settings(self.cfg))
-        stats = ({"statistics.interval.ms": self.cfg.metrics.stats_interval_ms,
-                  "stats_cb": self._progress.on_stats} if self._observed else {})
-        self.consumer = self._clients.consumer(  # background commits are answered inside consume()
-            on_commit=lambda e, tps: self.checkpoint.commit_reported(e, tps), **stats)
-        self.deliveries = Deliveries(make_producer(), on_full=lambda: self._collect_acks(timeout_s=0.05),
-                                     make_producer=make_producer,  # a fatal one is replaced
-                                     key_by=self.cfg.output.key, queue_limit=queue_limit(self.cfg))
-        self.checkpoint = kind(self.cfg, self._tracker, self.consumer, self.deliveries, self._clock,
-                               self.scope.commit_metadata)
+        side = self._open_kafka(self._tracker, self._clock, self.scope.commit_metadata,
+                                self._progress.on_stats if self._observed else None,
+                                on_full=lambda: self._collect_acks(timeout_s=0.05))
+        self.consumer, self.deliveries, self.checkpoint = side.consumer, side.deliveries, side.checkpoint
         if self._range is None:
             self.consumer.subscribe(list(self.cfg.input.topics), on_assign=self._on_assign,
                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -340,10 +329,3 @@ class Processor:
         name, version = scored_by or (self.cfg.model.name, self.serving.version)
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
                                          model_name=name, model_version=version) for error, message in rejects])
-
-    def _on_client_error(self, err: KafkaError) -> None:
-        """librdkafka's error callback: a fatal producer error goes to the checkpoint (which replaces it)."""
-        if not err.fatal():
-            log.warning("producer: %s", err)
-        elif self.checkpoint is not None:  # (before it exists, init_transactions raises it)
-            self.checkpoint.producer_failed(err)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
-from streamer.config import Config
+from streamer.config import Config, dead_letter_topic
 from streamer.errors import ConfigError, InferenceError
 from streamer.formats.avro import AvroCodec, AvroSchema, load_schema
 from streamer.formats.codec import Codec
@@ -17,20 +19,26 @@ from streamer.formats.confluent import ConfluentAvroCodec, SchemaIds
 from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
 from streamer.formats.protobuf import ConfluentProtobufCodec
 from streamer.formats.subjects import confluent_output_codec, registry_client
-from streamer.house import Observer, Scope, Wiring
-from streamer.kafka.clients import KafkaClients, check_topics, ensure_topic, make_producer
+from streamer.house import KafkaSide, Observer, OpenKafka, Scope, Wiring
+from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint
+from streamer.kafka.clients import KafkaClients, check_topics, ensure_topic, make_producer, queue_limit
+from streamer.kafka.delivery import Deliveries
+from streamer.kafka.offsets import OffsetTracker
 from streamer.model.contract import Contract
 from streamer.model.prediction_schema import check_schema, made_schema
 from streamer.model.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.breaker import Fallback
+from streamer.pipeline.records import TopicPartition
 from streamer.pipeline.reload import check_candidate, file_version, served_file
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
 from streamer.processor import Processor
 from streamer.schemas import bundled
 from streamer.shadow import Shadow
+
+log = logging.getLogger(__name__)
 
 
 def input_codec(cfg: Config) -> Codec:
@@ -173,6 +181,40 @@ def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None,
                   ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))
 
 
+def open_kafka(cfg: Config, clients: KafkaClients) -> OpenKafka:
+    """The Kafka side a processor opens when it runs (house.OpenKafka): the dead-letter topic
+    ensured when configured (its size bounds the producer's messages), the producer of the
+    guarantee's checkpoint (the one place the guarantee is read) with a fatal one replaced, the
+    consumer, whose background commits are answered inside consume(), and the checkpoint."""
+
+    def open_(tracker: OffsetTracker, clock: Callable[[], float],
+              commit_metadata: Callable[[TopicPartition], str] | None,
+              on_stats: Callable[[str], None] | None, on_full: Callable[[], None]) -> KafkaSide:
+        room = (clients.ensure_topic(dead_letter_topic(cfg), cfg.input.topics[0])
+                if cfg.processing.create_dead_letter_topic else None)  # the largest dead letter
+        kind = CHECKPOINTS[cfg.processing.guarantee]
+        opened: list[Checkpoint] = []  # librdkafka may call back before the checkpoint exists
+
+        def client_error(err: KafkaError) -> None:
+            """A fatal producer error goes to the checkpoint (which replaces the producer)."""
+            if not err.fatal():
+                log.warning("producer: %s", err)
+            elif opened:  # (before it exists, init_transactions raises it)
+                opened[0].producer_failed(err)
+
+        make_producer = partial(clients.producer, error_cb=client_error, largest_message=room,
+                                **kind.producer_settings(cfg))
+        stats = ({"statistics.interval.ms": cfg.metrics.stats_interval_ms, "stats_cb": on_stats}
+                 if on_stats is not None else {})
+        consumer = clients.consumer(on_commit=lambda e, tps: opened[0].commit_reported(e, tps), **stats)
+        deliveries = Deliveries(make_producer(), on_full=on_full, make_producer=make_producer,
+                                key_by=cfg.output.key, queue_limit=queue_limit(cfg))
+        opened.append(kind(cfg, tracker, consumer, deliveries, clock, commit_metadata))
+        return KafkaSide(consumer, deliveries, opened[0])
+
+    return open_
+
+
 def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,
                  clients: KafkaClients | None = None, stopping: Callable[[], bool] = lambda: False,
                  model_version: str | None = None, observers: tuple[Observer, ...] = ()) -> Wiring:
@@ -200,8 +242,8 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
         exported = registry
         assert exported is not None
         health = partial(serve_http, cfg, exported)
-    return Wiring(cfg, served, input_codec(cfg), encoder, clients or KafkaClients.from_config(cfg), metrics,
-                  health=health, observers=observers)
+    return Wiring(cfg, served, input_codec(cfg), encoder, open_kafka(cfg, clients or KafkaClients.from_config(cfg)),
+                  metrics, health=health, observers=observers)
 
 
 def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,

@@ -29,7 +29,7 @@ from streamer.pipeline.inference import FULL
 from streamer.pipeline.serving import Serving
 from streamer.processor import Processor
 from streamer.testing import FakeClock, FunctionRunner
-from streamer.wiring import output_codec
+from streamer.wiring import open_kafka, output_codec
 from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ class Harness:
         runner = runner or FunctionRunner(lambda x: x[:, :1], 32)
         self.clock = FakeClock()  # each pass of the loop takes 10 ms of it
         wiring = Wiring(cfg, Serving(cfg, runner, self.clock), decoder or JsonCodec(cfg.input.max_message_bytes),
-                        output_codec(cfg), clients, clock=self.clock)
+                        output_codec(cfg), open_kafka(cfg, clients), clock=self.clock)
         self.processor = Processor(wiring)
 
     def _producer(self, error_cb: Callable[[KafkaError], None], **_: object) -> FakeProducer:
