@@ -5,7 +5,7 @@ bit set on every byte but the last).
 Worked example: -3 zigzags to 5, one byte ``05``; 1764417600123 zigzags to 3528835200246, six
 bytes ``f6 e9 df f7 d9 66``. ``read_zigzag`` takes at most 10 bytes (64 bits) and refuses a
 number that runs past the data or past 64 bits; the vectorised forms of the columnar fast paths
-(formats/columnar/decode.py, columnar_encode.py) are held to these two by their property tests.
+(formats/columnar/decode.py, encode.py) are held to these two by their property tests.
 """
 
 from __future__ import annotations

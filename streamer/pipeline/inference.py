@@ -12,7 +12,7 @@ batch by the model that scored it). Whatever disturbs the batches in flight (a b
 cannot take, a rebalance, an aborted transaction) bumps a generation: results of an older
 generation are dropped when they arrive (the thread skips those it has not begun), and the
 surviving batches are handed out again, in order. Not pipelined, the same calls score each
-batch inline, as before.
+batch inline.
 
 ``model.pipelined`` unset (auto): inline at first; pipelined once the median of the first
 :data:`AUTO_BATCHES` batches of at least half ``batching.max_size`` rows took the model
@@ -78,7 +78,7 @@ class Inference:
     def start(self) -> None:
         """Start the inference thread when pipelined; auto starts inline and decides on the
         first :data:`AUTO_BATCHES` batches of at least half ``batching.max_size`` rows (no model
-        call of its own: a model that hangs from the start hangs the loop, visibly, as before)."""
+        call of its own: a model that hangs from the start hangs the loop, visibly)."""
         if self._want:
             self._start_thread()
         later = " (pipelined if the model proves heavy)" if self._want is None else ""

@@ -6,9 +6,9 @@ A stage never dead-letters by itself and never calls back into the loop.
 
 Two implementations stand behind :class:`Stages`. The per-row reference (the codec and
 :class:`EventValidator` per message, fastavro per prediction) serves every format. The columnar
-fast path takes Avro input (columnar_decode.py; for avro-confluent, one decoder per writer schema
-id, compiled the first time the id is seen), JSON input (columnar_json.py) and the shipped
-prediction layout (columnar_encode.py) when their schemas compile; a row it cannot prove
+fast path takes Avro input (formats/columnar/decode.py; for avro-confluent, one decoder per writer schema
+id, compiled the first time the id is seen), JSON input (formats/columnar/json_columns.py) and the shipped
+prediction layout (formats/columnar/encode.py) when their schemas compile; a row it cannot prove
 identical to the reference goes through the reference, which raises the same dead-letter errors, so the two are one stage.
 """
 
@@ -58,7 +58,7 @@ class Stages:
         # The fast decoders of the array field give its float32 matrix: the one FEATURES column.
         self._columns: Callable[[Any], Columns] = ((lambda cols: cols) if named_in
                                                   else (lambda matrix: Columns({FEATURES: matrix})))
-        # The columnar paths: Avro in (the feature array, or named fields: columnar_fields.py),
+        # The columnar paths: Avro in (the feature array, or named fields: formats/columnar/fields.py),
         # JSON's feature array in, the legacy 'scores' out; nothing passed through (output.include).
         fast_in, fast_out = fast and not include, fast and not named_out and not include
         self._fast = fast_in

@@ -4,8 +4,8 @@ Each value equals ``AvroCodec(prediction schema).encode(prediction_fields(...))`
 rows are laid out side by side in one byte matrix, one row per prediction, and written a field at
 a time for all rows at once; each value is then one slice of that matrix. A row whose inputs the
 reference would refuse (a string that is not valid Unicode, an integer outside 64 bits) is None:
-the caller encodes it with the reference, which raises the same ``SerializeError`` as before. So
-is a row with a string over 4 KiB, which the reference encodes as before.
+the caller encodes it with the reference, which raises the same ``SerializeError``. So
+is a row with a string over 4 KiB, which the reference encodes.
 
 Worked example: ``PredictionEncoder.compile(schema).encode(["evt-1"], ["acct-42"],
 np.array([[0.5]], np.float32), "m", "1", "t", [0], [7], [1000], 2000, None)`` gives one value,

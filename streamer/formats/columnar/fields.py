@@ -1,7 +1,7 @@
 """Columnar decode of named fields: a chunk of Avro events read straight into the model's typed inputs.
 
 The fast path beside the contract's per-row conversion (contract.py: ``AvroCodec.decode`` then
-``EventValidator.to_record``), built on columnar_decode.py's walk. Exact or step aside, as there:
+``EventValidator.to_record``), built on walk.py's Avro walk. Exact or step aside, as there:
 a row lands in ``DecodedColumns.rows`` only when its values are certain to equal the reference's,
 and the reference would accept it; anything else goes to ``fallback`` and the reference decides
 (the same record, or the same dead letter).
