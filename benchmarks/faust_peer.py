@@ -37,8 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from streamer.commands.demo import demo_config  # noqa: E402
 from streamer.formats.avro import load_schema  # noqa: E402
-from streamer.model.contract import FEATURES, SCORES  # noqa: E402
-from streamer.model.signature import Columns  # noqa: E402
+from streamer.testing import score_matrix  # noqa: E402
 from streamer.wiring import model_runner  # noqa: E402
 
 BATCH = 512
@@ -98,7 +97,7 @@ async def serve(bootstrap: str, input_topic: str, output_topic: str, events: int
                 async for batch in stream.take_events(BATCH, within=WITHIN_S):
                     started = started or time.perf_counter()
                     matrix = np.array([e.value["features"] for e in batch], dtype=np.float32)
-                    rows = runner.run(Columns({FEATURES: matrix})).arrays[SCORES].tolist()
+                    rows = score_matrix(runner, matrix).tolist()
                     scored_at = int(time.time() * 1000)
                     for event, row in zip(batch, rows):
                         value, message = event.value, event.message

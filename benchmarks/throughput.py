@@ -76,12 +76,11 @@ from streamer.formats.varint import avro_string, zigzag  # noqa: E402
 from streamer.kafka import clients  # noqa: E402
 from streamer.kafka.delivery import produce  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
-from streamer.model.contract import FEATURES, SCORES  # noqa: E402
-from streamer.model.signature import Columns  # noqa: E402
+from streamer.model.contract import SCORES  # noqa: E402
 from streamer.observe.stats import Stats  # noqa: E402
 from streamer.pipeline.records import Stamp, prediction_fields  # noqa: E402
 from streamer.pipeline.validate import EventValidator  # noqa: E402
-from streamer.testing import PoisonRunner  # noqa: E402
+from streamer.testing import PoisonRunner, score_matrix  # noqa: E402
 from streamer.wiring import build_processor, input_codec, model_runner, output_codec  # noqa: E402
 
 POISON = 9999.0
@@ -167,7 +166,7 @@ def model_only(cfg: Config, n: int) -> float:
     size = cfg.batching.max_size
     started = time.perf_counter()
     for i in range(0, n, size):
-        runner.run(Columns({FEATURES: arrays[i:i + size]}))
+        score_matrix(runner, arrays[i:i + size])
     return n / (time.perf_counter() - started)
 
 
@@ -374,7 +373,7 @@ def naive(cfg: Config, n: int) -> float:
         started = started or time.perf_counter()
         rec = validator.to_record(decoder.decode(m.value()), m.topic(), m.partition(), m.offset(),
                                   m.key(), m.timestamp()[1])
-        score = runner.run(Columns({FEATURES: rec.features[None, :]})).arrays[SCORES][0]
+        score = score_matrix(runner, rec.features[None, :])[0]
         fields = prediction_fields(rec, {SCORES: score.tolist()}, Stamp(cfg.model.name, cfg.model.version, int(time.time() * 1000)))
         producer.produce(cfg.output.topic, encoder.encode(fields), m.key())
         if producer.flush(30):

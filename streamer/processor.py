@@ -30,7 +30,6 @@ from streamer.kafka.deadletter import letter_for
 from streamer.kafka.messages import Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.kafka.topics import names
-from streamer.model.runner import numeric_width
 from streamer.observe.accounting import Accounting
 from streamer.observe.health import Status, loop_status
 from streamer.observe.progress import ProgressWatch
@@ -53,7 +52,7 @@ class Processor:
         runner = self.runner
         self.stats = Stats()
         self._observed = metrics is not None or cfg.metrics.log_interval_ms > 0  # librdkafka's lag wanted
-        self._account = Accounting(self.stats, metrics, cfg, numeric_width(runner), clock)  # drift: numeric inputs
+        self._account = Accounting(self.stats, metrics, cfg, runner.contract.numeric_width, clock)  # drift: numeric inputs
         self._open_kafka, self._clock = wiring.kafka, clock
         self._observe = Observers((self._account, *wiring.observers))  # the accounting first
         self._stages = Stages.serving(wiring.decoder, wiring.encoder, cfg, runner)

@@ -26,7 +26,7 @@ from streamer.kafka.delivery import Deliveries
 from streamer.kafka.offsets import OffsetTracker
 from streamer.model.contract import Contract
 from streamer.model.prediction_schema import check_schema, made_schema
-from streamer.model.runner import ModelRunner, OnnxRunner, blank_batch, cuda_options
+from streamer.model.runner import ModelRunner, OnnxRunner, cuda_options
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.breaker import Fallback
@@ -125,7 +125,7 @@ def checked_runner(cfg: Config, path: Path | None = None, key: str = "model.path
         runner.contract.check_fields(avro_input_schema(cfg))
     name = (path or served_file(cfg.model)[0]).name
     try:
-        refused = check_candidate(runner, like, [blank_batch(runner, 2)], cfg.batching.max_size)
+        refused = check_candidate(runner, like, [runner.contract.blank(2)], cfg.batching.max_size)
     except InferenceError as exc:
         refused = f"it fails on a probe batch: {exc}"
     if refused:

@@ -56,16 +56,6 @@ class ModelRunner(Protocol):
     def run(self, features: Columns) -> Columns: ...
 
 
-def blank_batch(runner: ModelRunner, rows: int) -> Columns:
-    """A batch of zeros the runner takes (its contract's probe)."""
-    return runner.contract.blank(rows)
-
-
-def numeric_width(runner: ModelRunner) -> int:
-    """Numeric input values per row: what a drift profile for this model describes."""
-    return runner.contract.numeric_width
-
-
 class OnnxRunner:
     """Runs an ONNX model as its contract says: named, typed inputs in, named outputs out.
 

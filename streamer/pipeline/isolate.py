@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError, detach
-from streamer.model.runner import ModelRunner, blank_batch
+from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 
 
@@ -206,7 +206,7 @@ class _Search:
 def model_answers(runner: ModelRunner) -> bool:
     """Does the model score one row of zeros (the warm-up input)? Tells poison from a broken model."""
     try:
-        runner.run(blank_batch(runner, 1))
+        runner.run(runner.contract.blank(1))
     except InferenceError:
         return False
     return True

@@ -30,7 +30,7 @@ import numpy as np
 
 from streamer.config import ModelConfig, model_versions
 from streamer.model.contract import SCORES
-from streamer.model.runner import ModelRunner, blank_batch
+from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class Reloader:
             log.warning("model reload asked for, but this processor cannot load models")
             return
         file, place = served_file(self._m)
-        probes = [blank_batch(serving, self._rows)]
+        probes = [serving.contract.blank(self._rows)]
         if last is not None:
             probes.append(last)
         log.info("loading %s beside the serving model (version %s)", file, version)
