@@ -28,7 +28,7 @@ from streamer.kafka import clients
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
 DEPLOY = ROOT / "deploy" / "config" / "deploy.yaml"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "configuration.md"  # the config reference page
 
 
 def minimal() -> dict[str, Any]:
