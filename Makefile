@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit lint mutants kafka-jars registry prometheus helm-tools bench chaos images bundle clean
+.PHONY: demo test unit lint mutants kafka-jars registry prometheus helm-tools bench chaos images bundle docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,10 @@ bundle: $(STAMP)
 
 chaos: kafka-jars
 	$(PY) benchmarks/chaos.py
+
+# The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link or anchor.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The CPU and GPU images (needs a Docker engine; `make test` checks the Dockerfiles without one).
 images:
