@@ -9,10 +9,11 @@ writes lands where the config's default ``model.path`` looks for it. Printed exc
 appear in what the commands really print, and the config block must be ``deploy/config/byom.yaml``
 byte for byte.
 
-The broker part: the page's three purchases plus 100 more are scored by the processor that
-``streamer run`` builds, every prediction compared with ONNX Runtime offline on the same rows
-(equal float32 bits), the null amounts checked as dead letters naming the field, and the page's
-reading snippet run against the output topic.
+The broker part: ``streamer check`` as the page runs it, the page's three purchases sent by its
+``streamer produce`` block plus 100 more, all scored by the processor that ``streamer run``
+builds, every prediction compared with ONNX Runtime offline on the same rows (equal float32
+bits), the null amounts checked as dead letters naming the field, and the page's
+``streamer tail`` run against the output topic. The topics come from the test's fixture.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ BIN = Path(sys.executable).parent  # the venv's bin: python and the streamer scr
 BLOCK = re.compile(r"^```(\w+) (walkthrough-[\w-]+)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 STEPS = {"walkthrough-train": "python", "walkthrough-inspect": "sh", "walkthrough-inspect-output": "text",
          "walkthrough-config": "yaml", "walkthrough-schema": "sh", "walkthrough-schema-fields": "text",
-         "walkthrough-produce": "python", "walkthrough-run": "sh", "walkthrough-read": "python",
+         "walkthrough-check": "sh", "walkthrough-produce": "sh", "walkthrough-run": "sh", "walkthrough-read": "sh",
          "walkthrough-read-output": "text"}
 N_MORE = 100  # events the test adds to the page's three
 
@@ -149,8 +150,11 @@ def test_the_walkthrough_runs_as_written(bootstrap: str, topics: Topics, tmp_pat
         field = made.get(shown["name"])
         assert field is not None and {k: field.get(k) for k in shown} == shown, (shown, field)
 
-    # 5. the page's three purchases, then 100 more; the processor `streamer run` builds scores them
-    run_block("python", blocks["walkthrough-produce"], tmp_path, env)
+    # 5. streamer check against the cluster, the model and the topics
+    run_block("sh", blocks["walkthrough-check"], tmp_path, env)
+
+    # 6. the page's three purchases, then 100 more; the processor `streamer run` builds scores them
+    run_block("sh", blocks["walkthrough-produce"], tmp_path, env)
     codec = input_codec(cfg)
     rng = np.random.default_rng(11)
     more = [purchase(i, rng) for i in range(N_MORE)]
@@ -189,9 +193,9 @@ def test_the_walkthrough_runs_as_written(bootstrap: str, topics: Topics, tmp_pat
     for m in letters:
         assert "field 'amount' is null or missing" in (header(m.headers(), "exception.message") or "")
 
-    # the page's reader: one line per prediction, decoded with the schema streamer schema printed
-    printed = run_block("python", blocks["walkthrough-read"], tmp_path, env)
-    lines = sorted(printed.splitlines())
-    assert lines == sorted(f"{p['event_id']} {p['label']} {p['fraud_probability']:.3f} {p['card_country']} "
-                           f"{p['amount']}" for p in predictions), printed
-    assert set(excerpt_lines(blocks["walkthrough-read-output"])) <= set(lines)  # the page's own purchases
+    # the page's reader: streamer tail, one JSON object per prediction, as the processor wrote them
+    printed = [json.loads(line) for line in run_block("sh", blocks["walkthrough-read"], tmp_path, env).splitlines()]
+    assert sorted(printed, key=lambda p: p["event_id"]) == sorted(predictions, key=lambda p: p["event_id"])
+    for line in excerpt_lines(blocks["walkthrough-read-output"]):  # the page's own purchases, abridged
+        shown = json.loads(line)
+        assert any({k: p.get(k) for k in shown} == shown for p in printed), (shown, printed)
