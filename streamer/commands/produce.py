@@ -9,12 +9,16 @@ under ``input.registry.subject`` (default ``<topic>-value``). CSV cells are type
 (int and long, float and double, boolean as true/false or 1/0, an empty cell in a nullable
 field as null, arrays, maps and records as JSON); with JSON input, a cell that parses as JSON
 takes that type. Keys are ``--key-field`` (default ``input.entity_field``) as UTF-8. A row that
-does not fit is refused with its file, line and reason (exit 2) before anything is sent.
+does not fit the input schema as it is (nothing is converted: 4.5 into a long, 1 into a boolean,
+"7" into a number are refused; an integer into a double is taken) is refused with its file,
+line, field and reason (exit 2) before anything is sent.
 
 ``tail`` prints the predictions of ``output.topic`` as JSON lines, read_committed (no aborted
 transaction's output), from the start of every partition to the end offsets when it starts, in a
 group of its own that commits nothing: avro-confluent values by the schema id each carries,
-plain Avro by the prediction schema the config makes (its model loaded), JSON as it is.
+plain Avro by the prediction schema the config makes (from the outputs the model file declares,
+read without loading it), JSON as it is. ``--topic`` reads another prediction topic, such as a
+replay's ``<output.topic>.backfill``.
 """
 
 from __future__ import annotations
@@ -32,13 +36,16 @@ from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
 from streamer.config import Config, output_registry
-from streamer.errors import BrokerError, ConfigError, FileError, SerializeError
+from streamer.errors import BrokerError, ConfigError, FileError, InferenceError, SerializeError
 from streamer.formats.avro import AvroCodec, Mismatch, load_schema, mismatch
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec, JsonSchemaCheck
 from streamer.kafka import clients
 from streamer.kafka.delivery import produce
+from streamer.model.contract import Contract
+from streamer.model.onnx_file import read_signature
+from streamer.pipeline.reload import served_file
 
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
@@ -199,19 +206,35 @@ def prediction_decoder(cfg: Config) -> Codec:
         reg = output_registry(cfg)
         assert reg is not None  # the config refuses avro-confluent output without one
         return ConfluentAvroCodec(registry_client(reg), cfg.output.topic)
-    from streamer.wiring import model_runner, prediction_schema
+    from streamer.wiring import prediction_schema
 
-    return AvroCodec(prediction_schema(cfg, model_runner(cfg)))
+    return AvroCodec(prediction_schema(cfg, contract=declared_contract(cfg)))
 
 
-def tail(cfg: Config, out: TextIO, limit: int | None = None) -> int:
-    """Print the output topic's predictions as JSON lines (see the module docstring); returns how many."""
+def declared_contract(cfg: Config) -> Contract:
+    """The served model's contract from the signature its file declares (model/onnx_file.py): the
+    prediction schema without an ONNX Runtime session, for a command that never scores."""
+    m = cfg.model
+    path = served_file(m)[0]
+    try:
+        signature = read_signature(path)
+    except InferenceError as exc:
+        raise ConfigError("model.path", str(exc)) from exc
+    try:
+        return Contract.of(signature, m.inputs, m.outputs, cfg.input.features_field)
+    except ConfigError as exc:
+        raise ConfigError(exc.key, f"model {path.name}: {exc.reason}") from exc
+
+
+def tail(cfg: Config, out: TextIO, limit: int | None = None, topic: str | None = None) -> int:
+    """Print the predictions of ``topic`` (default ``output.topic``) as JSON lines (see the module
+    docstring); returns how many."""
     decoder = prediction_decoder(cfg)
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"streamer-tail-{uuid.uuid4().hex[:8]}",
                                                         "isolation.level": "read_committed"}))
     n = 0
     try:
-        for m in clients.read_to_end(consumer, cfg.output.topic, from_committed=False):
+        for m in clients.read_to_end(consumer, topic or cfg.output.topic, from_committed=False):
             if m.value() is None:
                 continue  # a tombstone holds no prediction
             out.write(json.dumps(dict(decoder.decode(cast(bytes, m.value()))), separators=(",", ":")) + "\n")

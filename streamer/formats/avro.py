@@ -239,7 +239,7 @@ def mismatch(schema: AvroSchema, record: Mapping[str, Any]) -> Mismatch | None:
     Worked example: a long ``amount`` given 4.5 gives
     ``('amount', 'expected long, got number 4.5 (not a whole number)')``.
     """
-    parsed = fastavro.parse_schema(dict(schema))
+    parsed = cast(AvroSchema, fastavro.parse_schema(dict(schema)))
     return _mismatch(parsed, record, "", parsed.get("__named_schemas", {}))
 
 
