@@ -74,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     produce.add_argument("--key-field", help="the field whose value keys each event (default input.entity_field)")
     tail = sub.add_parser("tail", help="print the output topic's predictions as JSON lines (read_committed)")
     tail.add_argument("--config", required=True)
+    tail.add_argument("--topic", help="a prediction topic to read (default output.topic), e.g. <output.topic>.backfill")
     tail.add_argument("--limit", type=int, help="stop after this many")
     demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
     demo.add_argument("--events", type=int, default=100_000)
@@ -259,7 +260,7 @@ def _files(args: argparse.Namespace) -> int:
         n = produce_file(cfg, Path(args.file), args.key_field)
         print(f"produced {n} events to {cfg.input.topics[0]} ({cfg.input.format})")
         return 0
-    tail(cfg, sys.stdout, args.limit)
+    tail(cfg, sys.stdout, args.limit, args.topic)
     return 0
 
 

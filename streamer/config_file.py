@@ -23,7 +23,7 @@ import yaml
 
 from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret
 from streamer.config_check import kind_of
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, FileError
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 T = TypeVar("T")
@@ -55,9 +55,13 @@ def _read(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text())
     except OSError as exc:
-        raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from exc
+        raise FileError(path, f"cannot read it: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)  # a syntax error says where; other YAML errors do not
+        problem = getattr(exc, "problem", None)
+        if mark is not None and problem:
+            raise FileError(path, f"not valid YAML: {problem} (column {mark.column + 1})", line=mark.line + 1) from exc
+        raise FileError(path, f"not valid YAML: {exc}") from exc
 
 
 def _declared(cls: type, raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ partition, offset) and its raw bytes, so the record can be dead-lettered exactly
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import TypeVar
 
@@ -30,6 +31,29 @@ class ConfigError(StreamerError):
         super().__init__(f"config key '{key}': {reason}")
         self.key = key
         self.reason = reason
+
+
+class FileError(ConfigError):
+    """A file named on the command line or in the config cannot be read, or a row of it is wrong.
+
+    Says where as ``file 'events.jsonl', line 3, field 'items[1].price': <reason>``; the line and
+    the field (a dotted path, ``[n]`` for an array's item) appear when known. A ConfigError, so the
+    exit code is 2: the file must be fixed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, line: int | None = None,
+                 field: str | None = None) -> None:
+        where = f"file '{os.fspath(path)}'"
+        if line is not None:
+            where += f", line {line}"
+        if field is not None:
+            where += f", field '{field}'"
+        StreamerError.__init__(self, f"{where}: {reason}")
+        self.key = os.fspath(path)
+        self.reason = reason
+        self.path = os.fspath(path)
+        self.line = line
+        self.field = field
 
 
 class RecordError(StreamerError):

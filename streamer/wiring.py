@@ -65,12 +65,14 @@ def input_codec(cfg: Config) -> Codec:
     return ConfluentAvroCodec(client, subject, schema, i.max_message_bytes, not_found_retry_s=retry_s)
 
 
-def prediction_schema(cfg: Config, runner: ModelRunner | None = None) -> AvroSchema:
+def prediction_schema(cfg: Config, runner: ModelRunner | None = None, *,
+                      contract: Contract | None = None) -> AvroSchema:
     """The prediction schema: ``output.schema`` (checked against what the model's contract and
     ``output.include`` write), else the bundled one or, with named outputs or pass-through
-    fields, one made from them. ``runner``: the model (default: none checked, the bundled layout)."""
+    fields, one made from them. ``runner``: the model (default: none checked, the bundled layout);
+    or only its ``contract``, for a command that reads predictions and loads no model."""
     shipped = load_schema(bundled("prediction.avsc"), key="output.schema")
-    contract = None if runner is None else runner.contract
+    contract = contract if runner is None else runner.contract
     made = shipped
     if contract is not None and (not contract.legacy_output or cfg.output.include):
         made = made_schema(shipped, contract, cfg.output.include, avro_input_schema(cfg))

@@ -9,12 +9,16 @@ under ``input.registry.subject`` (default ``<topic>-value``). CSV cells are type
 (int and long, float and double, boolean as true/false or 1/0, an empty cell in a nullable
 field as null, arrays, maps and records as JSON); with JSON input, a cell that parses as JSON
 takes that type. Keys are ``--key-field`` (default ``input.entity_field``) as UTF-8. A row that
-does not fit is refused with its file, line and reason (exit 2) before anything is sent.
+does not fit the input schema as it is (nothing is converted: 4.5 into a long, 1 into a boolean,
+"7" into a number are refused; an integer into a double is taken) is refused with its file,
+line, field and reason (exit 2) before anything is sent.
 
 ``tail`` prints the predictions of ``output.topic`` as JSON lines, read_committed (no aborted
 transaction's output), from the start of every partition to the end offsets when it starts, in a
 group of its own that commits nothing: avro-confluent values by the schema id each carries,
-plain Avro by the prediction schema the config makes (its model loaded), JSON as it is.
+plain Avro by the prediction schema the config makes (from the outputs the model file declares,
+read without loading it), JSON as it is. ``--topic`` reads another prediction topic, such as a
+replay's ``<output.topic>.backfill``.
 """
 
 from __future__ import annotations
@@ -22,20 +26,26 @@ from __future__ import annotations
 import csv
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO, cast
 
 from confluent_kafka import Consumer, Producer
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
 
 from streamer.config import Config, output_registry
-from streamer.errors import BrokerError, ConfigError, SerializeError
-from streamer.formats.avro import AvroCodec, load_schema
+from streamer.errors import BrokerError, ConfigError, FileError, InferenceError, SerializeError
+from streamer.formats.avro import AvroCodec, Mismatch, load_schema, mismatch
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
-from streamer.formats.json_events import JsonCodec
+from streamer.formats.json_events import JsonCodec, JsonSchemaCheck
 from streamer.kafka import clients
 from streamer.kafka.delivery import produce
+from streamer.model.contract import Contract
+from streamer.model.onnx_file import read_signature
+from streamer.pipeline.reload import served_file
 
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
@@ -52,14 +62,20 @@ def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
                                           "(confluent-kafka's ProtobufSerializer); streamer only reads them")
     if cfg.input.format == "json-schema-confluent" and cfg.input.json_schema is None:
         raise ConfigError("input.json_schema", "is needed to produce json-schema-confluent events (it is registered)")
+    events = list(rows(path, cfg))
+    check = row_check(cfg)
+    for line, row in events:  # every row, before the first is encoded: a bad file sends nothing
+        found = check(row)
+        if found is not None:
+            raise FileError(path, found[1], line=line, field=found[0] or None)
     codec = input_codec(cfg)
     key_field = key_field or cfg.input.entity_field
     messages = []
-    for line, row in rows(path, cfg):
+    for line, row in events:
         try:
             value = codec.encode(row)
         except SerializeError as exc:
-            raise ConfigError(f"{path}:{line}", f"the row does not fit input.format {cfg.input.format}: {exc}") from exc
+            raise FileError(path, f"the row does not fit input.format {cfg.input.format}: {exc}", line=line) from exc
         key = row.get(key_field)
         messages.append((None if key is None else str(key).encode(), value))
     failed: list[str] = []
@@ -86,7 +102,7 @@ def rows(path: Path, cfg: Config) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
         text = path.open(encoding="utf-8", newline="")
     except OSError as exc:
-        raise ConfigError(str(path), f"cannot read it: {exc.strerror}") from exc
+        raise FileError(path, f"cannot read it: {exc.strerror or exc}") from exc
     with text:
         if suffix in (".jsonl", ".ndjson", ".json"):
             for n, line in enumerate(text, 1):
@@ -95,16 +111,16 @@ def rows(path: Path, cfg: Config) -> Iterator[tuple[int, dict[str, Any]]]:
                 try:
                     row = json.loads(line)
                 except ValueError as exc:
-                    raise ConfigError(f"{path}:{n}", f"not a JSON object: {exc}") from exc
+                    raise FileError(path, f"not a JSON object: {exc}", line=n) from exc
                 if not isinstance(row, dict):
-                    raise ConfigError(f"{path}:{n}", f"not a JSON object but {type(row).__name__}")
+                    raise FileError(path, f"not a JSON object but {type(row).__name__}", line=n)
                 yield n, row
         elif suffix == ".csv":
             types = _field_types(cfg)
             for n, cells in enumerate(csv.DictReader(text), 2):
-                yield n, {k: _cell(v, types.get(k), f"{path}:{n}", k) for k, v in cells.items() if k is not None}
+                yield n, {k: _cell(v, types.get(k), path, n, k) for k, v in cells.items() if k is not None}
         else:
-            raise ConfigError(str(path), "is neither JSON Lines (.jsonl, .ndjson), CSV (.csv) nor Parquet (.parquet)")
+            raise FileError(path, "is neither JSON Lines (.jsonl, .ndjson), CSV (.csv) nor Parquet (.parquet)")
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -112,16 +128,38 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise ConfigError(str(path), "reading Parquet needs pyarrow (pip install pyarrow)") from exc
+        raise FileError(path, "reading Parquet needs pyarrow (pip install pyarrow)") from exc
     try:
         file = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises its own hierarchy on a bad file
-        raise ConfigError(str(path), f"is not a Parquet file pyarrow can read: {exc}") from exc
+        raise FileError(path, f"is not a Parquet file pyarrow can read: {exc}") from exc
     n = 0
     for batch in file.iter_batches():
         for row in batch.to_pylist():
             n += 1
             yield n, row
+
+
+def row_check(cfg: Config) -> Callable[[Mapping[str, Any]], Mismatch | None]:
+    """Where and why an event does not fit the input as it is (None: it fits), for every format
+    ``produce`` writes: Avro by ``input.schema`` with no conversion (formats/avro.py's
+    :func:`mismatch`: fastavro's writer would turn 4.5 into 4 for a long), JSON by
+    ``input.json_schema`` when set (JSON is written as it is, so nothing else can change it)."""
+    if cfg.input.format in ("avro", "avro-confluent") and cfg.input.schema is not None:
+        return partial(mismatch, load_schema(cfg.input.schema, key="input.schema"))
+    if cfg.input.format in ("json", "json-schema-confluent") and cfg.input.json_schema is not None:
+        schema = JsonSchemaCheck.from_file(cfg.input.json_schema).schema
+        validator = validator_for(schema)(schema)
+        return partial(_json_mismatch, validator)
+    return lambda _row: None
+
+
+def _json_mismatch(validator: Any, row: Mapping[str, Any]) -> Mismatch | None:
+    error = best_match(validator.iter_errors(row))
+    if error is None:
+        return None
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    return field, f"JSON Schema: {error.message[:200]}"
 
 
 def _field_types(cfg: Config) -> dict[str, Any]:
@@ -130,7 +168,7 @@ def _field_types(cfg: Config) -> dict[str, Any]:
     return {f["name"]: f["type"] for f in load_schema(cfg.input.schema, key="input.schema")["fields"]}
 
 
-def _cell(text: str, avro: Any, where: str, name: str) -> Any:
+def _cell(text: str, avro: Any, path: Path, line: int, name: str) -> Any:
     """A CSV cell as the field's Avro type takes it (no schema: JSON when it parses, else the text)."""
     if avro is None:
         try:
@@ -154,7 +192,7 @@ def _cell(text: str, avro: Any, where: str, name: str) -> Any:
         if kind in ("array", "map", "record"):
             return json.loads(text)
     except ValueError as exc:
-        raise ConfigError(where, f"field {name!r} ({kind}): {exc}") from exc
+        raise FileError(path, f"expected {kind}: {exc}", line=line, field=name) from exc
     return text
 
 
@@ -168,19 +206,35 @@ def prediction_decoder(cfg: Config) -> Codec:
         reg = output_registry(cfg)
         assert reg is not None  # the config refuses avro-confluent output without one
         return ConfluentAvroCodec(registry_client(reg), cfg.output.topic)
-    from streamer.wiring import model_runner, prediction_schema
+    from streamer.wiring import prediction_schema
 
-    return AvroCodec(prediction_schema(cfg, model_runner(cfg)))
+    return AvroCodec(prediction_schema(cfg, contract=declared_contract(cfg)))
 
 
-def tail(cfg: Config, out: TextIO, limit: int | None = None) -> int:
-    """Print the output topic's predictions as JSON lines (see the module docstring); returns how many."""
+def declared_contract(cfg: Config) -> Contract:
+    """The served model's contract from the signature its file declares (model/onnx_file.py): the
+    prediction schema without an ONNX Runtime session, for a command that never scores."""
+    m = cfg.model
+    path = served_file(m)[0]
+    try:
+        signature = read_signature(path)
+    except InferenceError as exc:
+        raise ConfigError("model.path", str(exc)) from exc
+    try:
+        return Contract.of(signature, m.inputs, m.outputs, cfg.input.features_field)
+    except ConfigError as exc:
+        raise ConfigError(exc.key, f"model {path.name}: {exc.reason}") from exc
+
+
+def tail(cfg: Config, out: TextIO, limit: int | None = None, topic: str | None = None) -> int:
+    """Print the predictions of ``topic`` (default ``output.topic``) as JSON lines (see the module
+    docstring); returns how many."""
     decoder = prediction_decoder(cfg)
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"streamer-tail-{uuid.uuid4().hex[:8]}",
                                                         "isolation.level": "read_committed"}))
     n = 0
     try:
-        for m in clients.read_to_end(consumer, cfg.output.topic, from_committed=False):
+        for m in clients.read_to_end(consumer, topic or cfg.output.topic, from_committed=False):
             if m.value() is None:
                 continue  # a tombstone holds no prediction
             out.write(json.dumps(dict(decoder.decode(cast(bytes, m.value()))), separators=(",", ":")) + "\n")

@@ -7,8 +7,13 @@ milliseconds. Confluent's framing of Avro is formats/confluent.py's.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import io
 import json
+import math
+import struct
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -206,3 +211,145 @@ class AvroCodec:
         except Exception as exc:  # the writer raises ValueError, TypeError, struct.error, ... on a bad record
             raise SerializeError(f"record does not fit Avro schema {self.name}: {exc!r}") from exc
         return self.prefix + buf.getvalue() if self.prefix else buf.getvalue()
+
+
+# Python types fastavro's logical writers take in place of the underlying type's values.
+_LOGICAL: dict[str, tuple[type, ...]] = {
+    "timestamp-millis": (dt.datetime,), "timestamp-micros": (dt.datetime,),
+    "local-timestamp-millis": (dt.datetime,), "local-timestamp-micros": (dt.datetime,),
+    "date": (dt.date,), "time-millis": (dt.time,), "time-micros": (dt.time,),
+    "decimal": (decimal.Decimal,), "uuid": (uuid.UUID,),
+}
+_RANGE = {"int": (-2**31, 2**31 - 1), "long": (-2**63, 2**63 - 1)}
+_FLOAT32_MAX = 3.4028234663852886e38
+Mismatch = tuple[str, str]  # (field path, reason)
+
+
+def mismatch(schema: AvroSchema, record: Mapping[str, Any]) -> Mismatch | None:
+    """Where and why ``record`` does not fit ``schema`` as it is, without conversion: ``(field, reason)``
+    with the field as a dotted path (``items[2].price``); None when it fits.
+
+    fastavro's writer converts what it is given: 4.5 into a long is written as 4, 1 into a boolean
+    as true, ``True`` into a long as 1. This check refuses each of those, a string into a number
+    and a number into a string, an int out of its 32-bit range, a missing field without a default,
+    a field the schema lacks, and a null into a field that is not nullable. An integer into a
+    float or a double is taken when the float holds it exactly. A logical type also takes the
+    Python value fastavro writes for it (a ``datetime`` for ``timestamp-millis``).
+
+    Worked example: a long ``amount`` given 4.5 gives
+    ``('amount', 'expected long, got number 4.5 (not a whole number)')``.
+    """
+    parsed = cast(AvroSchema, fastavro.parse_schema(dict(schema)))
+    return _mismatch(parsed, record, "", parsed.get("__named_schemas", {}))
+
+
+def _mismatch(node: Any, value: Any, path: str, named: Mapping[str, Any]) -> Mismatch | None:
+    if isinstance(node, list):  # a union: the value fits a branch as it is
+        if any(_mismatch(b, value, path, named) is None for b in node):
+            return None
+        others = [b for b in node if b != "null"]
+        if len(others) == 1:  # a nullable type: say why the one real branch refuses it
+            return _mismatch(others[0], value, path, named)
+        return path, f"expected one of {_name(node)}, got {_shown(value)}"
+    if isinstance(node, str):
+        return _mismatch(named[node], value, path, named) if node in named else _primitive(node, value, path)
+    kind = node["type"]
+    logical = node.get("logicalType")
+    if logical in _LOGICAL and isinstance(value, _LOGICAL[logical]):
+        return None
+    if value is None and kind != "null":
+        return path, f"expected {_name(node)}, got null (the field is not nullable)"
+    if kind in ("record", "error"):
+        if not isinstance(value, Mapping):
+            return path, f"expected record {node['name']}, got {_shown(value)}"
+        names = [f["name"] for f in node["fields"]]
+        for f in node["fields"]:
+            inner = f"{path}.{f['name']}" if path else f["name"]
+            if f["name"] not in value:
+                if "default" in f:
+                    continue
+                return inner, "is required but missing"
+            found = _mismatch(f["type"], value[f["name"]], inner, named)
+            if found is not None:
+                return found
+        extra = [k for k in value if k not in names]
+        return None if not extra else (f"{path}.{extra[0]}" if path else str(extra[0]),
+                                       f"is not a field of {node['name']} (its fields: {', '.join(names)})")
+    if kind == "array":
+        if not isinstance(value, (list, tuple)):
+            return path, f"expected array, got {_shown(value)}"
+        for n, item in enumerate(value):
+            found = _mismatch(node["items"], item, f"{path}[{n}]", named)
+            if found is not None:
+                return found
+        return None
+    if kind == "map":
+        if not isinstance(value, Mapping):
+            return path, f"expected map, got {_shown(value)}"
+        for k, item in value.items():
+            if not isinstance(k, str):
+                return path, f"a map's keys are strings, got {_shown(k)}"
+            found = _mismatch(node["values"], item, f"{path}.{k}", named)
+            if found is not None:
+                return found
+        return None
+    if kind == "enum":
+        if not isinstance(value, str) or value not in node["symbols"]:
+            return path, f"expected one of the symbols {', '.join(node['symbols'])}, got {_shown(value)}"
+        return None
+    if kind == "fixed":
+        if not isinstance(value, (bytes, bytearray)) or len(value) != node["size"]:
+            return path, f"expected {node['size']} bytes (fixed {node['name']}), got {_shown(value)}"
+        return None
+    return _primitive(kind, value, path)
+
+
+def _primitive(kind: str, value: Any, path: str) -> Mismatch | None:
+    if kind == "null":
+        return None if value is None else (path, f"expected null, got {_shown(value)}")
+    if value is None:
+        return path, f"expected {kind}, got null (the field is not nullable)"
+    if kind == "boolean":
+        return None if isinstance(value, bool) else (path, f"expected boolean, got {_shown(value)}")
+    if kind in ("string", "bytes"):
+        wanted = str if kind == "string" else (bytes, bytearray)
+        return None if isinstance(value, wanted) else (path, f"expected {kind}, got {_shown(value)}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # bool is an int to Python
+        return path, f"expected {kind}, got {_shown(value)}"
+    if kind in _RANGE:
+        if isinstance(value, float):
+            return path, f"expected {kind}, got {_shown(value)} (not a whole number)"
+        lo, hi = _RANGE[kind]
+        if not lo <= value <= hi:
+            return path, f"expected {kind}, got {value} (out of its range {lo}..{hi})"
+        return None
+    if isinstance(value, int):
+        if kind == "double":
+            written = float(value) if abs(value) < 2**1024 else math.inf
+        else:
+            written = struct.unpack("<f", struct.pack("<f", float(value)))[0] if abs(value) <= _FLOAT32_MAX else math.inf
+        if written != value:  # a float keeps an integer only up to its mantissa's width
+            return path, f"expected {kind}, got {value} (a {kind} cannot hold this integer exactly)"
+    elif kind == "float" and math.isfinite(value) and abs(value) > _FLOAT32_MAX:
+        return path, f"expected float, got {value} (out of a 32-bit float's range)"
+    return None
+
+
+def _name(node: Any) -> str:
+    if isinstance(node, list):
+        return ", ".join(_name(b) for b in node)
+    if isinstance(node, dict):
+        return str(node.get("name") or node["type"])
+    return str(node)
+
+
+def _shown(value: Any) -> str:
+    """A value as a row shows it: its JSON kind, then itself, cut short."""
+    kinds = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), ((bytes, bytearray), "bytes"),
+             (Mapping, "object"), ((list, tuple), "array"))
+    kind = "null" if value is None else next((k for t, k in kinds if isinstance(value, t)), type(value).__name__)
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return f"{kind} {text[:60]}{'...' if len(text) > 60 else ''}"
