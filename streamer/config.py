@@ -53,7 +53,7 @@ class Secret:
 
 @dataclass(frozen=True, slots=True)
 class RegistryConfig:
-    """Schema Registry client settings (for ``input.format: avro-confluent``)."""
+    """Schema Registry client settings (for the ``-confluent`` formats, in and out)."""
 
     url: str  # the registry's base URL, e.g. http://registry:8081
     basic_auth_user_info: Secret | None = None  # USER:PASSWORD for HTTP basic auth; None: none
