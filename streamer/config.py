@@ -53,10 +53,10 @@ class Secret:
 
 @dataclass(frozen=True, slots=True)
 class RegistryConfig:
-    """Schema Registry client settings (for ``input.format: avro-confluent``)."""
+    """Schema Registry client settings (for the ``-confluent`` formats, in and out)."""
 
-    url: str
-    basic_auth_user_info: Secret | None = None
+    url: str  # the registry's base URL, e.g. http://registry:8081
+    basic_auth_user_info: Secret | None = None  # USER:PASSWORD for HTTP basic auth; None: none
     subject: str | None = None  # subject for encoding; defaults to '<topic>-value'
     # A registry that restarts answers 404 for ids it holds while it loads: a 404 is asked again
     # (with the processing back-off) for this long before its rows are dead letters.
@@ -73,25 +73,25 @@ class RegistryConfig:
 
 @dataclass(frozen=True, slots=True)
 class InputConfig:
-    topics: tuple[str, ...]
-    group_id: str
-    format: Format = "avro"
-    schema: Path | None = None
+    topics: tuple[str, ...]  # the topics read (a name or a list)
+    group_id: str  # the consumer group, whose committed offsets are the processor's progress
+    format: Format = "avro"  # the events' wire format
+    schema: Path | None = None  # the events' Avro schema file (.avsc); required for format 'avro'
     # json: every event is checked against it (a violation is a validate dead letter);
     # json-schema-confluent: what streamer's own producers register (events are checked against
     # the schema their id names)
     json_schema: Path | None = None
-    features_field: str = "features"
-    id_field: str = "event_id"
-    entity_field: str = "entity_id"
-    time_field: str = "event_time"
-    max_message_bytes: int = 1_048_576
+    features_field: str = "features"  # the event field holding the feature array (no model.inputs)
+    id_field: str = "event_id"  # copied into each prediction; missing: '<topic>-<partition>-<offset>'
+    entity_field: str = "entity_id"  # copied into each prediction; missing: ''
+    time_field: str = "event_time"  # event time, integer ms; missing: the message's timestamp
+    max_message_bytes: int = 1_048_576  # a larger message is a deserialize dead letter, never decoded
     feature_min: float | None = None  # a feature below this is a validation error
     feature_max: float | None = None  # a feature above this is a validation error
     create_topics: bool = False  # a missing input topic is created at start, not refused (exit 2)
-    consume_max_messages: int = 1000
-    consume_timeout_ms: int = 100
-    registry: RegistryConfig | None = None
+    consume_max_messages: int = 1000  # the most messages one consume call returns
+    consume_timeout_ms: int = 100  # the longest one consume call waits for messages
+    registry: RegistryConfig | None = None  # the Schema Registry of the '-confluent' formats
 
     def __post_init__(self) -> None:
         check_types(self, "input")
@@ -119,23 +119,23 @@ class InputConfig:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    path: Path
-    name: str
-    version: str
+    path: Path  # an ONNX file, or a folder of versions '<n>/model.onnx' (the highest is served)
+    name: str  # the model's name in predictions and metrics
+    version: str  # written as model.version in every prediction, exactly as given
     # The model's contract (model/contract.py). None: a single input from input.features_field
     # and a single output as 'scores' (a model with more of either needs these mappings).
     inputs: Mapping[str, InputSource] | None = None  # model input name -> where its values come from
     outputs: Mapping[str, OutputTarget] | None = None  # prediction field -> model output
-    providers: tuple[Provider, ...] = ("cuda", "cpu")
+    providers: tuple[Provider, ...] = ("cuda", "cpu")  # ONNX Runtime providers, tried in this order
     intra_op_threads: int = 1  # 1: no spinning thread pool competing with librdkafka; 0: ONNX Runtime decides
     drift_profile: Path | None = None  # the training features' profile (observe/drift.py); None: no drift metrics
     drift_window_rows: int = 100_000  # the live rows compared with it (a sliding window)
     reload_check_ms: int = 2_000  # how often model.path is looked at for a new model; 0: on SIGHUP only
     pipelined: bool | None = None  # score on an inference thread (pipeline/inference.py); None: when heavy
     io_binding: bool | None = None  # bind input and output to device buffers; None: on CUDA
-    cuda_device_id: int = 0
+    cuda_device_id: int = 0  # the GPU the CUDA provider runs on
     cuda_mem_limit_mb: int = 0  # the CUDA arena's limit; 0: none
-    cuda_arena: Literal["next_power_of_two", "same_as_requested"] = "next_power_of_two"
+    cuda_arena: Literal["next_power_of_two", "same_as_requested"] = "next_power_of_two"  # how the arena grows
     # Degrade, don't fail (pipeline/serving.py): with a fallback, a failing or slow model trips a
     # circuit breaker and the fallback scores, its predictions flagged degraded. None: hold and retry.
     fallback_path: Path | None = None  # a simpler ONNX model, same input width
@@ -143,7 +143,7 @@ class ModelConfig:
     timeout_ms: int = 0  # a batch slower than this opens the breaker; 0: no limit
     breaker_failures: int = 3  # failed batches in a row that open it
     breaker_probe_ms: int = 1_000  # open: the first probe of the model after this, then doubling
-    breaker_probe_max_ms: int = 60_000
+    breaker_probe_max_ms: int = 60_000  # the longest wait between probes
 
     def __post_init__(self) -> None:
         check_types(self, "model")
@@ -185,8 +185,8 @@ class ModelConfig:
 
 @dataclass(frozen=True, slots=True)
 class BatchingConfig:
-    max_size: int = 256
-    max_wait_ms: int = 20
+    max_size: int = 256  # a batch is scored when it holds this many rows
+    max_wait_ms: int = 20  # or this long after its first row came
 
     def __post_init__(self) -> None:
         check_types(self, "batching")
@@ -198,9 +198,9 @@ class BatchingConfig:
 
 @dataclass(frozen=True, slots=True)
 class OutputConfig:
-    topic: str
+    topic: str  # where predictions are written
     schema: Path | None = None  # None: the bundled streamer/schemas/prediction.avsc, or one made from model.outputs
-    ack_timeout_ms: int = 30_000
+    ack_timeout_ms: int = 30_000  # how long a flush waits for the broker's acks of predictions
     include: tuple[str, ...] = ()  # input fields (dotted paths) copied into each prediction
     # avro: schemaless binary Avro (a reader needs the schema out of band); avro-confluent: magic
     # byte, schema id, Avro (Confluent's wire format; the schema registered under a subject);
@@ -226,16 +226,16 @@ class OutputConfig:
 
 @dataclass(frozen=True, slots=True)
 class ProcessingConfig:
-    guarantee: Guarantee = "at_least_once"
+    guarantee: Guarantee = "at_least_once"  # exactly_once: predictions and offsets in one transaction
     transactional_id: str | None = None  # exactly-once; default '<group_id>-<instance id or host>'
-    transaction_timeout_ms: int = 60_000
-    commit_interval_ms: int = 1000
+    transaction_timeout_ms: int = 60_000  # exactly-once: the broker aborts a transaction open longer
+    commit_interval_ms: int = 1000  # how often offsets (or a transaction) are committed
     dead_letter_topic: str | None = None  # default: '<first input topic>.dlq'
     create_dead_letter_topic: bool = True  # create it at start-up when missing
     max_poison_fraction: float = 0.5  # more failing rows than this in one batch: the model is broken
     broken_after_failed_batches: int = 3  # this many whole batches failing in a row: likewise
     retry_backoff_ms: int = 500  # first wait before retrying a broken model or a failed delivery
-    retry_backoff_max_ms: int = 30_000
+    retry_backoff_max_ms: int = 30_000  # the wait doubles up to this
     max_redrives: int = 3  # `streamer dlq redrive` refuses rows redriven this often already
 
     def __post_init__(self) -> None:
@@ -261,9 +261,9 @@ class ProcessingConfig:
 class ChallengerConfig:
     """A model scored in shadow beside the champion (``model``): its predictions go to the shadow topic."""
 
-    path: Path
-    name: str
-    version: str
+    path: Path  # the challenger's ONNX file
+    name: str  # its name in shadow predictions and metrics; unique
+    version: str  # its model.version in shadow predictions
 
     def __post_init__(self) -> None:
         check_types(self, "shadow.challengers")
@@ -274,7 +274,7 @@ class ChallengerConfig:
 
 @dataclass(frozen=True, slots=True)
 class ShadowConfig:
-    challengers: tuple[ChallengerConfig, ...] = ()
+    challengers: tuple[ChallengerConfig, ...] = ()  # none: no shadow scoring
     topic: str | None = None  # None: '<output.topic>.shadow'
     flip_threshold: float = 0.5  # a decision is score[0] >= this; a flip is a decision that differs
     queue_batches: int = 4  # batches waiting per challenger; more and the batch is skipped for it
@@ -291,8 +291,8 @@ class ShadowConfig:
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    enabled: bool = False
-    host: str = "127.0.0.1"
+    enabled: bool = False  # serve /metrics, /healthz and /readyz
+    host: str = "127.0.0.1"  # the address they are served on
     port: int = 9400  # 0: any free port
     stats_interval_ms: int = 5000  # librdkafka statistics (consumer lag) this often
     stall_timeout_ms: int = 60_000  # work but no commit for this long: unhealthy
@@ -309,7 +309,7 @@ class MetricsConfig:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    kafka: Mapping[str, str | Secret]
+    kafka: Mapping[str, str | Secret]  # librdkafka properties for every client, passed as given
     input: InputConfig
     model: ModelConfig
     output: OutputConfig

@@ -28,7 +28,6 @@ from streamer.kafka import clients
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
 DEPLOY = ROOT / "deploy" / "config" / "deploy.yaml"
-README = ROOT / "docs" / "configuration.md"  # the config reference page
 
 
 def minimal() -> dict[str, Any]:
@@ -222,7 +221,6 @@ def test_direct_construction_is_validated() -> None:
 # --- One default per key, stated once ----------------------------------------------------------
 
 REQUIRED = object()  # no default: the key must be given
-COMPUTED = object()  # described in words (``<first input topic>.dlq``); None in the code
 
 
 def code_defaults(cls: type = Config, prefix: str = "") -> dict[str, Any]:
@@ -241,66 +239,6 @@ def code_defaults(cls: type = Config, prefix: str = "") -> dict[str, Any]:
             assert f.default_factory is dataclasses.MISSING, key
             out[key] = REQUIRED
     return out
-
-
-def _split_top_level(cell: str) -> list[str]:
-    """``a, [b, c], (d, e)`` -> ``['a', '[b, c]', '(d, e)']``."""
-    parts, depth, current = [], 0, ""
-    for ch in cell:
-        depth += (ch in "[(<") - (ch in "])>")
-        if ch == "," and depth == 0:
-            parts, current = [*parts, current], ""
-        else:
-            current += ch
-    return [p.strip() for p in [*parts, current]]
-
-
-def _documented_value(text: str) -> Any:
-    text = text.replace("`", "").strip()
-    if text.startswith("(required"):
-        return REQUIRED
-    if re.search(r"<[^>]+>", text):
-        return COMPUTED
-    if text.startswith("required for"):  # required only with some other value: no default
-        return None
-    text = re.sub(r"\s*\(.*\)$", "", text)  # "0 (ORT decides)"
-    if text == "none":
-        return None
-    value = yaml.safe_load(text)
-    return tuple(value) if isinstance(value, list) else value
-
-
-def readme_defaults() -> dict[str, Any]:
-    """The ``## Config reference`` table: ``{dotted key: documented default}``.
-
-    A row may list several keys of one section, the first in full and the others by their last
-    part (``input.features_field``, ``id_field``), with one default each or one for all.
-    """
-    section = README.read_text().split("\n## Config reference\n", 1)[1].split("\n## ", 1)[0]
-    out: dict[str, Any] = {}
-    for row in (line for line in section.splitlines() if line.startswith("| `")):
-        key_cell, default_cell = row.split("|")[1:3]
-        names = re.findall(r"`([^`]+)`", key_cell)
-        parent = names[0].rpartition(".")[0]
-        keys = [names[0]] + [f"{parent}.{n.lstrip('.')}" for n in names[1:]]
-        defaults = [_documented_value(d) for d in _split_top_level(default_cell)]
-        if len(defaults) == 1:
-            defaults *= len(keys)
-        assert len(defaults) == len(keys), f"README row {keys}: {len(defaults)} defaults"
-        for key, default in zip(keys, defaults):
-            assert key not in out, f"README documents {key} twice"
-            out[key] = default
-    return out
-
-
-def test_readme_config_table_matches_the_code() -> None:
-    documented, code = readme_defaults(), code_defaults()
-    assert sorted(code.keys() - documented.keys()) == [], "keys missing from the README table"
-    assert sorted(documented.keys() - code.keys()) == [], "README keys the code does not have"
-    wrong = {key: (doc, code[key]) for key, doc in documented.items()
-             if not (doc is COMPUTED and code[key] is None)
-             and (type(doc), doc) != (type(code[key]), code[key])}
-    assert wrong == {}, "README default != dataclass default (key: (README, code))"
 
 
 @pytest.mark.parametrize(("path", "deliberate"), [
