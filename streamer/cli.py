@@ -31,6 +31,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     redrive = dlq_sub.add_parser("redrive", help="re-publish dead letters to their original topic")
     redrive.add_argument("--config", required=True)
     redrive.add_argument("--stage", choices=STAGES)
+    redrive.add_argument("--offset", action="append", default=[], type=_place, metavar="PARTITION:OFFSET",
+                         help="only the letter at this place of the dead-letter topic (as inspect shows it); "
+                              "repeatable")
+    redrive.add_argument("--event-id", action="append", default=[], metavar="ID",
+                         help="only the letters of this event id; repeatable")
     redrive.add_argument("--limit", type=int)
     lag = sub.add_parser("lag-exporter", help="export a group's lag, with or without live members")
     lag.add_argument("--config", help="the processors' YAML config, of which only kafka, input.group_id, "
@@ -162,11 +167,22 @@ def _dlq(args: argparse.Namespace) -> int:
         lines = dlq.inspect(cfg, args.limit)
         print("\n".join(lines) if lines else "no dead letters")
         return 0
-    result = dlq.redrive(cfg, args.stage, args.limit)
+    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id)
     print(f"redriven {result.redriven}, refused {result.refused} (redriven "
           f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short), "
-          f"already redriven {result.already}")
+          f"already redriven {result.already}"
+          + (f", not found {' '.join(result.not_found)}" if result.not_found else ""))
     return 0
+
+
+def _place(text: str) -> tuple[int, int]:
+    """``--offset PARTITION:OFFSET``; argparse names a bad one (exit 2)."""
+    from streamer.commands.dlq import parse_place
+
+    try:
+        return parse_place(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _lag_exporter(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from streamer.house import Observers, Scope, Wiring
 from streamer.kafka.checkpoint import Checkpoint, Commit
 from streamer.kafka.clients import consume_batch
 from streamer.kafka.deadletter import letter_for
-from streamer.kafka.messages import Predictions
+from streamer.kafka.messages import Predictions, digest_headers
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.kafka.topics import names
 from streamer.observe.accounting import Accounting
@@ -289,8 +289,8 @@ class Processor:
         stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.scope.run_id, out.degraded)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
         self._observe.scored(batch, done.seconds, out, rows)
-        self._dead_letter(rejects, (out.model, out.version))  # named by the model that scored them
-        return Predictions(self.cfg.output.topic, values, rows)
+        self._dead_letter(rejects, (out.model, out.version, out.digest))  # named by the model that scored them
+        return Predictions(self.cfg.output.topic, values, rows, headers=digest_headers(out.digest))
 
     def _drain(self, reason: FlushReason) -> None:
         """Flush the open batch (unless blocked or failed), wait for the acks, commit what they acked."""
@@ -323,8 +323,9 @@ class Processor:
         self._account.stopped(self._failed)
 
     def _dead_letter(self, rejects: Sequence[tuple[RecordError, Message]],
-                     scored_by: tuple[str, str] | None = None) -> None:
+                     scored_by: tuple[str, str, str] | None = None) -> None:
         """Dead letters as one unit, named by ``scored_by``, the model that scored them (default: serving)."""
-        name, version = scored_by or (self.cfg.model.name, self.serving.version)
+        name, version, digest = scored_by or (self.cfg.model.name, self.serving.version, self.serving.digest)
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
-                                         model_name=name, model_version=version) for error, message in rejects])
+                                         model_name=name, model_version=version, model_digest=digest)
+                              for error, message in rejects])

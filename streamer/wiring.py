@@ -31,7 +31,7 @@ from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.breaker import Fallback
 from streamer.pipeline.records import TopicPartition
-from streamer.pipeline.reload import check_candidate, file_version, served_file
+from streamer.pipeline.reload import check_candidate, file_digest, file_version, served_file
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
 from streamer.processor import Processor
@@ -157,7 +157,7 @@ def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
         runner_of_fallback, version = None, "constant"
         if m.fallback_path is not None:
             runner_of_fallback = checked_runner(cfg, m.fallback_path, "model.fallback_path", like=runner)
-            version = file_version("", m.fallback_path, None, runner_of_fallback)
+            version = file_version("", None, runner_of_fallback, file_digest(m.fallback_path))
         fallback = Fallback(runner_of_fallback, m.fallback_scores, name=f"{m.name}-fallback", version=version)
     return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback,
                    shadow=shadow(cfg, runner, metrics, encoder))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError
 
-from streamer.config import Config, with_overrides
+from streamer.config import Config, dead_letter_topic, with_overrides
 from streamer.config_file import load_config
 from streamer.errors import BrokerError, ConfigError, ProducerFatalError
 from streamer.formats.codec import Codec
@@ -560,3 +560,31 @@ def test_pipelined_the_loop_reads_no_more_while_the_model_is_behind() -> None:
 
     h.run(held_back, lambda s: s.predictions == 1_000, passes=5_000)
     assert [o for _, o in h.predictions()] == list(range(1_000))
+
+
+def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_header() -> None:
+    """model.version "1" reaches every prediction as "1"; the model file's digest travels beside
+    it, in a header on each prediction (produced one by one: the batch call drops headers) and
+    on each dead letter, next to its model.version."""
+    import hashlib
+
+    from streamer.kafka.deadletter import header
+    from streamer.kafka.messages import DIGEST_HEADER
+
+    cfg = config(max_wait_ms=0)
+    digest = hashlib.sha256(cfg.model.path.read_bytes()).hexdigest()[:12]
+    h = Harness(cfg)
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(0), event(1), event(2, width=5), event(3)])  # 2: a dead letter
+    h.run(lambda s: s.outputs == 4)
+    codec = output_codec(cfg)
+    by_topic: dict[str, list[tuple[bytes | None, Any]]] = {}
+    for (topic, value), headers in zip(h.producer.written, h.producer.written_headers, strict=True):
+        by_topic.setdefault(topic, []).append((value, headers))
+    predictions = by_topic["scores"]
+    assert cfg.model.version == "1" and len(predictions) == 3
+    for value, headers in predictions:
+        assert codec.decode(value)["model_version"] == "1"
+        assert headers == [(DIGEST_HEADER, digest.encode())]
+    ((_, letter_headers),) = by_topic[dead_letter_topic(cfg)]
+    assert header(letter_headers, "model.version") == "1" and header(letter_headers, "model.digest") == digest

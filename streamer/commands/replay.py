@@ -110,18 +110,53 @@ def resolve(consumer: Consumer, tps: list[TopicPartition], start: When, end: Whe
 
 @dataclass(frozen=True, slots=True)
 class ReplaySummary:
+    """What a finished run did. ``events`` counts the offsets in its range, and they add up:
+    ``events == predictions + dead letters + without_event - again``. Worked example: an input
+    written in transactions, one event each, has 40 offsets for 20 events (each commit marker takes
+    an offset): ``events in range 40 = predictions 20 + dead letters 0 + offsets without an event
+    20``. The processor's own log counts every message it read, those past the range's end in the
+    same fetch included (``outside``), so its event count is not the range's."""
+
     run_id: str
     output_topic: str
-    events: int
+    events: int  # offsets in [from, to) of every partition, as planned (or left, when resumed)
     resumed: bool
     stats: Stats
     seconds: float
 
+    @property
+    def handled(self) -> int:
+        """Events of the range predicted or dead-lettered, acknowledged."""
+        return self.stats.predictions + sum(self.stats.dead_letters.values())
+
+    @property
+    def without_event(self) -> int:
+        """Offsets of the range that hold no event: transaction markers and aborted transactions'
+        records, which a read_committed consumer never sees. A run returns only once its consumer
+        passed every partition's end, so every offset not handled is one of these."""
+        return max(self.events - self.handled, 0)
+
+    @property
+    def again(self) -> int:
+        """Events handled twice (written again after a failed delivery or a replaced producer)."""
+        return max(self.handled - self.events, 0)
+
+    @property
+    def outside(self) -> int:
+        """Messages read and left alone: past the range's end in the same fetch, or read again
+        after a hold (a Schema Registry away)."""
+        return max(self.stats.events - (self.handled - self.again), 0)
+
     def lines(self) -> list[str]:
         s = self.stats
+        counts = (f"events in range {self.events} = predictions {s.predictions} + dead letters "
+                  f"{sum(s.dead_letters.values())} + offsets without an event {self.without_event} "
+                  f"(transaction markers, aborted records)")
+        if self.again:
+            counts += f" - handled twice {self.again}"
         return [f"replay {self.run_id} {'resumed and ' if self.resumed else ''}finished",
-                f"events in range {self.events}, predictions {s.predictions}, dead letters "
-                f"{sum(s.dead_letters.values())}, to {self.output_topic}",
+                f"{counts}, to {self.output_topic}",
+                f"read and left alone {self.outside} (past the range's end, or read again after a hold or an abort)",
                 f"throughput {s.events_per_s():,.0f} events/s, {self.seconds:.1f} s in all"]
 
     @property

@@ -63,7 +63,7 @@ class DeadLetter:
 
 def dead_letter(error: RecordError, *, dlq_topic: str, key: bytes | None,
                 original_headers: Headers | None, timestamp_ms: int, group_id: str,
-                model_name: str, model_version: str) -> DeadLetter:
+                model_name: str, model_version: str, model_digest: str = "") -> DeadLetter:
     """Build the dead letter for ``error``, whose coordinates and raw bytes must be set.
 
     ``attempt`` counts how often the record has failed: one more than its redrives so far.
@@ -83,6 +83,7 @@ def dead_letter(error: RecordError, *, dlq_topic: str, key: bytes | None,
         "exception.stacktrace": trace[-MAX_TRACE_CHARS:],
         "model.name": model_name,
         "model.version": model_version,
+        "model.digest": model_digest,
         "attempt": str(redrive_count(original_headers) + 1),
     }
     headers = list(original_headers or [])
@@ -121,12 +122,12 @@ _DURING = "During handling of the above exception, another exception occurred:"
 
 
 def letter_for(error: RecordError, message: Any, *, dlq_topic: str, group_id: str, model_name: str,
-               model_version: str) -> Output:
+               model_version: str, model_digest: str = "") -> Output:
     """The output that dead-letters consumed ``message`` for ``error`` (coordinates filled in)."""
     error.at(message.topic(), message.partition(), message.offset(), message.value())
     letter = dead_letter(error, dlq_topic=dlq_topic, key=message.key(), original_headers=message.headers(),
                          timestamp_ms=message.timestamp()[1], group_id=group_id,
-                         model_name=model_name, model_version=model_version)
+                         model_name=model_name, model_version=model_version, model_digest=model_digest)
     log.debug("dead letter %s at %s: %s", error.stage, error.coordinates(), error)
     return Output(letter.topic, letter.key, letter.value, letter.headers, message, stage=letter.stage)
 

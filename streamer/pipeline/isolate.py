@@ -51,6 +51,7 @@ class Scored:
     bisections: int = 0  # batches split in two
     model: str = ""  # the name of the model that scored it (the fallback's, when it did)
     version: str = ""  # of the model that scored it
+    digest: str = ""  # of the model file that scored it ("": none, a fallback or a runner not from a file)
     provider: str = ""  # its execution provider, or 'fallback'
     degraded: str | None = None
 

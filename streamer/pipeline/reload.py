@@ -7,10 +7,16 @@ load in a thread beside the serving model. The candidate must take the same inpu
 signature, warm up, and answer a batch of zeros and the last live batch with finite outputs of the
 serving width (:func:`check_candidate`, the same checks as start-up); the Reloader then hands it
 over, and the serving model (serving.py) swaps it in between two batches. A candidate that fails
-any of this is refused and logged: the old model keeps scoring. A version is the folder's number,
-else the ONNX metadata property ``version``, else ``<model.version>+<first 8 hex digits of the
-file's SHA-256>``: the same whether the file was loaded at start or by a reload
-(:func:`file_version`).
+any of this is refused and logged: the old model keeps scoring.
+
+Two things name the served file, the same whether it was loaded at start or by a reload. Its
+version label (:func:`file_version`), which predictions carry in ``model_version``: a configured
+``model.version``, verbatim; without one, the version folder's number, else the ONNX metadata
+property ``version``, else the digest. Its digest (:func:`file_digest`): the first
+:data:`DIGEST_HEX` hex digits of the file's SHA-256, which every prediction carries in the
+``streamer.model.digest`` header (and every dead letter beside ``model.version``). So with
+``model.version: "1"`` a reloaded file keeps the label ``1`` and its predictions' digest header
+changes: the label is what the operator called the model, the digest which bytes scored.
 
 Worked example (reload_check_ms 100): the file changes at t=0.05; the look at 0.1 sees it (once:
 it may still be written); the look at 0.2 sees the same state, so the load starts; the poll after
@@ -36,22 +42,35 @@ from streamer.model.signature import Columns
 log = logging.getLogger(__name__)
 
 
-def file_version(prefix: str, file: Path, place: str | None, runner: ModelRunner, strict: bool = False) -> str:
-    """The version predictions of ``file`` carry, whenever it is loaded: ``place`` (its version
-    folder's number), else its declared ONNX metadata ``version``, else ``<prefix>+<digest>``, the
-    first 8 hex digits of its SHA-256. A file that cannot be read: ``prefix`` alone (a runner that
-    is not a file's), or with ``strict`` (a reload) the OSError, so the candidate is refused
-    rather than served under a label another file may carry."""
-    declared = place or getattr(runner, "declared_version", None)
-    if declared:
-        return str(declared)
+DIGEST_HEX = 12  # of the SHA-256: enough to tell files apart, short enough to read in a header
+
+
+def file_digest(file: Path, strict: bool = False) -> str:
+    """The first :data:`DIGEST_HEX` hex digits of ``file``'s SHA-256. A file that cannot be read:
+    ``""`` (a runner that is not a file's: no digest travels), or with ``strict`` (a reload) the
+    OSError, so the candidate is refused rather than served under a digest it does not have."""
     try:
-        digest = hashlib.sha256(file.read_bytes()).hexdigest()[:8]
+        return hashlib.sha256(file.read_bytes()).hexdigest()[:DIGEST_HEX]
     except OSError:
         if strict:
             raise
-        return prefix
-    return f"{prefix}+{digest}" if prefix else digest
+        return ""
+
+
+def file_version(configured: str, place: str | None, runner: ModelRunner, digest: str) -> str:
+    """The version label predictions of a file carry: ``configured`` (``model.version``) verbatim
+    when set; else ``place`` (its version folder's number), else its declared ONNX metadata
+    ``version``, else ``digest`` (:func:`file_digest`; ``"?"`` when there is none).
+
+    Worked example, for ``models/fraud/3/model.onnx`` declaring ``version: 2024-05`` with digest
+    ``b61d4048aa01``: ``model.version: "1"`` labels it ``1``; no ``model.version`` labels it ``3``;
+    the same file served as ``model.path: fraud.onnx`` is ``2024-05``, and without that metadata
+    ``b61d4048aa01``.
+    """
+    if configured:
+        return configured
+    declared = place or getattr(runner, "declared_version", None)
+    return str(declared) if declared else digest or "?"
 
 
 def served_file(m: ModelConfig) -> tuple[Path, str | None]:
@@ -105,6 +124,7 @@ class Reload:
     seconds: float  # from the change first seen (or SIGHUP) to the swap, or to the refusal
     runner: ModelRunner | None = None
     refused: str | None = None
+    digest: str = ""  # file_digest of the file
 
 
 class Reloader:
@@ -183,12 +203,13 @@ class Reloader:
         """In the loading thread: load, warm up and check one candidate; never raises."""
         assert self._load is not None
         runner: ModelRunner | None = None
-        version = place
+        version, digest = self._m.version or place, ""
         try:
             runner = self._load(file)
             refused = check_candidate(runner, serving, probes, self._rows, width)
-            version = file_version(self._m.version, file, place, runner, strict=True)
+            digest = file_digest(file, strict=True)
+            version = file_version(self._m.version, place, runner, digest)
         except Exception as exc:  # noqa: BLE001 - whatever a broken file does, the old model stays
             refused = f"{type(exc).__name__}: {exc}"
         self._loaded = Reload(file, version or "?", 0.0,  # the seconds are the swap's: poll
-                              runner=None if refused else runner, refused=refused)
+                              runner=None if refused else runner, refused=refused, digest=digest)

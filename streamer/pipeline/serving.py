@@ -26,7 +26,7 @@ from streamer.model.signature import Columns
 from streamer.pipeline.breaker import Breaker, Fallback
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
 from streamer.pipeline.records import Rows
-from streamer.pipeline.reload import Reload, Reloader, file_version, served_file
+from streamer.pipeline.reload import Reload, Reloader, file_digest, file_version, served_file
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -36,6 +36,7 @@ Clock = Callable[[], float]
 class _Model:
     runner: ModelRunner
     version: str
+    digest: str  # of its file (reload.file_digest); "" for a runner not from a file
     scorer: BatchScorer
     breaker: Breaker
 
@@ -66,19 +67,21 @@ class Serving:
         self.fallback, self.shadow = fallback, shadow
         # The serving model as one value, swapped in one assignment: a batch scored on the
         # inference thread (pipelined) while the loop swaps names the model that scored it.
-        self._current = self._model(runner, file_version(m.version, *served_file(m), runner))
+        file, place = served_file(m)
+        digest = file_digest(file)
+        self._current = self._model(runner, file_version(m.version, place, runner, digest), digest)
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
         self._last: Columns | None = None  # the last live batch: a candidate's probe
         self.reloader = Reloader(m, load, clock, cfg.batching.max_size)
 
-    def _model(self, runner: ModelRunner, version: str) -> _Model:
+    def _model(self, runner: ModelRunner, version: str, digest: str) -> _Model:
         """A model to serve, with a scorer and a closed breaker of its own (a new version does
         not inherit its predecessor's failures, even those of batches still in flight)."""
         m = self._m
         breaker = Breaker(m.breaker_failures, m.breaker_probe_ms / 1000, m.breaker_probe_max_ms / 1000,
                           self._clock)
-        return _Model(runner, version, BatchScorer(runner, self._policy, self._broken_after), breaker)
+        return _Model(runner, version, digest, BatchScorer(runner, self._policy, self._broken_after), breaker)
 
     @property
     def runner(self) -> ModelRunner:
@@ -91,6 +94,11 @@ class Serving:
     @property
     def version(self) -> str:
         return self._current.version
+
+    @property
+    def digest(self) -> str:
+        """The serving file's digest (reload.file_digest): the ``streamer.model.digest`` header."""
+        return self._current.digest
 
     def relabel(self, version: str) -> None:
         """Name the serving model ``version`` whatever its file says (``replay --model-version``)."""
@@ -147,7 +155,8 @@ class Serving:
         scores = scored.scores.arrays.get(SCORES)
         if len(scored.poison) < len(scored.scores) and scores is not None:
             self._width = scores.shape[1]  # the serving width: what a candidate must give
-        return replace(scored, model=self._m.name, version=model.version, provider=model.runner.provider)
+        return replace(scored, model=self._m.name, version=model.version, digest=model.digest,
+                       provider=model.runner.provider)
 
     def _degraded(self, model: _Model, features: Columns, reason: str) -> Scored:
         assert self.fallback is not None
@@ -178,7 +187,7 @@ class Serving:
         """Serve a checked candidate from the next batch on, with a closed breaker of its own (a
         batch still in flight on the inference thread names the model that scored it)."""
         assert done.runner is not None, "a refused candidate is never swapped in"
-        self._current = self._model(done.runner, done.version)
+        self._current = self._model(done.runner, done.version, done.digest)
         heap.settle()  # the old model is garbage now: collected before the heap is frozen again
         log.warning("model version %s swapped in from %s, %.2f s after the change", done.version, done.file,
                     done.seconds)

@@ -140,3 +140,22 @@ def test_a_replay_that_dead_letters_everything_exits_2(monkeypatch: pytest.Monke
     assert "every event of replay r1 became a dead letter in scores.backfill.dlq" in capsys.readouterr().err
     stats.predictions = 5
     assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"]) == 0
+
+
+def test_the_summary_counts_add_up_to_the_events_in_range() -> None:
+    """40 offsets of a transactional input, one event per transaction, 5 more read past the end:
+    the summary names the 20 commit markers instead of letting 20 events look lost."""
+    from streamer.observe.stats import Stats
+
+    stats = Stats(events=25, predictions=18)
+    stats.dead_letters["validate"] += 2
+    summary = replay.ReplaySummary("r1", "scores.backfill", 40, False, stats, 1.0)
+    assert (summary.handled, summary.without_event, summary.again, summary.outside) == (20, 20, 0, 5)
+    assert summary.events == stats.predictions + sum(stats.dead_letters.values()) + summary.without_event
+    assert summary.lines()[1] == ("events in range 40 = predictions 18 + dead letters 2 + offsets without an "
+                                  "event 20 (transaction markers, aborted records), to scores.backfill")
+    assert summary.lines()[2].startswith("read and left alone 5 ")
+    twice = replay.ReplaySummary("r2", "b", 10, False, Stats(events=12, predictions=12), 1.0)
+    assert (twice.without_event, twice.again, twice.outside) == (0, 2, 2)
+    assert twice.lines()[1].endswith("offsets without an event 0 (transaction markers, aborted records) "
+                                     "- handled twice 2, to b")

@@ -67,11 +67,12 @@ def runs(values: list[Any]) -> list[Any]:
 
 def reloading_child(tmp_path: Path, bootstrap: str, topics: Topics, guarantee: str, n: int,
                     reload_check_ms: int) -> tuple[Path, Feeder, ChildProcessor]:
-    """`streamer run` on a copy of the demo model (version "1"), fed ``n`` events at 1,000/s."""
+    """`streamer run` on a copy of the demo model (declaring version "1"), fed ``n`` events at
+    1,000/s. No ``model.version``: each file's declared version labels its predictions."""
     model = write_model(tmp_path / "served" / "fraud.onnx", version="1")
     cfg = write_config(tmp_path / "p.yaml", bootstrap=bootstrap, input_topic=topics.input,
                        output_topic=topics.output, group=topics.group, guarantee=guarantee,
-                       model={"path": str(model), "version": "1", "reload_check_ms": reload_check_ms})
+                       model={"path": str(model), "version": "", "reload_check_ms": reload_check_ms})
     feeder = Feeder(bootstrap, topics, rate=1_000, limit=n).start()
     return model, feeder, ChildProcessor(cfg, tmp_path / "p.log").start()
 

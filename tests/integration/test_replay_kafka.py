@@ -66,6 +66,12 @@ def test_replay_scores_exactly_the_window_apart_from_live(bootstrap: str, topics
     summary = run_replay(cfg, When("timestamp", t1), When("timestamp", t2), run_id="window",
                          model_version="2-candidate", progress=io.StringIO())
     assert summary.events == 1000 and summary.stats.predictions == 1000
+    # The counts add up: every offset in range predicted, none dead-lettered, none without an event
+    # (the input is not transactional); what the consumer read past the window's end is left alone.
+    assert (summary.handled, summary.without_event, summary.again) == (1000, 0, 0)
+    assert summary.outside == summary.stats.events - 1000 >= 0
+    assert summary.lines()[1].startswith("events in range 1000 = predictions 1000 + dead letters 0 + "
+                                         "offsets without an event 0 ")
     out = scored(bootstrap, cfg, f"{topics.output}.backfill")
     assert sorted(int(p["event_id"][4:]) for p in out) == list(range(1000, 2000))
     assert {p["run_id"] for p in out} == {"window"}
@@ -78,6 +84,27 @@ def test_replay_scores_exactly_the_window_apart_from_live(bootstrap: str, topics
         run_replay(cfg, When("timestamp", t1), When("timestamp", t2), run_id="window")
     with pytest.raises(ConfigError, match="live output"):
         run_replay(cfg, When("earliest"), output_topic=topics.output, run_id="oops")
+
+
+def test_replay_counts_add_up_over_an_input_written_in_transactions(bootstrap: str, topics: Topics) -> None:
+    """One event per transaction: each commit marker takes an offset, so 20 events span 40
+    offsets; the summary names the markers instead of letting 20 events look lost."""
+    cfg = make_config(bootstrap, topics)
+    codec = input_codec(cfg)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topics.input}-writer",
+                         "partitioner": "murmur2_random"})
+    producer.init_transactions(30)
+    for i, e in enumerate(synthetic_events(20, 32, seed=5)):
+        producer.begin_transaction()
+        producer.produce(topics.input, codec.encode(dict(e, event_id=f"evt-{i}")), str(e["entity_id"]).encode())
+        producer.commit_transaction(30)
+    summary = run_replay(cfg, When("earliest"), run_id="txn", progress=io.StringIO())
+    assert summary.events == 40 and summary.stats.predictions == 20
+    assert (summary.without_event, summary.again) == (20, 0)
+    assert summary.events == (summary.stats.predictions + sum(summary.stats.dead_letters.values())
+                              + summary.without_event)
+    assert "events in range 40 = predictions 20 + dead letters 0 + offsets without an event 20 " \
+        in "\n".join(summary.lines())
 
 
 def test_replay_ends_at_the_captured_end_while_producers_write(bootstrap: str, topics: Topics) -> None:
@@ -153,7 +180,7 @@ def test_killed_replay_resumes_with_the_same_bounds(bootstrap: str, topics: Topi
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr[-3000:]
     assert "replay crash resumed and finished" in rerun.stdout
     left = sum(end[p] - done[p] for p in end)
-    assert f"events in range {left}," in rerun.stdout, rerun.stdout  # planned from the commit
+    assert f"events in range {left} = " in rerun.stdout, rerun.stdout  # planned from the commit
 
     codec = output_codec(cfg)
     before: list[tuple[int, int]] = []  # (input partition, offset) scored by the killed run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import replace
@@ -29,9 +30,10 @@ N = 32
 
 
 def config(model: Path, **model_keys: object) -> Config:
+    """No model.version unless given: the file's own version names it."""
     return config_from_dict({
         "input": {"topics": ["in"], "group_id": "g", "format": "json"},
-        "model": {"path": str(model), "name": "fraud", "version": "1", "reload_check_ms": 100, **model_keys},
+        "model": {"path": str(model), "name": "fraud", "version": "", "reload_check_ms": 100, **model_keys},
         "output": {"topic": "out"}, "kafka": {"bootstrap.servers": "localhost:9092"},
         "batching": {"max_size": 8},
     })
@@ -215,7 +217,23 @@ def test_a_file_without_a_declared_version_is_named_by_its_digest(model: Path) -
     serving, clock = reloading(config(model))
     write_model(model, seed=8)
     done = next_reload(serving, clock)
-    assert done.runner is not None and done.version.startswith("1+") and len(done.version) == 10
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()[:12]
+    assert done.runner is not None and done.version == done.digest == digest
+
+
+def test_a_configured_version_is_kept_verbatim_and_the_digest_tells_the_files_apart(model: Path) -> None:
+    """model.version "1" labels every file it serves "1", never "1+<digest>", whatever the file
+    declares; the digest of the file that scored a batch travels beside it."""
+    serving, clock = reloading(config(model, version="1"))
+    first = hashlib.sha256(model.read_bytes()).hexdigest()[:12]
+    scored = serving.score(rows(BATCH))
+    assert (serving.version, serving.digest) == ("1", first) and (scored.version, scored.digest) == ("1", first)
+    write_model(model, seed=13, version="9")
+    done = next_reload(serving, clock)
+    second = hashlib.sha256(model.read_bytes()).hexdigest()[:12]
+    assert done.runner is not None and (done.version, done.digest) == ("1", second) and second != first
+    scored = serving.score(rows(BATCH))
+    assert (scored.version, scored.digest) == ("1", second)
 
 
 def test_a_change_is_loaded_only_once_it_has_held_still_for_one_look(model: Path) -> None:
@@ -260,14 +278,15 @@ def test_a_model_of_another_output_width_is_refused_by_hot_reload(model: Path) -
 
 
 def test_a_file_has_one_version_label_whether_loaded_at_start_or_by_a_reload(tmp_path: Path) -> None:
-    """Start-up names the file as a reload does: its declared version, else model.version and
+    """Start-up names the file as a reload does: model.version, else its declared version, else
     its digest, so a restart does not relabel the model a reload swapped in."""
     declared = write_model(tmp_path / "declared.onnx", seed=3, version="7")
-    assert reloading(config(declared))[0].version == "7"  # model.version '1' is not the file's
+    assert reloading(config(declared))[0].version == "7"
+    assert reloading(config(declared, version="1"))[0].version == "1"  # the configured label wins
     plain = write_model(tmp_path / "plain.onnx", seed=4)
     serving, clock = reloading(config(plain))
     started_as = serving.version
-    assert started_as.startswith("1+") and len(started_as) == 10
+    assert started_as == serving.digest and len(started_as) == 12
     serving.ask_reload()  # the same file reloaded: the same label
     assert next_reload(serving, clock).version == started_as
     write_model(plain, seed=5)
@@ -420,11 +439,13 @@ def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fai
 
 
 def test_a_file_that_cannot_be_read_for_its_digest_is_refused_by_a_reload(tmp_path: Path) -> None:
-    from streamer.pipeline.reload import file_version
+    from streamer.pipeline.reload import file_digest, file_version
 
     gone = tmp_path / "gone.onnx"
     runner = FunctionRunner(lambda x: x[:, :1], N)  # declares no version
-    assert file_version("1", gone, None, runner) == "1"  # at start: a runner not from a file
+    assert file_digest(gone) == ""  # at start: a runner not from a file carries no digest
     with pytest.raises(OSError):
-        file_version("1", gone, None, runner, strict=True)  # a reload: refused, never "1"
-    assert file_version("1", gone, "7", runner, strict=True) == "7"  # a version folder names it
+        file_digest(gone, strict=True)  # a reload: refused, never served without its digest
+    assert file_version("", "7", runner, "") == "7"  # a version folder names it
+    assert file_version("1", "7", runner, "") == "1"  # unless model.version does
+    assert file_version("", None, runner, "") == "?"

@@ -199,8 +199,9 @@ class FakeProducer:
     """Holds produced messages until ``poll``/``flush`` reports them, acked or failed as told."""
 
     def __init__(self) -> None:
-        self.pending: list[tuple[str, bytes | None, Callable[..., None]]] = []
+        self.pending: list[tuple[str, bytes | None, Callable[..., None], Any]] = []
         self.written: list[tuple[str, bytes | None]] = []  # acknowledged, in order
+        self.written_headers: list[Any] = []  # the headers of each of written, in its order
         self.fail_next = 0  # this many of the next reports fail
         self.error = KafkaError(KafkaError._MSG_TIMED_OUT)
         self.hold = False  # report nothing on poll() (flush() still reports, as it waits)
@@ -213,11 +214,11 @@ class FakeProducer:
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
                 headers: Any = None, on_delivery: Callable[..., None] | None = None) -> None:
         assert on_delivery is not None
-        self.pending.append((topic, value, on_delivery))
+        self.pending.append((topic, value, on_delivery, headers))
 
     def produce_batch(self, topic: str, messages: list[dict[str, Any]],
                       on_delivery: Callable[..., None] | None = None) -> int:
-        for m in messages:
+        for m in messages:  # as librdkafka's batch call: a message's headers are not taken
             self.produce(topic, m.get("value"), m.get("key"), on_delivery=on_delivery)
         return len(messages)
 
@@ -233,12 +234,13 @@ class FakeProducer:
 
     def _report(self) -> int:
         reported, self.pending = self.pending, []
-        for topic, value, callback in reported:
+        for topic, value, callback, headers in reported:
             if self.fail_next > 0:
                 self.fail_next -= 1
                 callback(self.error, FakeMessage(topic, -1, -1, value))
             else:
                 self.written.append((topic, value))
+                self.written_headers.append(headers)
                 callback(None, FakeMessage(topic, -1, -1, value))
         return len(reported)
 
