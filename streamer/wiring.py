@@ -24,6 +24,7 @@ from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint
 from streamer.kafka.clients import KafkaClients, check_topics, ensure_topic, make_producer, queue_limit
 from streamer.kafka.delivery import Deliveries
 from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.retrylog import retry_level
 from streamer.model.contract import Contract
 from streamer.model.prediction_schema import check_schema, made_schema
 from streamer.model.runner import ModelRunner, OnnxRunner, cuda_options
@@ -196,9 +197,10 @@ def open_kafka(cfg: Config, clients: KafkaClients) -> OpenKafka:
         opened: list[Checkpoint] = []  # librdkafka may call back before the checkpoint exists
 
         def client_error(err: KafkaError) -> None:
-            """A fatal producer error goes to the checkpoint (which replaces the producer)."""
+            """A fatal producer error goes to the checkpoint (which replaces the producer); an
+            expected start-up retry (a broker still starting) is INFO, any other error a warning."""
             if not err.fatal():
-                log.warning("producer: %s", err)
+                log.log(retry_level(err), "producer: %s", err)
             elif opened:  # (before it exists, init_transactions raises it)
                 opened[0].producer_failed(err)
 

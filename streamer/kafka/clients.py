@@ -19,11 +19,12 @@ from confluent_kafka.admin import AdminClient
 from streamer.config import Config, Secret, dead_letter_topic, librdkafka_config
 from streamer.errors import BrokerError, ConfigError, StopRequested
 from streamer.kafka.delivery import QUEUE_LIMIT
+from streamer.kafka.retrylog import LibrdkafkaLog, retry_level
 from streamer.kafka.topics import create, ensure_like, partitions
 
-_LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 log = logging.getLogger(__name__)
 
+_LIBRDKAFKA_LOG = LibrdkafkaLog(logging.getLogger("librdkafka"))
 STARTUP_WAIT_S = 120.0  # how long start-up waits for a cluster that does not answer, then exits 3
 LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
 # A dead letter is the rejected input, whole, plus headers (the trace alone up to 2,000 chars).
@@ -139,11 +140,11 @@ def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0,
             return ensure_like(make_admin(cfg), topic, like, timeout_s, headroom_bytes)
         except BrokerError as exc:
             cause = exc.__cause__
-            transient = isinstance(cause, KafkaException) and is_transient(cause.args[0])
-            if not transient or time.monotonic() + timeout_s > deadline:
+            if not isinstance(cause, KafkaException) or not is_transient(cause.args[0]) \
+                    or time.monotonic() + timeout_s > deadline:
                 raise
-            log.warning("the cluster does not answer yet (%s): trying again, for up to %.0f s in all",
-                        exc, wait_s)
+            log.log(retry_level(cause.args[0]), "the cluster does not answer yet (%s): trying again, "
+                    "for up to %.0f s in all", exc, wait_s)
             time.sleep(1.0)
 
 
@@ -171,8 +172,8 @@ def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_W
                 raise BrokerError(f"the cluster at {bootstrap} (kafka.bootstrap.servers) gave no metadata in "
                                   f"{waited:.0f} s: {exc.args[0].str()}; check the address and the "
                                   f"security settings (kafka.security.protocol, kafka.sasl.*)") from exc
-            log.warning("waiting for the cluster at %s (kafka.bootstrap.servers): no answer for %.0f s "
-                        "(giving up after %.0f s): %s", bootstrap, waited, wait_s, exc.args[0].str())
+            log.log(retry_level(exc.args[0]), "waiting for the cluster at %s (kafka.bootstrap.servers): no "
+                    "answer for %.0f s (giving up after %.0f s): %s", bootstrap, waited, wait_s, exc.args[0].str())
             for _ in range(10):  # a second, in steps a signal can cut short
                 if stopping():
                     raise StopRequested(f"stopped while waiting for the cluster at {bootstrap}")
@@ -253,6 +254,7 @@ T = TypeVar("T")
 def is_transient(err: KafkaError) -> bool:
     """Would the same request likely succeed when asked again shortly?"""
     return bool(err.retriable()) or err.code() in TRANSIENT_ERRORS
+
 
 
 def retrying(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
@@ -353,5 +355,5 @@ def consume_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Me
             # the _FATAL code, not always with fatal(). Exit 3 and be restarted, never stall.
             raise BrokerError(f"fatal consumer error: {err}")
         elif err.code() != KafkaError._PARTITION_EOF:
-            log.warning("consumer error (librdkafka retries it): %s", err)
+            log.log(retry_level(err), "consumer error (librdkafka retries it): %s", err)
     return good
