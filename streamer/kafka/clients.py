@@ -150,10 +150,10 @@ def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0,
 
 def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_WAIT_S,
                  stopping: Callable[[], bool] = lambda: False) -> None:
-    """Every input topic exists before the processor subscribes: a missing one (a typo, say) is a
-    ConfigError naming ``input.topics[n]``, never a healthy process that waits for ever; with
-    ``input.create_topics`` it is created (the broker's default partitions and replication). So
-    is a missing dead-letter topic that streamer may not create
+    """The cluster answers, and what start-up creates or needs at once is there: with
+    ``input.create_topics`` a missing input topic is created (the broker's default partitions and
+    replication; without it, the processor waits for it: wiring.topic_wait). A missing
+    dead-letter topic that streamer may not create is a ConfigError
     (``processing.create_dead_letter_topic: false``): named by ``processing.dead_letter_topic``
     rather than found at the first bad row, which would block the partitions. A
     cluster that does not answer yet is waited for, up to ``wait_s``, each wait logged with the
@@ -182,10 +182,6 @@ def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_W
     if missing and cfg.input.create_topics:
         create(admin, {t: -1 for t in missing.values()}, timeout_s=timeout_s)
         log.info("created the input topics %s (input.create_topics)", sorted(missing.values()))
-    elif missing:
-        n, topic = next(iter(missing.items()))
-        raise ConfigError(f"input.topics[{n}]", f"topic {topic!r} does not exist on {bootstrap} (a typo? "
-                                                f"create it, or set input.create_topics: true)")
     dlq = dead_letter_topic(cfg)
     if not cfg.processing.create_dead_letter_topic and (dlq not in topics or topics[dlq].error is not None):
         raise ConfigError("processing.dead_letter_topic",
