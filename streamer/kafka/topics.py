@@ -13,7 +13,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -86,6 +87,50 @@ def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: 
             raise BrokerError(f"cannot create topic {name!r}: no answer in {timeout_s:.0f}s") from exc
         created[name] = wanted[name]
     _await_leaders(admin, created, timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What :func:`create_each` did with one topic: ``created`` or found it ``exists`` (with its
+    partition count), or ``failed`` (with the broker's reason)."""
+
+    topic: str
+    state: Literal["created", "exists", "failed"]
+    partitions: int = 0
+    reason: str = ""
+
+
+def create_each(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: int = -1,
+                config: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> list[Outcome]:
+    """Create each ``name -> partitions`` topic that does not exist, and say what became of each,
+    in order: an existing one (or one a concurrent creator made) is ``exists``, a refusal is
+    ``failed`` with the broker's reason and does not stop the others. The created ones have
+    leaders when this returns. A cluster that gives no topic listing raises BrokerError."""
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise BrokerError(f"cannot list topics: {exc.args[0]}") from exc
+    wanted = {name: count for name, count in topics.items() if name not in existing}
+    futures = admin.create_topics([NewTopic(name, count, replication_factor=replication_factor,
+                                            config=dict(config or {})) for name, count in wanted.items()],
+                                  operation_timeout=timeout_s, request_timeout=timeout_s) if wanted else {}
+    failed: dict[str, str] = {}
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                existing = {**existing, name: None}  # a concurrent creator won: it exists
+            else:
+                failed[name] = err.str() if isinstance(err, KafkaError) else str(err)
+        except TimeoutError:
+            failed[name] = f"no answer in {timeout_s:.0f} s"
+    _await_leaders(admin, {n: c for n, c in wanted.items() if n not in failed and n not in existing}, timeout_s)
+    listed = admin.list_topics(timeout=timeout_s).topics
+    return [Outcome(name, "failed", reason=failed[name]) if name in failed else
+            Outcome(name, "exists" if name in existing else "created", len(listed[name].partitions))
+            for name in topics]
 
 
 def ensure_like(admin: TopicAdmin, topic: str, like: str, timeout_s: float = 30.0,

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
 from streamer.errors import BrokerError
-from streamer.kafka.topics import TopicWait, create, ensure_like, partitions
+from streamer.kafka.topics import TopicWait, create, create_each, ensure_like, partitions
 
 
 @dataclass
@@ -141,3 +141,14 @@ def test_a_stop_ends_the_wait_and_nothing_missing_returns_at_once() -> None:
     assert len(slept) == 3 and "'out' (output.topic)" in wait.reason
     there = TopicWait(Appearing({"out": 1}), [("output.topic", "out")], "k:9092", sleep=slept.append)
     assert there.wait(lambda: False) is True and len(slept) == 3
+
+
+def test_create_each_says_what_became_of_every_topic() -> None:
+    admin = FakeAdmin({"out": _Topic({0: _Partition(), 1: _Partition()})}, refuse={"bad": KafkaError.INVALID_REPLICATION_FACTOR})
+    outcomes = create_each(admin, {"in": 3, "out": 3, "bad": 3}, replication_factor=1, config={"retention.ms": "60000"})
+    assert [(o.topic, o.state, o.partitions) for o in outcomes] == [("in", "created", 3), ("out", "exists", 2),
+                                                                     ("bad", "failed", 0)]
+    assert outcomes[2].reason  # the broker's words
+    assert admin.created == [("in", 3, 1)]
+    again = create_each(admin, {"in": 3, "out": 3})
+    assert [o.state for o in again] == ["exists", "exists"]
