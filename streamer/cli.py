@@ -85,6 +85,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--events", type=int, default=100_000)
     demo.add_argument("--brokers", type=int, choices=(1, 3), default=1,
                       help="start a single broker, or a three-node cluster (replication 3)")
+    dev = sub.add_parser("dev", help="development tools")
+    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
+    dev_kafka = dev_sub.add_parser("kafka", help="run the project's KRaft broker in the foreground until Ctrl+C")
+    dev_kafka.add_argument("--data", default=".cache/dev-kafka",
+                           help="its data folder, kept across restarts (default .cache/dev-kafka)")
+    dev_kafka.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (default 9092)")
+    topics = sub.add_parser("topics", help="the topics a config reads and writes")
+    topics_sub = topics.add_subparsers(dest="topics_command", required=True)
+    create = topics_sub.add_parser("create", help="create the input, output, dead-letter (and shadow) topics; "
+                                                  "existing ones are reported, not an error")
+    create.add_argument("--config", required=True)
+    create.add_argument("--partitions", type=int, default=3, help="for each topic created (default 3)")
+    create.add_argument("--replication", type=int, default=1, help="replication factor (default 1)")
+    create.add_argument("--retention-ms", type=int, help="retention.ms of each topic created (default: the broker's)")
     args = parser.parse_args(argv)
     worker = f"w{args.worker_index} " if getattr(args, "worker_index", None) is not None else ""
     logging.basicConfig(level=args.log_level.upper(),
@@ -106,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _files(args)
         if args.command == "check":
             return _check(args.config, args.timeout)
+        if args.command in ("dev", "topics"):
+            return _dev_or_topics(args)
         return _demo(args.events, args.brokers)
     except ConfigError as exc:
         print(f"streamer: {exc}", file=sys.stderr)
@@ -263,6 +279,22 @@ def _check(config_path: str, timeout_s: float) -> int:
     failed = [f for f in findings if not f.ok]
     print(f"{len(failed)} problem{'s' if len(failed) != 1 else ''}" if failed else "ready to run")
     return EXIT_CONFIG if failed else 0
+
+
+def _dev_or_topics(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if args.command == "dev":
+        from streamer.commands.devkafka import run_dev_kafka
+
+        return run_dev_kafka(Path(args.data), args.port, sys.stdout, sys.stderr)
+    from streamer.commands.topics import TopicsPlan, create_topics, exit_code
+    from streamer.config_file import load_config
+
+    plan = TopicsPlan(args.partitions, args.replication, args.retention_ms)  # a bad flag: exit 2
+    lines = create_topics(load_config(args.config), plan)
+    print("\n".join(lines))
+    return exit_code(lines)
 
 
 def _files(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from streamer.kafka.checkpoint import Checkpoint
 from streamer.kafka.delivery import Deliveries
 from streamer.kafka.messages import Acked
 from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.topics import TopicWait
 from streamer.model.runner import ModelRunner
 from streamer.observe.health import Status
 from streamer.observe.metrics import Metrics
@@ -82,7 +83,8 @@ class Wiring:
     """Everything one processor needs, built and checked before it runs (wiring.py builds it):
     the model that scores, the input and output codecs, the Kafka side to open when it runs, the
     metrics (None: not exported) and the clock. ``health`` serves /metrics, /healthz and /readyz for a
-    status source (None: not served). ``observers`` watch the loop beside its accounting."""
+    status source (None: not served). ``observers`` watch the loop beside its accounting. ``topics``:
+    the topics the processor waits for before it reads anything (None: none, fake clients)."""
 
     cfg: Config
     serving: Serving
@@ -93,6 +95,7 @@ class Wiring:
     clock: Callable[[], float] = time.monotonic
     health: Callable[[Callable[[], Status]], Any] | None = None
     observers: tuple[Observer, ...] = ()
+    topics: TopicWait | None = None
 
     @property
     def runner(self) -> ModelRunner:

@@ -53,7 +53,7 @@ class Processor:
         self.stats = Stats()
         self._observed = metrics is not None or cfg.metrics.log_interval_ms > 0  # librdkafka's lag wanted
         self._account = Accounting(self.stats, metrics, cfg, runner.contract.numeric_width, clock)  # drift: numeric inputs
-        self._open_kafka, self._clock = wiring.kafka, clock
+        self._open_kafka, self._clock, self._topics = wiring.kafka, clock, wiring.topics
         self._observe = Observers((self._account, *wiring.observers))  # the accounting first
         self._stages = Stages.serving(wiring.decoder, wiring.encoder, cfg, runner)
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
@@ -80,7 +80,11 @@ class Processor:
 
     def run(self, until: Callable[[Stats], bool] | None = None) -> None:
         """Process until :meth:`stop` (or ``until(stats)``), then shut down. A bounded scope (a
-        replay) reads exactly ``[start, end)`` of each of its partitions, then stops."""
+        replay) reads exactly ``[start, end)`` of each of its partitions, then stops. Nothing is
+        opened until the topics it needs exist (unhealthy while it waits; a stop ends the wait)."""
+        if self._topics is not None and not self._topics.wait(lambda: self._stop_asked):
+            self.serving.close(0.0)
+            return
         self._open()
         try:
             while self._running:
@@ -220,7 +224,8 @@ class Processor:
     def status(self) -> Status:
         """Alive (the loop turns), not blocked, no stalled partition; ready once in the group."""
         return loop_status(running=self._running, silent_s=self._clock() - self._heartbeat,
-                           stall_s=self.cfg.metrics.stall_timeout_ms / 1000.0, blocked=self._gate.reason,
+                           stall_s=self.cfg.metrics.stall_timeout_ms / 1000.0,
+                           blocked=self._gate.reason or (self._topics and self._topics.reason) or None,
                            stalled=self._progress.stalled, ready=self._ready)
 
     # ---- rebalances -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
-from streamer.config import Config, dead_letter_topic
+from streamer.config import Config, dead_letter_topic, librdkafka_config
 from streamer.errors import ConfigError, InferenceError
 from streamer.formats.avro import AvroCodec, AvroSchema, load_schema
 from streamer.formats.codec import Codec
@@ -21,9 +21,18 @@ from streamer.formats.protobuf import ConfluentProtobufCodec
 from streamer.formats.subjects import confluent_output_codec, registry_client
 from streamer.house import KafkaSide, Observer, OpenKafka, Scope, Wiring
 from streamer.kafka.checkpoint import CHECKPOINTS, Checkpoint
-from streamer.kafka.clients import KafkaClients, check_topics, ensure_topic, make_producer, queue_limit
+from streamer.kafka.clients import (
+    KafkaClients,
+    check_topics,
+    ensure_topic,
+    make_admin,
+    make_producer,
+    queue_limit,
+)
 from streamer.kafka.delivery import Deliveries
 from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.retrylog import retry_level
+from streamer.kafka.topics import TopicWait
 from streamer.model.contract import Contract
 from streamer.model.prediction_schema import check_schema, made_schema
 from streamer.model.runner import ModelRunner, OnnxRunner, cuda_options
@@ -198,9 +207,10 @@ def open_kafka(cfg: Config, clients: KafkaClients) -> OpenKafka:
         opened: list[Checkpoint] = []  # librdkafka may call back before the checkpoint exists
 
         def client_error(err: KafkaError) -> None:
-            """A fatal producer error goes to the checkpoint (which replaces the producer)."""
+            """A fatal producer error goes to the checkpoint (which replaces the producer); an
+            expected start-up retry (a broker still starting) is INFO, any other error a warning."""
             if not err.fatal():
-                log.warning("producer: %s", err)
+                log.log(retry_level(err), "producer: %s", err)
             elif opened:  # (before it exists, init_transactions raises it)
                 opened[0].producer_failed(err)
 
@@ -224,8 +234,8 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
     at start-up as a reload is, unless ``runner`` is given), codecs, serving (reloads, fallback,
     challengers), metrics when ``metrics.enabled`` or a ``registry`` is given, and /metrics,
     /healthz and /readyz when ``metrics.enabled``. ``clients``: other Kafka clients than the
-    config's (the in-memory ones of benchmarks/gpu.py); the config's cluster is checked first (a
-    missing input topic is named). ``stopping``: a stop signal came (it ends start-up's wait for
+    config's (the in-memory ones of benchmarks/gpu.py); the config's cluster is checked first, and
+    the processor waits for the topics of :func:`topic_wait` before it reads. ``stopping``: a stop signal came (it ends start-up's wait for
     the cluster: StopRequested). ``model_version``: the label every prediction carries, verbatim,
     whatever the file declares. ``observers``: watch the loop beside its accounting."""
     metrics = None
@@ -234,8 +244,10 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
         metrics = Metrics(registry)
     runner = runner or checked_runner(cfg)
     encoder = output_codec(cfg, runner)
+    topics = None
     if clients is None:
         check_topics(cfg, stopping=stopping)
+        topics = topic_wait(cfg)
     served = serving(cfg, runner, metrics, encoder)
     if model_version is not None:
         served.relabel(model_version)
@@ -245,7 +257,15 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
         assert exported is not None
         health = partial(serve_http, cfg, exported)
     return Wiring(cfg, served, input_codec(cfg), encoder, open_kafka(cfg, clients or KafkaClients.from_config(cfg)),
-                  metrics, health=health, observers=observers)
+                  metrics, health=health, observers=observers, topics=topics)
+
+
+def topic_wait(cfg: Config) -> TopicWait:
+    """What a processor waits for before it reads: the output topic, and the input topics unless
+    ``input.create_topics`` (start-up created them then); each named by its config key."""
+    needed = [] if cfg.input.create_topics else [(f"input.topics[{n}]", t) for n, t in enumerate(cfg.input.topics)]
+    needed.append(("output.topic", cfg.output.topic))
+    return TopicWait(make_admin(cfg), needed, str(librdkafka_config(cfg)["bootstrap.servers"]))
 
 
 def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,

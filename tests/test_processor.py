@@ -24,6 +24,7 @@ from streamer.formats.json_events import JsonCodec
 from streamer.house import Wiring
 from streamer.kafka.checkpoint import FENCE_WINDOW_S, MAX_RENEWALS
 from streamer.kafka.clients import KafkaClients
+from streamer.kafka.topics import TopicWait
 from streamer.observe.stats import Stats
 from streamer.pipeline.inference import FULL
 from streamer.pipeline.serving import Serving
@@ -51,7 +52,8 @@ def config(guarantee: str = "at_least_once", max_wait_ms: int = 60_000, pipeline
 class Harness:
     """A processor wired to a fake consumer and producer."""
 
-    def __init__(self, cfg: Config, runner: Any = None, decoder: Codec | None = None) -> None:
+    def __init__(self, cfg: Config, runner: Any = None, decoder: Codec | None = None,
+                 topics: TopicWait | None = None) -> None:
         self.consumer, self.producer = FakeConsumer(), FakeProducer()
         self.producers: list[FakeProducer] = []  # every one the processor made, in order
         self.error_cb: Callable[[KafkaError], None] = lambda err: None
@@ -60,7 +62,7 @@ class Harness:
         runner = runner or FunctionRunner(lambda x: x[:, :1], 32)
         self.clock = FakeClock()  # each pass of the loop takes 10 ms of it
         wiring = Wiring(cfg, Serving(cfg, runner, self.clock), decoder or JsonCodec(cfg.input.max_message_bytes),
-                        output_codec(cfg), open_kafka(cfg, clients), clock=self.clock)
+                        output_codec(cfg), open_kafka(cfg, clients), clock=self.clock, topics=topics)
         self.processor = Processor(wiring)
 
     def _producer(self, error_cb: Callable[[KafkaError], None], **_: object) -> FakeProducer:
@@ -588,3 +590,47 @@ def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_header() -
         assert headers == [(DIGEST_HEADER, digest.encode())]
     ((_, letter_headers),) = by_topic[dead_letter_topic(cfg)]
     assert header(letter_headers, "model.version") == "1" and header(letter_headers, "model.digest") == digest
+
+
+class Listing:
+    """A cluster's topic listing; ``topics`` can change between two listings."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, Any] = {}
+        self.asked = 0
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        self.asked += 1
+        return type("Metadata", (), {"topics": dict(self.topics)})()
+
+
+def test_run_reads_nothing_and_is_unhealthy_naming_the_topic_until_the_output_topic_exists() -> None:
+    listing, seen = Listing(), []
+
+    def sleep(_: float) -> None:  # a back-off step of the wait: look, and create the topic at the third listing
+        seen.append((h.processor.status(), h.consumer._callbacks, len(h.producers)))
+        if listing.asked == 3:
+            listing.topics["scores"] = type("Meta", (), {"error": None})()
+
+    wait = TopicWait(listing, [("output.topic", "scores")], "fake:9092", sleep=sleep)
+    h = Harness(config(max_wait_ms=0), topics=wait)
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(3)])
+    h.run(lambda s: s.predictions == 3)
+    assert listing.asked == 4 and seen
+    status, subscribed, producers = seen[-1]
+    assert not status.healthy and not status.ready
+    assert status.reason == "topic 'scores' (output.topic) does not exist on fake:9092: waiting for it to be created"
+    assert not subscribed and producers == 0  # nothing opened while it waited
+    assert h.processor.status().reason == ""
+    assert sorted(h.predictions()) == [(0, i) for i in range(3)]
+
+
+def test_a_stop_while_waiting_for_a_topic_opens_nothing() -> None:
+    listing = Listing()
+    h: list[Harness] = []
+    wait = TopicWait(listing, [("input.topics[0]", TOPIC)], "fake:9092",
+                     sleep=lambda _: h[0].processor.stop() if listing.asked == 2 else None)
+    h.append(Harness(config(), topics=wait))
+    h[0].processor.run()
+    assert listing.asked == 2 and not h[0].consumer._callbacks and h[0].producers == []

@@ -4,8 +4,10 @@ It checks what `streamer run` needs before it scores anything, and touches nothi
 (loaded by the caller: a bad key is exit 2 before any of this), the model against the schemas
 (signature, ``model.inputs`` and ``model.outputs``, a probe batch: the checks start-up runs), the
 cluster answering a metadata request with the configured security settings, the input and output
-topics existing (and the dead-letter topic, unless start-up creates it), and each configured
-Schema Registry answering. Each finding is one line, ``ok`` or ``FAIL`` with the key to change;
+topics existing, and each configured Schema Registry answering. A missing input topic with
+``input.create_topics``, or a missing dead-letter topic with ``processing.create_dead_letter_topic``,
+is ok: start-up creates it (``will be created at start``); without them, as a missing output
+topic, it is a FAIL (run waits for it, unhealthy, naming it). Each finding is one line, ``ok`` or ``FAIL`` with the key to change;
 the command exits 0 when all are ok, else 2. Nothing is consumed, produced or registered.
 """
 
@@ -57,13 +59,18 @@ def _kafka(cfg: Config, timeout_s: float) -> list[Finding]:
                         f"no metadata from {bootstrap} within {timeout_s:g} s with these kafka settings "
                         f"(address, security.protocol, sasl.*): {exc.args[0].str()}")]
     found = [Finding("kafka.bootstrap.servers", True, f"{bootstrap} answers ({len(topics)} topics)")]
-    wanted = [(f"input.topics[{n}]", t) for n, t in enumerate(cfg.input.topics)] + [("output.topic", cfg.output.topic)]
-    if not cfg.processing.create_dead_letter_topic:
-        wanted.append(("processing.dead_letter_topic", dead_letter_topic(cfg)))
-    for key, topic in wanted:
+    # (key, topic, whether start-up creates it when missing), as clients.check_topics and
+    # open_kafka do
+    wanted = [(f"input.topics[{n}]", t, cfg.input.create_topics) for n, t in enumerate(cfg.input.topics)]
+    wanted += [("output.topic", cfg.output.topic, False),
+               ("processing.dead_letter_topic", dead_letter_topic(cfg), cfg.processing.create_dead_letter_topic)]
+    for key, topic, created in wanted:
         meta = topics.get(topic)
-        if meta is None or meta.error is not None:
-            found.append(Finding(key, False, f"topic {topic!r} does not exist on {bootstrap}"))
+        if (meta is None or meta.error is not None) and created:
+            found.append(Finding(key, True, f"topic {topic!r} does not exist on {bootstrap}: will be created at start"))
+        elif meta is None or meta.error is not None:
+            found.append(Finding(key, False, f"topic {topic!r} does not exist on {bootstrap} "
+                                             f"(`streamer topics create` creates it)"))
         else:
             found.append(Finding(key, True, f"topic {topic!r}, {len(meta.partitions)} partitions"))
     return found

@@ -119,6 +119,12 @@ class LocalKafka:
     proxied_port: int = 0
     proxy_port: int = 0
     properties: dict[str, str] = field(default_factory=dict)  # server.properties added or overridden
+    keep: bool = False  # the data outlives stop(), and a start on formatted storage reuses it
+
+    @property
+    def formatted(self) -> bool:
+        """This node's storage holds a formatted KRaft log (a kept broker started before)."""
+        return (self.workdir / "data" / "meta.properties").exists()
 
     @property
     def bootstrap(self) -> str:
@@ -129,12 +135,13 @@ class LocalKafka:
         return self.workdir / "server.log"
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Format fresh storage (on two free ports unless set) and start the broker."""
+        """Format fresh storage (on two free ports unless set; a kept broker's formatted storage
+        is reused as it is) and start the broker."""
         self.format()
         self._launch(timeout_s)
 
     def format(self) -> None:
-        """Write server.properties and format this node's KRaft storage."""
+        """Write server.properties and format this node's KRaft storage (unless kept and formatted)."""
         self.port, self.controller_port = self.port or _free_port(), self.controller_port or _free_port()
         props = self.workdir / "server.properties"
         voters = self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}"
@@ -142,6 +149,9 @@ class LocalKafka:
                                             self.node_id, voters, self.replication,
                                             (self.proxied_port, self.proxy_port))
                          + "".join(f"{k}={v}\n" for k, v in self.properties.items()))
+        atexit.register(self.stop)
+        if self.keep and self.formatted:
+            return
         cluster_id = self.cluster_id or new_cluster_id()
         # "--cluster-id=": a base64 id can start with "-", which argparse would take for a flag.
         fmt = subprocess.run([*self._java(), "kafka.tools.StorageTool", "format",
@@ -149,7 +159,6 @@ class LocalKafka:
                              capture_output=True, text=True, check=False)
         if fmt.returncode != 0:
             raise LocalBrokerError(f"formatting KRaft storage failed:\n{_tail(fmt.stdout + fmt.stderr)}")
-        atexit.register(self.stop)
 
     def kill(self) -> None:
         """SIGKILL the broker, as a crash would: its data stays for :meth:`restart`."""
@@ -195,7 +204,7 @@ class LocalKafka:
                 "-cp", f"{self.libs}/*"]
 
     def stop(self) -> None:
-        """SIGTERM, wait for a clean shutdown, SIGKILL if it hangs; then delete the data."""
+        """SIGTERM, wait for a clean shutdown, SIGKILL if it hangs; then delete the data (unless kept)."""
         proc, self.process = self.process, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -204,7 +213,8 @@ class LocalKafka:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def new_cluster_id() -> str:

@@ -19,11 +19,12 @@ from confluent_kafka.admin import AdminClient
 from streamer.config import Config, Secret, dead_letter_topic, librdkafka_config
 from streamer.errors import BrokerError, ConfigError, StopRequested
 from streamer.kafka.delivery import QUEUE_LIMIT
+from streamer.kafka.retrylog import LibrdkafkaLog, retry_level
 from streamer.kafka.topics import create, ensure_like, partitions
 
-_LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 log = logging.getLogger(__name__)
 
+_LIBRDKAFKA_LOG = LibrdkafkaLog(logging.getLogger("librdkafka"))
 STARTUP_WAIT_S = 120.0  # how long start-up waits for a cluster that does not answer, then exits 3
 LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
 # A dead letter is the rejected input, whole, plus headers (the trace alone up to 2,000 chars).
@@ -139,20 +140,20 @@ def ensure_topic(cfg: Config, topic: str, like: str, timeout_s: float = 30.0,
             return ensure_like(make_admin(cfg), topic, like, timeout_s, headroom_bytes)
         except BrokerError as exc:
             cause = exc.__cause__
-            transient = isinstance(cause, KafkaException) and is_transient(cause.args[0])
-            if not transient or time.monotonic() + timeout_s > deadline:
+            if not isinstance(cause, KafkaException) or not is_transient(cause.args[0]) \
+                    or time.monotonic() + timeout_s > deadline:
                 raise
-            log.warning("the cluster does not answer yet (%s): trying again, for up to %.0f s in all",
-                        exc, wait_s)
+            log.log(retry_level(cause.args[0]), "the cluster does not answer yet (%s): trying again, "
+                    "for up to %.0f s in all", exc, wait_s)
             time.sleep(1.0)
 
 
 def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_WAIT_S,
                  stopping: Callable[[], bool] = lambda: False) -> None:
-    """Every input topic exists before the processor subscribes: a missing one (a typo, say) is a
-    ConfigError naming ``input.topics[n]``, never a healthy process that waits for ever; with
-    ``input.create_topics`` it is created (the broker's default partitions and replication). So
-    is a missing dead-letter topic that streamer may not create
+    """The cluster answers, and what start-up creates or needs at once is there: with
+    ``input.create_topics`` a missing input topic is created (the broker's default partitions and
+    replication; without it, the processor waits for it: wiring.topic_wait). A missing
+    dead-letter topic that streamer may not create is a ConfigError
     (``processing.create_dead_letter_topic: false``): named by ``processing.dead_letter_topic``
     rather than found at the first bad row, which would block the partitions. A
     cluster that does not answer yet is waited for, up to ``wait_s``, each wait logged with the
@@ -171,8 +172,8 @@ def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_W
                 raise BrokerError(f"the cluster at {bootstrap} (kafka.bootstrap.servers) gave no metadata in "
                                   f"{waited:.0f} s: {exc.args[0].str()}; check the address and the "
                                   f"security settings (kafka.security.protocol, kafka.sasl.*)") from exc
-            log.warning("waiting for the cluster at %s (kafka.bootstrap.servers): no answer for %.0f s "
-                        "(giving up after %.0f s): %s", bootstrap, waited, wait_s, exc.args[0].str())
+            log.log(retry_level(exc.args[0]), "waiting for the cluster at %s (kafka.bootstrap.servers): no "
+                    "answer for %.0f s (giving up after %.0f s): %s", bootstrap, waited, wait_s, exc.args[0].str())
             for _ in range(10):  # a second, in steps a signal can cut short
                 if stopping():
                     raise StopRequested(f"stopped while waiting for the cluster at {bootstrap}")
@@ -181,10 +182,6 @@ def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_W
     if missing and cfg.input.create_topics:
         create(admin, {t: -1 for t in missing.values()}, timeout_s=timeout_s)
         log.info("created the input topics %s (input.create_topics)", sorted(missing.values()))
-    elif missing:
-        n, topic = next(iter(missing.items()))
-        raise ConfigError(f"input.topics[{n}]", f"topic {topic!r} does not exist on {bootstrap} (a typo? "
-                                                f"create it, or set input.create_topics: true)")
     dlq = dead_letter_topic(cfg)
     if not cfg.processing.create_dead_letter_topic and (dlq not in topics or topics[dlq].error is not None):
         raise ConfigError("processing.dead_letter_topic",
@@ -253,6 +250,7 @@ T = TypeVar("T")
 def is_transient(err: KafkaError) -> bool:
     """Would the same request likely succeed when asked again shortly?"""
     return bool(err.retriable()) or err.code() in TRANSIENT_ERRORS
+
 
 
 def retrying(call: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
@@ -353,5 +351,5 @@ def consume_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Me
             # the _FATAL code, not always with fatal(). Exit 3 and be restarted, never stall.
             raise BrokerError(f"fatal consumer error: {err}")
         elif err.code() != KafkaError._PARTITION_EOF:
-            log.warning("consumer error (librdkafka retries it): %s", err)
+            log.log(retry_level(err), "consumer error (librdkafka retries it): %s", err)
     return good

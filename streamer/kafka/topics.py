@@ -1,4 +1,4 @@
-"""Topics: partitions, creation.
+"""Topics: partitions, creation, and start-up's wait for topics that must exist.
 
 Every listing of a topic's partitions and every topic creation in streamer goes through here. The
 functions take a client that the caller built (kafka/clients.py builds them from a config), so
@@ -9,15 +9,19 @@ bootstrap address.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from streamer.errors import BrokerError
+
+log = logging.getLogger(__name__)
 
 
 class MetadataClient(Protocol):
@@ -85,6 +89,50 @@ def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: 
     _await_leaders(admin, created, timeout_s)
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What :func:`create_each` did with one topic: ``created`` or found it ``exists`` (with its
+    partition count), or ``failed`` (with the broker's reason)."""
+
+    topic: str
+    state: Literal["created", "exists", "failed"]
+    partitions: int = 0
+    reason: str = ""
+
+
+def create_each(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: int = -1,
+                config: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> list[Outcome]:
+    """Create each ``name -> partitions`` topic that does not exist, and say what became of each,
+    in order: an existing one (or one a concurrent creator made) is ``exists``, a refusal is
+    ``failed`` with the broker's reason and does not stop the others. The created ones have
+    leaders when this returns. A cluster that gives no topic listing raises BrokerError."""
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise BrokerError(f"cannot list topics: {exc.args[0]}") from exc
+    wanted = {name: count for name, count in topics.items() if name not in existing}
+    futures = admin.create_topics([NewTopic(name, count, replication_factor=replication_factor,
+                                            config=dict(config or {})) for name, count in wanted.items()],
+                                  operation_timeout=timeout_s, request_timeout=timeout_s) if wanted else {}
+    failed: dict[str, str] = {}
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                existing = {**existing, name: None}  # a concurrent creator won: it exists
+            else:
+                failed[name] = err.str() if isinstance(err, KafkaError) else str(err)
+        except TimeoutError:
+            failed[name] = f"no answer in {timeout_s:.0f} s"
+    _await_leaders(admin, {n: c for n, c in wanted.items() if n not in failed and n not in existing}, timeout_s)
+    listed = admin.list_topics(timeout=timeout_s).topics
+    return [Outcome(name, "failed", reason=failed[name]) if name in failed else
+            Outcome(name, "exists" if name in existing else "created", len(listed[name].partitions))
+            for name in topics]
+
+
 def ensure_like(admin: TopicAdmin, topic: str, like: str, timeout_s: float = 30.0,
                 headroom_bytes: int = 0) -> int | None:
     """Create ``topic`` unless it exists, with as many partitions as ``like`` has (one when
@@ -145,3 +193,57 @@ def _await_leaders(admin: MetadataClient, topics: Mapping[str, int], timeout_s: 
 def names(partitions: Iterable[TopicPartition]) -> str:
     """``topic[partition], ...`` for logs; ``nothing`` for none."""
     return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"
+
+
+class TopicWait:
+    """Start-up's wait for topics that must exist before anything is read and that streamer may
+    not create: ``needed`` is ``(config key, topic)`` pairs (``output.topic``, and each of
+    ``input.topics`` without ``input.create_topics``).
+
+    While one is missing, :attr:`reason` names it, its key and the cluster (/healthz reports it),
+    one warning is logged per change of what is missing, and the topics are listed again after
+    a back-off that doubles from ``first_s`` to ``max_s``. Example (0.5 s to 5 s): checks at 0,
+    0.5, 1.5, 3.5, 7.5, 12.5, 17.5 s and every 5 s after, until the topic exists.
+    """
+
+    def __init__(self, client: MetadataClient, needed: Iterable[tuple[str, str]], cluster: str, *,
+                 timeout_s: float = 10.0, first_s: float = 0.5, max_s: float = 5.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._client, self._needed, self._cluster = client, list(needed), cluster
+        self._timeout_s, self._first_s, self._max_s, self._sleep = timeout_s, first_s, max_s, sleep
+        self.reason = ""  # empty: nothing missing (or not checked yet)
+        self._last = self._needed
+
+    def wait(self, stopping: Callable[[], bool]) -> bool:
+        """Return True once every needed topic exists; False when ``stopping()`` turns true first."""
+        delay, warned = self._first_s, None
+        while not stopping():
+            missing = self.missing()
+            if not missing:
+                if warned:
+                    log.info("%s exist%s: starting", ", ".join(repr(t) for _, t in warned),
+                             "s" if len(warned) == 1 else "")
+                self.reason = ""
+                return True
+            self.reason = "; ".join(f"topic {t!r} ({key}) does not exist on {self._cluster}"
+                                    for key, t in missing) + ": waiting for it to be created"
+            if missing != warned:
+                log.warning("%s (`streamer topics create` creates it)", self.reason)
+                warned = missing
+            for _ in range(max(1, round(delay / 0.1))):  # in steps a stop signal can cut short
+                if stopping():
+                    return False
+                self._sleep(0.1)
+            delay = min(delay * 2, self._max_s)
+        return False
+
+    def missing(self) -> list[tuple[str, str]]:
+        """The needed ``(key, topic)`` pairs the cluster does not list (while it does not answer:
+        those of its last answer, all at first; a cluster that went away is waited for too)."""
+        try:
+            topics = self._client.list_topics(timeout=self._timeout_s).topics
+        except KafkaException as exc:
+            log.info("listing topics on %s: %s (trying again)", self._cluster, exc.args[0])
+            return self._last
+        self._last = [(key, t) for key, t in self._needed if t not in topics or topics[t].error is not None]
+        return self._last

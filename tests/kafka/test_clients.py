@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,7 @@ def test_the_start_up_wait_names_the_address_and_honours_a_stop(monkeypatch: pyt
     from streamer.errors import StopRequested
 
     admin = Unanswered()
+    caplog.set_level(logging.INFO, logger="streamer")  # a cluster still starting: INFO (kafka/retrylog.py)
     monkeypatch.setattr(clients, "make_admin", lambda cfg: admin)
     monkeypatch.setattr(clients.time, "sleep", lambda s: None)
     cfg = load_config(ROOT / "deploy" / "config" / "example.yaml", env={"KAFKA_BOOTSTRAP": "kafka.internal:9092",

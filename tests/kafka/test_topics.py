@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -12,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
 from streamer.errors import BrokerError
-from streamer.kafka.topics import create, ensure_like, partitions
+from streamer.kafka.topics import TopicWait, create, create_each, ensure_like, partitions
 
 
 @dataclass
@@ -86,3 +87,68 @@ def test_ensure_like_copies_the_partition_count_or_takes_one() -> None:
     ensure_like(admin, "in.dlq", like="in")  # it exists now: nothing to do
     ensure_like(admin, "other.dlq", like="other")
     assert admin.created == [("in.dlq", 4, -1), ("other.dlq", 1, -1)]
+
+
+class Appearing(FakeAdmin):
+    """A cluster where each topic of ``after`` appears at that listing (1: the first), and whose
+    listings in ``unanswered`` fail with a timeout."""
+
+    def __init__(self, after: dict[str, int], unanswered: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.after, self.unanswered, self.asked = after, unanswered, 0
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        self.asked += 1
+        if self.asked in self.unanswered:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        for name, at in self.after.items():
+            if self.asked >= at:
+                self.topics.setdefault(name, _Topic({0: _Partition()}))
+        return super().list_topics(topic, timeout)
+
+
+def test_the_wait_backs_off_warns_once_per_change_and_names_topic_and_key(caplog: pytest.LogCaptureFixture) -> None:
+    admin = Appearing({"in": 3, "out": 6}, unanswered=(4,))
+    slept: list[float] = []
+    seen: list[str] = []
+
+    def sleep(s: float) -> None:
+        if not slept or seen[-1] != wait.reason:
+            seen.append(wait.reason)
+        slept.append(s)
+
+    wait = TopicWait(admin, [("input.topics[0]", "in"), ("output.topic", "out")], "k:9092",
+                     first_s=0.5, max_s=2.0, sleep=sleep)
+    caplog.set_level(logging.INFO, logger="streamer")
+    assert wait.wait(lambda: False) is True
+    assert admin.asked == 6 and wait.reason == ""
+    # back-offs of 0.5, 1, 2, 2, 2 s (in 0.1 s steps) between the six listings
+    assert round(sum(slept), 6) == 7.5 and len(slept) == 75
+    assert seen == ["topic 'in' (input.topics[0]) does not exist on k:9092; topic 'out' (output.topic) "
+                    "does not exist on k:9092: waiting for it to be created",
+                    "topic 'out' (output.topic) does not exist on k:9092: waiting for it to be created"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings  # both missing; 'out' alone (still, while the cluster did not answer)
+    assert all("`streamer topics create` creates it" in w for w in warnings)
+    assert "'out' exists: starting" in caplog.text
+
+
+def test_a_stop_ends_the_wait_and_nothing_missing_returns_at_once() -> None:
+    admin = Appearing({})
+    slept: list[float] = []
+    wait = TopicWait(admin, [("output.topic", "out")], "k:9092", sleep=slept.append)
+    assert wait.wait(lambda: len(slept) >= 3) is False
+    assert len(slept) == 3 and "'out' (output.topic)" in wait.reason
+    there = TopicWait(Appearing({"out": 1}), [("output.topic", "out")], "k:9092", sleep=slept.append)
+    assert there.wait(lambda: False) is True and len(slept) == 3
+
+
+def test_create_each_says_what_became_of_every_topic() -> None:
+    admin = FakeAdmin({"out": _Topic({0: _Partition(), 1: _Partition()})}, refuse={"bad": KafkaError.INVALID_REPLICATION_FACTOR})
+    outcomes = create_each(admin, {"in": 3, "out": 3, "bad": 3}, replication_factor=1, config={"retention.ms": "60000"})
+    assert [(o.topic, o.state, o.partitions) for o in outcomes] == [("in", "created", 3), ("out", "exists", 2),
+                                                                     ("bad", "failed", 0)]
+    assert outcomes[2].reason  # the broker's words
+    assert admin.created == [("in", 3, 1)]
+    again = create_each(admin, {"in": 3, "out": 3})
+    assert [o.state for o in again] == ["exists", "exists"]

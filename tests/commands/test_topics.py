@@ -1,0 +1,47 @@
+"""`streamer topics create` (commands/topics.py): which topics, with which settings, and its lines."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from streamer.commands import topics
+from streamer.commands.topics import TopicsPlan, config_topics, create_topics, exit_code
+from streamer.config import ChallengerConfig
+from streamer.config_file import load_config
+from streamer.errors import ConfigError
+from tests.kafka.test_topics import FakeAdmin
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = load_config(ROOT / "deploy" / "config" / "example.yaml",
+                  env={"KAFKA_BOOTSTRAP": "fake:9092", "INPUT_TOPIC": "in", "OUTPUT_TOPIC": "out", "GROUP_ID": "g"})
+
+
+def test_the_topics_are_inputs_output_dead_letters_and_shadow_when_on() -> None:
+    assert config_topics(CFG) == {"in": "input.topics[0]", "out": "output.topic",
+                                  "in.dlq": "processing.dead_letter_topic"}
+    shadowed = replace(CFG, shadow=replace(CFG.shadow, challengers=(ChallengerConfig(CFG.model.path, "b", "1"),)))
+    assert config_topics(shadowed)["out.shadow"] == "shadow.topic"
+
+
+def test_bad_flags_are_config_errors() -> None:
+    for bad in ({"partitions": 0}, {"replication": 0}, {"retention_ms": -2}):
+        with pytest.raises(ConfigError):
+            TopicsPlan(**bad)  # type: ignore[arg-type]
+
+
+def test_one_line_per_topic_and_exit_3_on_a_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    admin = FakeAdmin(refuse={"in.dlq": 37})  # INVALID_REPLICATION_FACTOR
+    monkeypatch.setattr(topics, "make_admin", lambda cfg: admin)
+    lines = create_topics(CFG, TopicsPlan(partitions=4))
+    assert lines[:2] == ["created  in (input.topics[0]): 4 partitions, replication 1",
+                         "created  out (output.topic): 4 partitions, replication 1"]
+    assert lines[2].startswith("FAIL     in.dlq (processing.dead_letter_topic): ")
+    assert exit_code(lines) == 3
+    admin.refuse.clear()
+    again = create_topics(CFG, TopicsPlan())
+    assert again[:2] == ["exists   in (input.topics[0]): 4 partitions", "exists   out (output.topic): 4 partitions"]
+    assert again[2] == "created  in.dlq (processing.dead_letter_topic): 3 partitions, replication 1"
+    assert exit_code(again) == 0
