@@ -37,6 +37,17 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
 
 
+def span_ms(ms: float) -> str:
+    """A latency in the unit a reader takes in at a glance: events replayed from last month are
+    hours or days behind, not billions of milliseconds."""
+    if ms < 10_000:
+        return f"{ms:.0f} ms"
+    for unit, size, limit in (("s", 1_000, 120), ("min", 60_000, 120), ("h", 3_600_000, 48)):
+        if ms / size < limit:
+            return f"{ms / size:.0f} {unit}"
+    return f"{ms / 86_400_000:,.0f} d"
+
+
 class ProgressLog:
     """Writes the progress line when due (``interval_s`` 0: never) and the summary line."""
 
@@ -67,7 +78,7 @@ class ProgressLog:
         latency = ""
         if stats.latencies_ms:
             p50, p99 = np.percentile(np.asarray(stats.latencies_ms), [50, 99])
-            latency = f", latency p50 {p50:.0f} ms p99 {p99:.0f} ms"
+            latency = f", latency p50 {span_ms(p50)} p99 {span_ms(p99)}"
         line = (f"stopped{' on an error' if failed else ''} after {duration(seconds)}: "
                 f"{count(stats.events, 'event')} ({stats.events / seconds:,.0f}/s), "
                 f"{count(stats.predictions, 'prediction')}, {dead_letters(stats)}, {stats.degraded:,} degraded, "

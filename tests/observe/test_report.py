@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from streamer.config import with_overrides
-from streamer.observe.report import ProgressLog
+from streamer.observe.report import ProgressLog, span_ms
 from streamer.observe.stats import Stats
 from streamer.testing import FakeClock
 from tests.support.fakes import event
@@ -41,6 +41,15 @@ def test_no_progress_line_with_interval_zero_and_a_summary_anyway() -> None:
     assert progress.summary(stats, failed=True) == (
         "stopped on an error after 3600 s: 7,200 events (2/s), 7,200 predictions, 0 dead letters, "
         "0 degraded, 0 reloads, 12 commits, latency p50 50 ms p99 99 ms")
+
+
+@pytest.mark.parametrize(("ms", "shown"), [
+    (0.4, "0 ms"), (9_999, "9999 ms"), (10_000, "10 s"), (119_000, "119 s"), (120_000, "2 min"),
+    (7_140_000, "119 min"), (7_200_000, "2 h"), (47 * 3_600_000, "47 h"), (48 * 3_600_000, "2 d"),
+    (29_138_105_227, "337 d"),
+])
+def test_a_latency_is_shown_in_a_unit_read_at_a_glance(ms: float, shown: str) -> None:
+    assert span_ms(ms) == shown
 
 
 def test_the_loop_logs_progress_every_interval_and_a_summary_when_it_stops(caplog: pytest.LogCaptureFixture) -> None:
