@@ -1,105 +1,21 @@
-"""The `streamer` command line: argument parsing and wiring only."""
+"""The `streamer` command line: each command dispatched to its module (cli_parser.py holds the words)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from streamer.errors import EXIT_CONFIG, EXIT_FATAL, STAGES, ConfigError, StopRequested, StreamerError
+from streamer.cli_parser import parser
+from streamer.errors import EXIT_CONFIG, EXIT_FATAL, ConfigError, StopRequested, StreamerError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="streamer", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("STREAMER_LOG_LEVEL", "INFO"))
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="score events from Kafka until SIGTERM or SIGINT")
-    run.add_argument("--config", required=True, help="YAML config file")
-    run.add_argument("--workers", type=int, default=1,
-                     help="processes on this host, each a member of the group (default 1)")
-    run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
-    dlq = sub.add_parser("dlq", help="inspect or redrive dead letters")
-    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
-    inspect = dlq_sub.add_parser("inspect", help="print one line per dead letter")
-    inspect.add_argument("--config", required=True)
-    inspect.add_argument("--limit", type=int)
-    redrive = dlq_sub.add_parser("redrive", help="re-publish dead letters to their original topic")
-    redrive.add_argument("--config", required=True)
-    redrive.add_argument("--stage", choices=STAGES)
-    redrive.add_argument("--offset", action="append", default=[], type=_place, metavar="PARTITION:OFFSET",
-                         help="only the letter at this place of the dead-letter topic (as inspect shows it); "
-                              "repeatable")
-    redrive.add_argument("--event-id", action="append", default=[], metavar="ID",
-                         help="only the letters of this event id; repeatable")
-    redrive.add_argument("--limit", type=int)
-    lag = sub.add_parser("lag-exporter", help="export a group's lag, with or without live members")
-    lag.add_argument("--config", help="the processors' YAML config, of which only kafka, input.group_id, "
-                                      "input.topics and metrics are read (no model or schema files needed)")
-    lag.add_argument("--bootstrap", "--bootstrap-server", help="instead of --config: the cluster (plaintext)")
-    lag.add_argument("--group", help="instead of --config: the consumer group")
-    lag.add_argument("--topics", help="instead of --config: comma-separated topics")
-    lag.add_argument("--host", default=None, help="bind address (default metrics.host or 127.0.0.1)")
-    lag.add_argument("--port", type=int, default=None,
-                     help="port (default metrics.port - 1 or 9399: metrics.port + i are run --workers' ports)")
-    lag.add_argument("--interval", type=float, default=15.0, help="seconds between collections")
-    rp = sub.add_parser("replay", help="score a bounded range of the input topics (backfill)")
-    rp.add_argument("--config", required=True)
-    rp.add_argument("--from", dest="from_", required=True,
-                    help="ISO-8601 time, a duration ago (2h), earliest, or partition:offset,...")
-    rp.add_argument("--to", help="same forms; default: the end offsets when the run starts")
-    rp.add_argument("--output-topic", help="default: <output.topic>.backfill")
-    rp.add_argument("--model", help="another ONNX model file")
-    rp.add_argument("--model-version", help="the version recorded in the predictions")
-    rp.add_argument("--run-id", help="resume or name a run (default: a new one)")
-    rp.add_argument("--force", action="store_true", help="run a finished run id again")
-    rp.add_argument("--batch-size", type=int,
-                    help="rows per model call (default: 4096, or batching.max_size when larger)")
-    rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
-    rp.add_argument("--allow-live-output", action="store_true",
-                    help="allow --output-topic to be the live output topic")
-    model = sub.add_parser("model", help="look at a model before serving it")
-    model_sub = model.add_subparsers(dest="model_command", required=True)
-    inspect_model = model_sub.add_parser("inspect", help="its inputs and outputs, a starting config, the "
-                                                         "prediction schema that config produces")
-    inspect_model.add_argument("path", help="the .onnx file")
-    schema = sub.add_parser("schema", help="print the prediction schema a config produces (its model checked)")
-    schema.add_argument("--config", required=True)
-    check = sub.add_parser("check", help="a dry run of start-up: config, model, cluster, topics, registry; "
-                                         "each problem named (exit 2), nothing consumed or produced")
-    check.add_argument("--config", required=True)
-    check.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
-    produce = sub.add_parser("produce", help="publish events from a JSON Lines, CSV or Parquet file in the input format")
-    produce.add_argument("--config", required=True)
-    produce.add_argument("file", help="events: .jsonl / .ndjson (one object a line), .csv (a header row) or .parquet")
-    produce.add_argument("--key-field", help="the field whose value keys each event (default input.entity_field)")
-    tail = sub.add_parser("tail", help="print the output topic's predictions as JSON lines (read_committed)")
-    tail.add_argument("--config", required=True)
-    tail.add_argument("--topic", help="a prediction topic to read (default output.topic), e.g. <output.topic>.backfill")
-    tail.add_argument("--limit", type=int, help="stop after this many")
-    demo = sub.add_parser("demo", help="start or find a broker, score synthetic events, summarise")
-    demo.add_argument("--events", type=int, default=100_000)
-    demo.add_argument("--brokers", type=int, choices=(1, 3), default=1,
-                      help="start a single broker, or a three-node cluster (replication 3)")
-    dev = sub.add_parser("dev", help="development tools")
-    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
-    dev_kafka = dev_sub.add_parser("kafka", help="run the project's KRaft broker in the foreground until Ctrl+C")
-    dev_kafka.add_argument("--data", default=".cache/dev-kafka",
-                           help="its data folder, kept across restarts (default .cache/dev-kafka)")
-    dev_kafka.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (default 9092)")
-    topics = sub.add_parser("topics", help="the topics a config reads and writes")
-    topics_sub = topics.add_subparsers(dest="topics_command", required=True)
-    create = topics_sub.add_parser("create", help="create the input, output, dead-letter (and shadow) topics; "
-                                                  "existing ones are reported, not an error")
-    create.add_argument("--config", required=True)
-    create.add_argument("--partitions", type=int, default=3, help="for each topic created (default 3)")
-    create.add_argument("--replication", type=int, default=1, help="replication factor (default 1)")
-    create.add_argument("--retention-ms", type=int, help="retention.ms of each topic created (default: the broker's)")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     worker = f"w{args.worker_index} " if getattr(args, "worker_index", None) is not None else ""
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s %(levelname)s {worker}%(name)s: %(message)s")
@@ -189,16 +105,6 @@ def _dlq(args: argparse.Namespace) -> int:
           f"already redriven {result.already}"
           + (f", not found {' '.join(result.not_found)}" if result.not_found else ""))
     return 0
-
-
-def _place(text: str) -> tuple[int, int]:
-    """``--offset PARTITION:OFFSET``; argparse names a bad one (exit 2)."""
-    from streamer.commands.dlq import parse_place
-
-    try:
-        return parse_place(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _lag_exporter(args: argparse.Namespace) -> int:

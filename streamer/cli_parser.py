@@ -1,0 +1,166 @@
+"""The `streamer` command line's words: every command, flag and help text a user reads."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from streamer.errors import STAGES
+
+DESCRIPTION = """\
+Score Kafka events with an ONNX model: read feature events from input topics, score them in
+micro-batches with ONNX Runtime, write one prediction per event to an output topic, and send
+any event that cannot be scored to a dead-letter topic with the reason. Offsets are committed
+only after the predictions are acknowledged."""
+
+EPILOG = """\
+a first hour, with the example config (deploy/config/example.yaml):
+  make kafka                                      a broker on 127.0.0.1:9092 (second terminal)
+  streamer topics create --config FILE            the input, output and dead-letter topics
+  streamer check --config FILE                    everything start-up checks, touching nothing
+  streamer produce --config FILE events.jsonl     send events from a file
+  streamer run --config FILE                      score until Ctrl+C
+  streamer tail --config FILE                     read the predictions
+  streamer replay --config FILE --from earliest   score a range again, to a backfill topic
+  streamer dlq inspect --config FILE              read the dead letters
+
+exit codes: 0 done, 2 fix the config or the input file, 3 restart it (a broker or runtime failure).
+`streamer COMMAND --help` describes one command; docs/ is the reference (make docs builds it)."""
+
+CONFIG = "the YAML config file (docs/configuration.md lists every key)"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser of ``streamer``: commands in the order a newcomer meets them."""
+    top = argparse.ArgumentParser(prog="streamer", description=DESCRIPTION, epilog=EPILOG,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--log-level", default=os.environ.get("STREAMER_LOG_LEVEL", "INFO"),
+                     help="DEBUG, INFO (default, or $STREAMER_LOG_LEVEL), WARNING or ERROR")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, more: str = "") -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}.{more}")
+
+    demo = command("demo", "start a broker, score synthetic events with the example config, print a summary",
+                   " Uses KAFKA_BOOTSTRAP instead when it is set.")
+    demo.add_argument("--events", type=int, default=100_000, help="how many events (default 100000)")
+    demo.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                      help="a single broker, or a three-node cluster with replication 3 (default 1)")
+
+    dev = command("dev", "tools for a development machine")
+    dev_kafka = dev.add_subparsers(dest="dev_command", required=True, metavar="TOOL").add_parser(
+        "kafka", help="run a Kafka broker in the foreground until Ctrl+C",
+        description="Run the project's Apache Kafka broker (KRaft, one node) in the foreground on "
+                    "127.0.0.1:PORT until Ctrl+C. Its data stays in the data folder across restarts.")
+    dev_kafka.add_argument("--data", default=".cache/dev-kafka",
+                           help="its data folder, kept across restarts (default .cache/dev-kafka)")
+    dev_kafka.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (default 9092)")
+
+    topics = command("topics", "manage the topics a config reads and writes")
+    create = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION").add_parser(
+        "create", help="create the input, output and dead-letter topics (and the shadow topic)",
+        description="Create the input, output and dead-letter topics a config names (and the shadow "
+                    "topic when shadow scoring is on). A topic that exists already is reported, not an error.")
+    create.add_argument("--config", required=True, help=CONFIG)
+    create.add_argument("--partitions", type=int, default=3, help="partitions of each topic created (default 3)")
+    create.add_argument("--replication", type=int, default=1, help="replication factor (default 1)")
+    create.add_argument("--retention-ms", type=int, help="retention.ms of each topic created (default: the broker's)")
+
+    check = command("check", "check what start-up checks, touching nothing",
+                    " The config, the model against the schemas, the cluster, the topics and the Schema "
+                    "Registry: one line each, ok or FAIL with the config key to change. Exit 0 when all are "
+                    "ok, 2 otherwise. Nothing is consumed, produced or registered.")
+    check.add_argument("--config", required=True, help=CONFIG)
+    check.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
+
+    produce = command("produce", "send events from a file to the input topic, in the input format",
+                      " A value that does not fit its field's type is refused with the file, line and "
+                      "field (exit 2), and nothing is sent.")
+    produce.add_argument("--config", required=True, help=CONFIG)
+    produce.add_argument("file", help="JSON Lines (.jsonl, .ndjson), CSV with a header row (.csv) or Parquet")
+    produce.add_argument("--key-field", help="the field whose value keys each event (default input.entity_field)")
+
+    run = command("run", "score events until Ctrl+C or SIGTERM",
+                  " On a signal it finishes the open batch, waits for the acknowledgements, commits and "
+                  "exits 0; a second signal exits at once.")
+    run.add_argument("--config", required=True, help=CONFIG)
+    run.add_argument("--workers", type=int, default=1,
+                     help="processes on this host, each a member of the consumer group (default 1)")
+    run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
+
+    tail = command("tail", "print predictions as JSON lines, from the start of the topic to its end",
+                   " Reads committed data only (read_committed) and commits nothing.")
+    tail.add_argument("--config", required=True, help=CONFIG)
+    tail.add_argument("--topic", help="a prediction topic (default output.topic), e.g. <output.topic>.backfill")
+    tail.add_argument("--limit", type=int, help="stop after this many")
+
+    rp = command("replay", "score a bounded range of the input topics again, for a backfill",
+                 " The range is bounded by the Kafka record timestamp (not the event's event_time), "
+                 "or by offsets. Predictions go to <output.topic>.backfill unless --output-topic says "
+                 "otherwise; a run can be resumed by its id.")
+    rp.add_argument("--config", required=True, help=CONFIG)
+    rp.add_argument("--from", dest="from_", required=True, metavar="WHEN",
+                    help="ISO-8601 time, a duration ago (2h), earliest, or partition:offset,...")
+    rp.add_argument("--to", metavar="WHEN", help="same forms (default: the end offsets when the run starts)")
+    rp.add_argument("--output-topic", help="default: <output.topic>.backfill")
+    rp.add_argument("--model", help="score with another ONNX model file")
+    rp.add_argument("--model-version", help="the version the predictions carry")
+    rp.add_argument("--run-id", help="resume or name a run (default: a new one)")
+    rp.add_argument("--force", action="store_true", help="run a finished run id again")
+    rp.add_argument("--batch-size", type=int,
+                    help="rows per model call (default: 4096, or batching.max_size when larger)")
+    rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
+    rp.add_argument("--allow-live-output", action="store_true",
+                    help="allow --output-topic to be the live output topic")
+
+    dlq = command("dlq", "read dead letters, or send them back to their input topic")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    inspect = dlq_sub.add_parser("inspect", help="one line per dead letter",
+                                 description="One line per dead letter, oldest first: time, place in the "
+                                             "dead-letter topic, stage, original topic, partition and offset, "
+                                             "key, event id, whether it was redriven, attempt, reason.")
+    inspect.add_argument("--config", required=True, help=CONFIG)
+    inspect.add_argument("--limit", type=int, help="stop after this many")
+    redrive = dlq_sub.add_parser("redrive", help="send dead letters back to their original topic",
+                                 description="Send dead letters back to their original topic: the original "
+                                             "key, value and headers, unchanged, with the redrive count raised. "
+                                             "Fix the producer or the model first. A later run skips letters already sent back.")
+    redrive.add_argument("--config", required=True, help=CONFIG)
+    redrive.add_argument("--stage", choices=STAGES, help="only the letters of this stage")
+    redrive.add_argument("--offset", action="append", default=[], type=_place, metavar="PARTITION:OFFSET",
+                         help="only the letter at this place of the dead-letter topic (as inspect shows it); "
+                              "repeatable")
+    redrive.add_argument("--event-id", action="append", default=[], metavar="ID",
+                         help="only the letters of this event id; repeatable")
+    redrive.add_argument("--limit", type=int, help="stop after this many")
+
+    model = command("model", "look at a model before serving it")
+    inspect_model = model.add_subparsers(dest="model_command", required=True, metavar="ACTION").add_parser(
+        "inspect", help="its inputs and outputs, a starting config, and the prediction schema it gives",
+        description="Print an ONNX model's inputs and outputs, a starting config for it, and the prediction "
+                    "schema that config gives.")
+    inspect_model.add_argument("path", help="the .onnx file")
+    schema = command("schema", "print the prediction schema a config gives (its model checked)")
+    schema.add_argument("--config", required=True, help=CONFIG)
+
+    lag = command("lag-exporter", "serve a consumer group's lag to Prometheus, with or without live members")
+    lag.add_argument("--config", help="the processors' config; only kafka, input.group_id, input.topics and "
+                                      "metrics are read (no model or schema files needed)")
+    lag.add_argument("--bootstrap", "--bootstrap-server", help="instead of --config: the cluster (plaintext)")
+    lag.add_argument("--group", help="instead of --config: the consumer group")
+    lag.add_argument("--topics", help="instead of --config: comma-separated topics")
+    lag.add_argument("--host", default=None, help="bind address (default metrics.host or 127.0.0.1)")
+    lag.add_argument("--port", type=int, default=None,
+                     help="port (default metrics.port - 1 or 9399: metrics.port + i are run --workers' ports)")
+    lag.add_argument("--interval", type=float, default=15.0, help="seconds between collections (default 15)")
+    return top
+
+
+def _place(text: str) -> tuple[int, int]:
+    """``--offset PARTITION:OFFSET``; argparse names a bad one (exit 2)."""
+    from streamer.commands.dlq import parse_place
+
+    try:
+        return parse_place(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
