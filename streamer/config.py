@@ -21,16 +21,26 @@ from typing import Any, Literal, Protocol
 
 from streamer.config_check import above, at_least, check_types, file_exists
 from streamer.config_contract import InputSource, OutputTarget
+from streamer.config_sections import (
+    MAX_BATCH_SIZE,
+    BatchingConfig,
+    ChallengerConfig,
+    Guarantee,
+    MetricsConfig,
+    ProcessingConfig,
+    ShadowConfig,
+)
 from streamer.errors import ConfigError
+
+__all__ = ["MAX_BATCH_SIZE", "BatchingConfig", "ChallengerConfig", "Guarantee", "MetricsConfig",
+           "ProcessingConfig", "ShadowConfig"]  # sections defined in config_sections.py, used from here
 
 Format = Literal["avro", "avro-confluent", "json", "json-schema-confluent", "protobuf-confluent"]  # input
 OutputFormat = Literal["avro", "avro-confluent", "json"]
 SubjectStrategy = Literal["topic", "record", "topic-record"]  # Confluent's TopicNameStrategy, ...
 OutputKey = Literal["input", "entity_id", "event_id"]
 Provider = Literal["cuda", "cpu"]
-Guarantee = Literal["at_least_once", "exactly_once"]
 
-MAX_BATCH_SIZE = 65_536  # one ORT call on a bigger batch gains nothing and risks device memory
 SECRET_KEY = re.compile(r"(password|secret|credentials|user\.info|token|key\.pem)", re.IGNORECASE)
 KAFKA_NEEDS = "must be a mapping with at least 'bootstrap.servers'"
 
@@ -184,19 +194,6 @@ class ModelConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchingConfig:
-    max_size: int = 256  # a batch is scored when it holds this many rows
-    max_wait_ms: int = 20  # or this long after its first row came
-
-    def __post_init__(self) -> None:
-        check_types(self, "batching")
-        if not 1 <= self.max_size <= MAX_BATCH_SIZE:
-            raise ConfigError("batching.max_size",
-                              f"must be between 1 and {MAX_BATCH_SIZE}, got {self.max_size}")
-        at_least(0, "batching.max_wait_ms", self.max_wait_ms)
-
-
-@dataclass(frozen=True, slots=True)
 class OutputConfig:
     topic: str  # where predictions are written
     schema: Path | None = None  # None: the bundled streamer/schemas/prediction.avsc, or one made from model.outputs
@@ -222,89 +219,6 @@ class OutputConfig:
             raise ConfigError("output.include", f"names a field twice: {list(self.include)}")
         above(0, "output.ack_timeout_ms", self.ack_timeout_ms)
         file_exists("output.schema", "schema", self.schema)
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessingConfig:
-    guarantee: Guarantee = "at_least_once"  # exactly_once: predictions and offsets in one transaction
-    transactional_id: str | None = None  # exactly-once; default '<group_id>-<instance id or host>'
-    transaction_timeout_ms: int = 60_000  # exactly-once: the broker aborts a transaction open longer
-    commit_interval_ms: int = 1000  # how often offsets (or a transaction) are committed
-    dead_letter_topic: str | None = None  # default: '<first input topic>.dlq'
-    create_dead_letter_topic: bool = True  # create it at start-up when missing
-    max_poison_fraction: float = 0.5  # more failing rows than this in one batch: the model is broken
-    broken_after_failed_batches: int = 3  # this many whole batches failing in a row: likewise
-    retry_backoff_ms: int = 500  # first wait before retrying a broken model or a failed delivery
-    retry_backoff_max_ms: int = 30_000  # the wait doubles up to this
-    max_redrives: int = 3  # `streamer dlq redrive` refuses rows redriven this often already
-
-    def __post_init__(self) -> None:
-        check_types(self, "processing")
-        above(0, "processing.commit_interval_ms", self.commit_interval_ms)
-        if not 0 < self.max_poison_fraction <= 1:
-            raise ConfigError("processing.max_poison_fraction",
-                              f"must be in (0, 1], got {self.max_poison_fraction}")
-        if self.transaction_timeout_ms <= self.commit_interval_ms:
-            raise ConfigError("processing.transaction_timeout_ms",
-                              f"must exceed processing.commit_interval_ms ({self.commit_interval_ms})")
-        at_least(1, "processing.broken_after_failed_batches", self.broken_after_failed_batches)
-        at_least(1, "processing.retry_backoff_ms", self.retry_backoff_ms)
-        at_least(1, "processing.retry_backoff_max_ms", self.retry_backoff_max_ms)
-        if self.retry_backoff_max_ms < self.retry_backoff_ms:
-            raise ConfigError("processing.retry_backoff_max_ms",
-                              f"must be >= processing.retry_backoff_ms ({self.retry_backoff_ms}), "
-                              f"got {self.retry_backoff_max_ms}")
-        at_least(0, "processing.max_redrives", self.max_redrives)  # 0: never redrive
-
-
-@dataclass(frozen=True, slots=True)
-class ChallengerConfig:
-    """A model scored in shadow beside the champion (``model``): its predictions go to the shadow topic."""
-
-    path: Path  # the challenger's ONNX file
-    name: str  # its name in shadow predictions and metrics; unique
-    version: str  # its model.version in shadow predictions
-
-    def __post_init__(self) -> None:
-        check_types(self, "shadow.challengers")
-        if not self.name:
-            raise ConfigError("shadow.challengers", "a challenger's name cannot be empty")
-        file_exists("shadow.challengers", f"challenger {self.name!r} model", self.path)
-
-
-@dataclass(frozen=True, slots=True)
-class ShadowConfig:
-    challengers: tuple[ChallengerConfig, ...] = ()  # none: no shadow scoring
-    topic: str | None = None  # None: '<output.topic>.shadow'
-    flip_threshold: float = 0.5  # a decision is score[0] >= this; a flip is a decision that differs
-    queue_batches: int = 4  # batches waiting per challenger; more and the batch is skipped for it
-
-    def __post_init__(self) -> None:
-        check_types(self, "shadow")
-        names = [c.name for c in self.challengers]
-        if len(set(names)) != len(names):
-            raise ConfigError("shadow.challengers", f"names must be unique, got {names}")
-        if self.topic == "":
-            raise ConfigError("shadow.topic", "cannot be empty (leave it out for '<output.topic>.shadow')")
-        at_least(1, "shadow.queue_batches", self.queue_batches)
-
-
-@dataclass(frozen=True, slots=True)
-class MetricsConfig:
-    enabled: bool = False  # serve /metrics, /healthz and /readyz
-    host: str = "127.0.0.1"  # the address they are served on
-    port: int = 9400  # 0: any free port
-    stats_interval_ms: int = 5000  # librdkafka statistics (consumer lag) this often
-    stall_timeout_ms: int = 60_000  # work but no commit for this long: unhealthy
-    log_interval_ms: int = 30_000  # a progress line in the log this often (0: none)
-
-    def __post_init__(self) -> None:
-        check_types(self, "metrics")
-        if not 0 <= self.port <= 65_535:
-            raise ConfigError("metrics.port", f"must be between 0 and 65535, got {self.port}")
-        above(0, "metrics.stats_interval_ms", self.stats_interval_ms)  # 0 would turn stats off
-        above(0, "metrics.stall_timeout_ms", self.stall_timeout_ms)
-        at_least(0, "metrics.log_interval_ms", self.log_interval_ms)
 
 
 @dataclass(frozen=True, slots=True)
