@@ -564,18 +564,25 @@ def test_pipelined_the_loop_reads_no_more_while_the_model_is_behind() -> None:
     assert [o for _, o in h.predictions()] == list(range(1_000))
 
 
-def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_header() -> None:
+def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_field() -> None:
     """model.version "1" reaches every prediction as "1"; the model file's digest travels beside
-    it, in a header on each prediction (produced one by one: the batch call drops headers) and
-    on each dead letter, next to its model.version."""
+    it, in the prediction's model_digest field (no headers: the batch call takes the batch) and
+    in each dead letter's headers, next to its model.version."""
     import hashlib
 
     from streamer.kafka.deadletter import header
-    from streamer.kafka.messages import DIGEST_HEADER
 
     cfg = config(max_wait_ms=0)
     digest = hashlib.sha256(cfg.model.path.read_bytes()).hexdigest()[:12]
     h = Harness(cfg)
+    batches = []
+    produce_batch = h.producer.produce_batch
+
+    def counted(topic: str, messages: list[dict[str, Any]], on_delivery: Any = None) -> int:
+        batches.append((topic, len(messages)))
+        return produce_batch(topic, messages, on_delivery=on_delivery)
+
+    h.producer.produce_batch = counted  # type: ignore[method-assign]
     h.consumer.rebalance("assign", [P0])
     h.consumer.append(P0, [event(0), event(1), event(2, width=5), event(3)])  # 2: a dead letter
     h.run(lambda s: s.outputs == 4)
@@ -585,52 +592,10 @@ def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_header() -
         by_topic.setdefault(topic, []).append((value, headers))
     predictions = by_topic["scores"]
     assert cfg.model.version == "1" and len(predictions) == 3
+    assert sum(n for topic, n in batches if topic == "scores") == 3  # every prediction went in a batch call
     for value, headers in predictions:
-        assert codec.decode(value)["model_version"] == "1"
-        assert headers == [(DIGEST_HEADER, digest.encode())]
+        assert headers is None
+        p = codec.decode(value)
+        assert (p["model_version"], p["model_digest"]) == ("1", digest)
     ((_, letter_headers),) = by_topic[dead_letter_topic(cfg)]
     assert header(letter_headers, "model.version") == "1" and header(letter_headers, "model.digest") == digest
-
-
-class Listing:
-    """A cluster's topic listing; ``topics`` can change between two listings."""
-
-    def __init__(self) -> None:
-        self.topics: dict[str, Any] = {}
-        self.asked = 0
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        self.asked += 1
-        return type("Metadata", (), {"topics": dict(self.topics)})()
-
-
-def test_run_reads_nothing_and_is_unhealthy_naming_the_topic_until_the_output_topic_exists() -> None:
-    listing, seen = Listing(), []
-
-    def sleep(_: float) -> None:  # a back-off step of the wait: look, and create the topic at the third listing
-        seen.append((h.processor.status(), h.consumer._callbacks, len(h.producers)))
-        if listing.asked == 3:
-            listing.topics["scores"] = type("Meta", (), {"error": None})()
-
-    wait = TopicWait(listing, [("output.topic", "scores")], "fake:9092", sleep=sleep)
-    h = Harness(config(max_wait_ms=0), topics=wait)
-    h.consumer.rebalance("assign", [P0])
-    h.consumer.append(P0, [event(i) for i in range(3)])
-    h.run(lambda s: s.predictions == 3)
-    assert listing.asked == 4 and seen
-    status, subscribed, producers = seen[-1]
-    assert not status.healthy and not status.ready
-    assert status.reason == "topic 'scores' (output.topic) does not exist on fake:9092: waiting for it to be created"
-    assert not subscribed and producers == 0  # nothing opened while it waited
-    assert h.processor.status().reason == ""
-    assert sorted(h.predictions()) == [(0, i) for i in range(3)]
-
-
-def test_a_stop_while_waiting_for_a_topic_opens_nothing() -> None:
-    listing = Listing()
-    h: list[Harness] = []
-    wait = TopicWait(listing, [("input.topics[0]", TOPIC)], "fake:9092",
-                     sleep=lambda _: h[0].processor.stop() if listing.asked == 2 else None)
-    h.append(Harness(config(), topics=wait))
-    h[0].processor.run()
-    assert listing.asked == 2 and not h[0].consumer._callbacks and h[0].producers == []
