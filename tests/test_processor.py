@@ -599,3 +599,47 @@ def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_field() ->
         assert (p["model_version"], p["model_digest"]) == ("1", digest)
     ((_, letter_headers),) = by_topic[dead_letter_topic(cfg)]
     assert header(letter_headers, "model.version") == "1" and header(letter_headers, "model.digest") == digest
+
+
+class Listing:
+    """A cluster's topic listing; ``topics`` can change between two listings."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, Any] = {}
+        self.asked = 0
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        self.asked += 1
+        return type("Metadata", (), {"topics": dict(self.topics)})()
+
+
+def test_run_reads_nothing_and_is_unhealthy_naming_the_topic_until_the_output_topic_exists() -> None:
+    listing, seen = Listing(), []
+
+    def sleep(_: float) -> None:  # a back-off step of the wait: look, and create the topic at the third listing
+        seen.append((h.processor.status(), h.consumer._callbacks, len(h.producers)))
+        if listing.asked == 3:
+            listing.topics["scores"] = type("Meta", (), {"error": None})()
+
+    wait = TopicWait(listing, [("output.topic", "scores")], "fake:9092", sleep=sleep)
+    h = Harness(config(max_wait_ms=0), topics=wait)
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [event(i) for i in range(3)])
+    h.run(lambda s: s.predictions == 3)
+    assert listing.asked == 4 and seen
+    status, subscribed, producers = seen[-1]
+    assert not status.healthy and not status.ready
+    assert status.reason == "topic 'scores' (output.topic) does not exist on fake:9092: waiting for it to be created"
+    assert not subscribed and producers == 0  # nothing opened while it waited
+    assert h.processor.status().reason == ""
+    assert sorted(h.predictions()) == [(0, i) for i in range(3)]
+
+
+def test_a_stop_while_waiting_for_a_topic_opens_nothing() -> None:
+    listing = Listing()
+    h: list[Harness] = []
+    wait = TopicWait(listing, [("input.topics[0]", TOPIC)], "fake:9092",
+                     sleep=lambda _: h[0].processor.stop() if listing.asked == 2 else None)
+    h.append(Harness(config(), topics=wait))
+    h[0].processor.run()
+    assert listing.asked == 2 and not h[0].consumer._callbacks and h[0].producers == []
