@@ -27,7 +27,7 @@ from streamer.house import Observers, Scope, Wiring
 from streamer.kafka.checkpoint import Checkpoint, Commit
 from streamer.kafka.clients import consume_batch
 from streamer.kafka.deadletter import letter_for
-from streamer.kafka.messages import Predictions, digest_headers
+from streamer.kafka.messages import Predictions
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.kafka.topics import names
 from streamer.observe.accounting import Accounting
@@ -291,11 +291,12 @@ class Processor:
         batch, out = done.batch, done.out
         self._account.breaker(self.serving.breaker.state.value)
         self._gate.model_answered()
-        stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.scope.run_id, out.degraded)
+        stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.scope.run_id, out.degraded,
+                      out.digest)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
         self._observe.scored(batch, done.seconds, out, rows)
         self._dead_letter(rejects, (out.model, out.version, out.digest))  # named by the model that scored them
-        return Predictions(self.cfg.output.topic, values, rows, headers=digest_headers(out.digest))
+        return Predictions(self.cfg.output.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
         """Flush the open batch (unless blocked or failed), wait for the acks, commit what they acked."""

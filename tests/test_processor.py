@@ -564,18 +564,25 @@ def test_pipelined_the_loop_reads_no_more_while_the_model_is_behind() -> None:
     assert [o for _, o in h.predictions()] == list(range(1_000))
 
 
-def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_header() -> None:
+def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_field() -> None:
     """model.version "1" reaches every prediction as "1"; the model file's digest travels beside
-    it, in a header on each prediction (produced one by one: the batch call drops headers) and
-    on each dead letter, next to its model.version."""
+    it, in the prediction's model_digest field (no headers: the batch call takes the batch) and
+    in each dead letter's headers, next to its model.version."""
     import hashlib
 
     from streamer.kafka.deadletter import header
-    from streamer.kafka.messages import DIGEST_HEADER
 
     cfg = config(max_wait_ms=0)
     digest = hashlib.sha256(cfg.model.path.read_bytes()).hexdigest()[:12]
     h = Harness(cfg)
+    batches = []
+    produce_batch = h.producer.produce_batch
+
+    def counted(topic: str, messages: list[dict[str, Any]], on_delivery: Any = None) -> int:
+        batches.append((topic, len(messages)))
+        return produce_batch(topic, messages, on_delivery=on_delivery)
+
+    h.producer.produce_batch = counted  # type: ignore[method-assign]
     h.consumer.rebalance("assign", [P0])
     h.consumer.append(P0, [event(0), event(1), event(2, width=5), event(3)])  # 2: a dead letter
     h.run(lambda s: s.outputs == 4)
@@ -585,9 +592,11 @@ def test_predictions_carry_model_version_verbatim_and_the_digest_in_a_header() -
         by_topic.setdefault(topic, []).append((value, headers))
     predictions = by_topic["scores"]
     assert cfg.model.version == "1" and len(predictions) == 3
+    assert sum(n for topic, n in batches if topic == "scores") == 3  # every prediction went in a batch call
     for value, headers in predictions:
-        assert codec.decode(value)["model_version"] == "1"
-        assert headers == [(DIGEST_HEADER, digest.encode())]
+        assert headers is None
+        p = codec.decode(value)
+        assert (p["model_version"], p["model_digest"]) == ("1", digest)
     ((_, letter_headers),) = by_topic[dead_letter_topic(cfg)]
     assert header(letter_headers, "model.version") == "1" and header(letter_headers, "model.digest") == digest
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -81,6 +82,8 @@ def test_flips_and_differences_are_counted_on_the_rows_the_champion_scored_itsel
     assert len(sink.sent) == 20 and {t for t, _, _ in sink.sent} == {"out.shadow"}
     decoded = AvroCodec(load_schema(ROOT / "streamer" / "schemas" / "prediction.avsc")).decode(sink.sent[3][1])
     assert (decoded["model_name"], decoded["model_version"], decoded["source_offset"]) == ("plus", "9", 3)
+    digest = hashlib.sha256((ROOT / "models" / "fraud_mlp.onnx").read_bytes()).hexdigest()[:12]
+    assert decoded["model_digest"] == digest  # the challenger's file
     assert abs(decoded["scores"][0] - 0.5) < 1e-6 and sink.sent[3][2] == b"k3"
 
 

@@ -4,10 +4,8 @@ A batch's predictions go to librdkafka in one ``produce_batch`` call (confluent-
 ``rd_kafka_produce_batch``): the partitioner runs per message, as for ``produce``, and the
 messages are queued in their order, so each partition gets them in order. It is used only when
 the local queue has room for the whole batch (``queue.buffering.max.messages``), since a message
-refused by a full queue while later ones were queued would land out of order, and only for
-predictions without headers: the batch call drops headers (librdkafka's batch API has none), and
-the model digest header must reach the broker. Otherwise, and for single outputs, one ``produce``
-each (with headers about 1.4 us a message more than the batch call, measured on one core).
+refused by a full queue while later ones were queued would land out of order; otherwise, and for
+single outputs (they have headers, which the batch call does not take), one ``produce`` each.
 
 Outputs go out in units: a batch's predictions (:class:`Predictions`, columns: one value per
 scored row) or single :class:`Output` messages (dead letters, predictions produced again). Every
@@ -168,15 +166,14 @@ class Deliveries:
         if isinstance(outputs, Predictions):
             topic = outputs.topic
             keys = outputs.keys or [m.key() for m in outputs.rows.source.items]
-            headers = outputs.headers
-            if (not headers and len(self.producer) + unit.size <= self.queue_limit
+            if (len(self.producer) + unit.size <= self.queue_limit
                     and self._produce_batch(unit, topic, outputs.values, keys)):
                 return
             for i, (value, key) in enumerate(zip(outputs.values, keys)):
                 try:
-                    produce_(topic, value, key, headers=headers, on_delivery=report)
+                    produce_(topic, value, key, on_delivery=report)
                 except (BufferError, KafkaException):
-                    self._produce_hard(unit, i, topic, value, key, headers)
+                    self._produce_hard(unit, i, topic, value, key, None)
             return
         for i, out in enumerate(outputs):
             self._produce_hard(unit, i, out.topic, out.value, out.key, out.headers)

@@ -25,7 +25,6 @@ from streamer.config import OutputKey
 from streamer.pipeline.records import Rows, TopicPartition
 
 Headers = list[tuple[str, bytes]]
-DIGEST_HEADER = "streamer.model.digest"  # on every prediction: the digest of the model file that scored it
 
 # A message larger than the topic (or the producer) takes.
 TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
@@ -58,21 +57,19 @@ class Output:
 @dataclass(frozen=True, slots=True)
 class Predictions:
     """A batch's predictions: ``values[i]`` is the prediction of ``rows`` row i, all to ``topic``;
-    ``keys[i]`` its key (None: the input message's key, ``output.key: input``); ``headers`` on
-    each of them (the scoring file's ``streamer.model.digest``)."""
+    ``keys[i]`` its key (None: the input message's key, ``output.key: input``)."""
 
     topic: str
     values: list[bytes]
     rows: Rows
     keys: list[bytes | None] | None = None
-    headers: Headers | None = None
 
     def output(self, i: int) -> Output:
         """Row ``i``'s prediction as a single output (to produce it again, or dead-letter it)."""
         m = self.rows.source.items[i]
         key = m.key() if self.keys is None else self.keys[i]
-        return Output(self.topic, key, self.values[i], self.headers, m,
-                      event_time_ms=int(self.rows.event_times[i]), attempts=1)
+        return Output(self.topic, key, self.values[i], None, m, event_time_ms=int(self.rows.event_times[i]),
+                      attempts=1)
 
     def keyed(self, key_by: OutputKey) -> Predictions:
         """These predictions keyed as ``output.key`` says: the input's key, or a prediction field's
@@ -111,12 +108,6 @@ class Acked:
         for o in self.outputs:
             out.setdefault(o.source_tp, []).append(np.array([o.source.offset()], np.int64))
         return out
-
-
-def digest_headers(digest: str) -> Headers | None:
-    """The headers of a batch's predictions: the scoring file's digest (none without one: a
-    constant fallback, a runner not from a file)."""
-    return [(DIGEST_HEADER, digest.encode())] if digest else None
 
 
 def is_permanent(err: KafkaError) -> bool:

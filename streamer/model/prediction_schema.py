@@ -73,7 +73,11 @@ def _plain(node: Any) -> Any:
 
 def check_schema(user: dict[str, Any], made: dict[str, Any]) -> None:
     """Refuse (ConfigError on ``output.schema``) a user's schema that lacks a field streamer
-    writes, types it otherwise, or has a field streamer does not write and that has no default."""
+    writes, types it otherwise, or has a field streamer does not write and that has no default.
+
+    A field with a default in the bundled schema may be left out. ``model_digest`` is one: a
+    schema without it stays valid and the digest is then not written (pipeline/stages.py); with
+    it, every prediction carries the digest."""
     theirs = {f["name"]: f for f in user["fields"]}
     ours = {f["name"]: f for f in made["fields"]}
     for name, f in ours.items():

@@ -199,13 +199,16 @@ class Rows:
 class Stamp:
     """What every prediction of a batch says about its scoring: the model that scored it (a
     fallback's predictions name the fallback, ``<model.name>-fallback``, and are flagged
-    ``degraded`` with the reason), when, and the replay run (None: live scoring)."""
+    ``degraded`` with the reason), when, the replay run (None: live scoring), and the digest of
+    the model file that scored it (reload.file_digest; "": no file did; None: not written, the
+    output schema has no ``model_digest`` field)."""
 
     model_name: str
     model_version: str
     scored_at_ms: int
     run_id: str | None = None
     degraded: str | None = None
+    model_digest: str | None = ""
 
 
 def prediction_fields(source: SourceRecord, outputs: Mapping[str, Any], stamp: Stamp,
@@ -214,13 +217,16 @@ def prediction_fields(source: SourceRecord, outputs: Mapping[str, Any], stamp: S
     fields' values (``scores``, the row of streamer/schemas/prediction.avsc, or the named
     outputs); ``include`` names the pass-through fields (output.include) whose values the record
     carries. The degraded fields are left to their defaults unless the stamp says degraded, so an
-    output schema from before them still takes the record."""
+    output schema from before them still takes the record; ``model_digest`` is left out when the
+    stamp has None for it (an output schema without the field)."""
     fields = {
         "event_id": source.event_id, "entity_id": source.entity_id, **outputs,
-        "model_name": stamp.model_name, "model_version": stamp.model_version, "source_topic": source.topic,
-        "source_partition": source.partition, "source_offset": source.offset,
+        "model_name": stamp.model_name, "model_version": stamp.model_version, "model_digest": stamp.model_digest,
+        "source_topic": source.topic, "source_partition": source.partition, "source_offset": source.offset,
         "event_time": source.event_time_ms, "scored_at": stamp.scored_at_ms, "run_id": stamp.run_id,
     }
+    if stamp.model_digest is None:
+        del fields["model_digest"]
     if stamp.degraded is not None:
         fields.update(degraded=True, degraded_reason=stamp.degraded)
     fields.update(zip((include_name(p) for p in include), source.passthrough, strict=True))

@@ -13,9 +13,9 @@ Two things name the served file, the same whether it was loaded at start or by a
 version label (:func:`file_version`), which predictions carry in ``model_version``: a configured
 ``model.version``, verbatim; without one, the version folder's number, else the ONNX metadata
 property ``version``, else the digest. Its digest (:func:`file_digest`): the first
-:data:`DIGEST_HEX` hex digits of the file's SHA-256, which every prediction carries in the
-``streamer.model.digest`` header (and every dead letter beside ``model.version``). So with
-``model.version: "1"`` a reloaded file keeps the label ``1`` and its predictions' digest header
+:data:`DIGEST_HEX` hex digits of the file's SHA-256, which every prediction carries in
+``model_digest`` (and every dead letter in its ``streamer.dlq.model.digest`` header). So with
+``model.version: "1"`` a reloaded file keeps the label ``1`` and its predictions' ``model_digest``
 changes: the label is what the operator called the model, the digest which bytes scored.
 
 Worked example (reload_check_ms 100): the file changes at t=0.05; the look at 0.1 sees it (once:

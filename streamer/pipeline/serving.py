@@ -97,7 +97,7 @@ class Serving:
 
     @property
     def digest(self) -> str:
-        """The serving file's digest (reload.file_digest): the ``streamer.model.digest`` header."""
+        """The serving file's digest (reload.file_digest): its predictions' ``model_digest``."""
         return self._current.digest
 
     def relabel(self, version: str) -> None:

@@ -70,6 +70,9 @@ class Stages:
         self._by_schema_id: dict[bytes, ColumnarDecoder | FieldDecoder | None] = {}  # avro-confluent
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json), encoder.prefix)
                              if fast_out and isinstance(encoder, AvroCodec) else None)
+        # A user's output.schema may leave model_digest out (prediction_schema.check_schema): not written then.
+        self._digest = not isinstance(encoder, AvroCodec) or "model_digest" in {
+            f["name"] for f in json.loads(encoder.schema_json)["fields"]}
         self.empty = Rows.empty(self._stack([]))  # what a chunk that decoded to nothing gives
 
     @classmethod
@@ -153,6 +156,8 @@ class Stages:
         """Prediction values for the scored rows: ``(kept, values, rejects)``, where ``values[j]``
         is the prediction of row j of ``kept``; rows the model failed on alone are rejects.
         ``scores``: the prediction fields' columns."""
+        if not self._digest:
+            stamp = replace(stamp, model_digest=None)
         if self.fast_encoder is None:
             kept, values, rejects = encode_batch(rows, scores, poison, self.encoder, stamp, self.include)
             return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects
@@ -172,7 +177,7 @@ class Stages:
         values = self.fast_encoder.encode(part.event_ids, part.entity_ids, matrix[kept], stamp.model_name,
                                           stamp.model_version, part.source.topics, part.source.partitions,
                                           part.source.offsets, part.event_times, stamp.scored_at_ms,
-                                          stamp.run_id, stamp.degraded)
+                                          stamp.run_id, stamp.degraded, stamp.model_digest)
         if None not in values:  # every kept row encoded: the poison rows are the only rejects
             items = rows.source.items
             return part, cast(list[bytes], values), [poison_reject(poison[i], items[i]) for i in sorted(poison)]

@@ -151,24 +151,28 @@ def test_prediction_schema_round_trip() -> None:
         "event_time": 1764417600000,
         "scored_at": 1764417600042,
     }
-    # run_id is optional with a null default: a record without it still encodes.
-    assert codec.decode(codec.encode(prediction)) == {**prediction, "run_id": None, "degraded": False,
-                                                      "degraded_reason": None}
-    replayed = {**prediction, "run_id": "backfill-7", "degraded": True, "degraded_reason": "breaker open"}
+    # run_id and model_digest are optional with a default: a record without them still encodes.
+    assert codec.decode(codec.encode(prediction)) == {**prediction, "model_digest": "", "run_id": None,
+                                                      "degraded": False, "degraded_reason": None}
+    replayed = {**prediction, "model_digest": "0123456789ab", "run_id": "backfill-7", "degraded": True,
+                "degraded_reason": "breaker open"}
     assert codec.decode(codec.encode(replayed)) == replayed
 
 
 def test_prediction_schema_is_backward_compatible() -> None:
-    """Predictions written before run_id existed read with today's schema (run_id null)."""
+    """Predictions written before run_id and model_digest existed read with today's schema
+    (run_id null, model_digest empty)."""
     new = load_schema(SCHEMAS / "prediction.avsc")
-    old = fastavro.parse_schema({**new, "fields": [f for f in new["fields"] if f["name"] != "run_id"]})
+    old = fastavro.parse_schema({**new, "fields": [f for f in new["fields"]
+                                                   if f["name"] not in ("run_id", "model_digest")]})
     old_record = {"event_id": "e", "entity_id": "a", "scores": [0.5], "model_name": "m",
                   "model_version": "1", "source_topic": "t", "source_partition": 0,
                   "source_offset": 1, "event_time": 2, "scored_at": 3}
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, old, old_record)
     buf.seek(0)
-    assert fastavro.schemaless_reader(buf, old, new)["run_id"] is None
+    read = fastavro.schemaless_reader(buf, old, new)
+    assert read["run_id"] is None and read["model_digest"] == ""
 
 
 # --- schemas ----------------------------------------------------------------------------------

@@ -514,13 +514,26 @@ def test_check_schema_accepts_the_made_schema_and_refuses_a_missing_or_retyped_f
     check_schema(extra, made)
 
 
+def test_model_digest_follows_model_version_and_a_users_schema_may_leave_it_out(tabular: Signature) -> None:
+    made = made_schema(load_schema(PREDICTION), tabular_contract(tabular), [], None)
+    names = [f["name"] for f in made["fields"]]
+    assert names[names.index("model_version") + 1] == "model_digest"
+    older = {**made, "fields": [f for f in made["fields"] if f["name"] != "model_digest"]}
+    check_schema(older, made)  # valid: the digest is then not written
+    retyped = copy.deepcopy(made)
+    next(f for f in retyped["fields"] if f["name"] == "model_digest")["type"] = "bytes"
+    with pytest.raises(ConfigError, match="field 'model_digest' is \"bytes\""):
+        check_schema(retyped, made)
+
+
 def test_made_schema_round_trips_a_prediction_through_avro(tabular: Signature) -> None:
     contract = tabular_contract(tabular, country=InputSource(("card.country",)))
     made = made_schema(load_schema(PREDICTION), contract, ["amount", "channel", "card.country"],
                        load_schema(PURCHASE))
     codec = AvroCodec(cast(dict[str, Any], fastavro.parse_schema(made)))
     record = {"event_id": "e-1", "entity_id": "card-9", "label": 1, "probabilities": [0.25, 0.75],
-              "model_name": "tab", "model_version": "3", "source_topic": "purchases", "source_partition": 2,
+              "model_name": "tab", "model_version": "3", "model_digest": "0123456789ab",
+              "source_topic": "purchases", "source_partition": 2,
               "source_offset": 41, "event_time": 1_700_000_000_000, "scored_at": 1_700_000_000_500,
               "run_id": None, "degraded": False, "degraded_reason": None,
               "amount": 12.5, "channel": "web", "card_country": None}

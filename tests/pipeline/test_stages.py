@@ -134,6 +134,29 @@ def test_encode_keeps_order_and_turns_poison_into_dead_letters(kinds: list[str],
     assert [(type(e), m.offset()) for e, m in got[2]] == [(type(e), m.offset()) for e, m in want[2]]
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_digest_is_written_where_the_output_schema_has_model_digest(fast: bool) -> None:
+    """The shipped schema and JSON carry the stamp's model_digest right after model_version; a
+    user's schema without the field still encodes every row, without it."""
+    chunk, decoder, cfg = messages("avro", ["good"] * 4)
+    shipped = json.loads(PREDICTION.schema_json)
+    older = AvroCodec({**shipped, "fields": [f for f in shipped["fields"] if f["name"] != "model_digest"]})
+    stamp = Stamp("m", "1", 1234, None, None, "0123456789ab")
+    written = {}
+    for name, encoder in (("shipped", PREDICTION), ("older", older), ("json", JsonCodec())):
+        stages = Stages(decoder, encoder, cfg, CONTRACT, fast=fast)
+        assert (stages.fast_encoder is not None) is (fast and name != "json")
+        rows, _ = stages.decode(chunk)
+        kept, values, rejects = stages.encode(rows, Columns({"scores": np.ones((len(rows), 1), np.float32)}), {},
+                                              stamp)
+        assert len(kept) == len(values) == 4 and not rejects, name
+        written[name] = [dict(encoder.decode(v)) for v in values]
+    assert {p["model_digest"] for p in written["shipped"] + written["json"]} == {"0123456789ab"}
+    assert list(written["json"][0])[3:6] == ["model_name", "model_version", "model_digest"]
+    assert all("model_digest" not in p for p in written["older"])
+    assert [{k: v for k, v in p.items() if k != "model_digest"} for p in written["shipped"]] == written["older"]
+
+
 def test_rejected_rows_leave_no_reference_cycle_behind() -> None:
     """A reject's error is kept for its dead letter without the frames it passed through (the
     decode's and encode's, which hold the reject list), hidden contexts included (json raises its

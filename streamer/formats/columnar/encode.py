@@ -10,6 +10,9 @@ is a row with a string over 4 KiB, which the reference encodes.
 Worked example: ``PredictionEncoder.compile(schema).encode(["evt-1"], ["acct-42"],
 np.array([[0.5]], np.float32), "m", "1", "t", [0], [7], [1000], 2000, None)`` gives one value,
 ``0a 65 76 74 2d 31 0e ... 00`` (event id, entity id, scores, ... run_id's null branch).
+
+The model's name, version and digest are one constant head per batch, written into every row
+as one block: the digest costs no work per row.
 """
 
 from __future__ import annotations
@@ -29,11 +32,27 @@ _INT64 = (-(1 << 63), 1 << 63)
 _LONGEST = 4096  # bytes: a longer string (id, entity, topic) or constant part is left to the reference
 # The shipped Prediction layout: field names and their types (a timestamp-millis long is a long).
 _LAYOUT = (("event_id", "string"), ("entity_id", "string"), ("scores", ("array", "float")),
-           ("model_name", "string"), ("model_version", "string"), ("source_topic", "string"),
-           ("source_partition", "int"), ("source_offset", "long"), ("event_time", "long"),
-           ("scored_at", "long"), ("run_id", ("null", "string")),
+           ("model_name", "string"), ("model_version", "string"), ("model_digest", "string"),
+           ("source_topic", "string"), ("source_partition", "int"), ("source_offset", "long"),
+           ("event_time", "long"), ("scored_at", "long"), ("run_id", ("null", "string")),
            ("degraded", "boolean"), ("degraded_reason", ("null", "string")))
-_BEFORE_DEGRADED = _LAYOUT[:-2]  # the layout before the degraded fields: still encoded, without them
+_DIGEST = ("model_digest", "string")
+_DEGRADED = _LAYOUT[-2:]
+
+
+def _layouts() -> dict[tuple[Any, ...], tuple[bool, bool]]:
+    """The layouts encoded, each with (digest field, degraded fields): the shipped one, and a user's
+    copy of an older one without ``model_digest`` or without the degraded fields (fastavro leaves
+    those out, and so does the fast path)."""
+    out = {}
+    for digest in (True, False):
+        for degraded in (True, False):
+            out[tuple(f for f in _LAYOUT if (digest or f != _DIGEST) and (degraded or f not in _DEGRADED))] = (
+                digest, degraded)
+    return out
+
+
+_LAYOUTS = _layouts()
 
 
 def _varints(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,33 +159,38 @@ def _ints(values: Sequence[int] | np.ndarray, ok: np.ndarray) -> np.ndarray:
 class PredictionEncoder:
     """Encodes the predictions of a batch with the shipped Prediction schema, for all rows at once."""
 
-    def __init__(self, degraded_fields: bool = True, prefix: bytes = b"") -> None:
+    def __init__(self, degraded_fields: bool = True, prefix: bytes = b"", digest_field: bool = True) -> None:
         self.degraded_fields = degraded_fields  # the schema ends with degraded, degraded_reason
+        self.digest_field = digest_field  # model_digest follows model_version
         self.prefix = prefix  # before every value: avro-confluent's magic byte and schema id
 
     @classmethod
     def compile(cls, output_schema: dict[str, Any], prefix: bytes = b"") -> PredictionEncoder | None:
         """An encoder, or None unless ``output_schema`` has exactly the shipped Prediction layout
-        (or the one before it, without the degraded fields); ``prefix`` leads every value (as
-        ``AvroCodec(schema, prefix=prefix)`` writes it)."""
+        (or an older one, without ``model_digest`` or without the degraded fields); ``prefix``
+        leads every value (as ``AvroCodec(schema, prefix=prefix)`` writes it)."""
         try:
             parsed: Any = fastavro.parse_schema(output_schema)
             fields = tuple((f["name"], _type(f["type"])) for f in parsed["fields"])
         except Exception:  # noqa: BLE001 - not a record schema fastavro takes: no fast path
             return None
-        if parsed.get("type") != "record" or fields not in (_LAYOUT, _BEFORE_DEGRADED):
+        if parsed.get("type") != "record" or fields not in _LAYOUTS:
             return None
-        return cls(degraded_fields=fields == _LAYOUT, prefix=prefix)
+        digest, degraded = _LAYOUTS[fields]
+        return cls(degraded_fields=degraded, prefix=prefix, digest_field=digest)
 
     def encode(self, event_ids: Sequence[str], entity_ids: Sequence[str], scores: np.ndarray,
                model_name: str, model_version: str, source_topic: str | Sequence[str],
                source_partitions: Sequence[int] | np.ndarray, source_offsets: Sequence[int] | np.ndarray,
                event_times: Sequence[int] | np.ndarray, scored_at_ms: int,
-               run_id: str | None = None, degraded: str | None = None) -> list[bytes | None]:
+               run_id: str | None = None, degraded: str | None = None,
+               model_digest: str | None = "") -> list[bytes | None]:
         """One prediction value per row; None where the row needs the reference encoder.
 
         That is a row the reference refuses (a string with a lone surrogate, an integer outside
         64 bits: it raises ``SerializeError`` for it), or one with a string over 4 KiB.
+        ``model_digest`` as ``Stamp.model_digest``: None writes the field's default, "", and is
+        what a schema without the field takes (a digest for it is refused, as by the reference).
 
         Args:
             scores: float32 (or float64) [rows, n_out]; stored as float32 exactly as fastavro
@@ -191,6 +215,10 @@ class PredictionEncoder:
         ok = np.ones(k, bool)
         try:
             head = avro_string(model_name) + avro_string(model_version)
+            if self.digest_field:
+                head += avro_string(model_digest or "")
+            elif model_digest is not None:
+                raise TypeError("the schema has no model_digest field")  # the reference refuses it too
             topic = avro_string(source_topic) if isinstance(source_topic, str) else b""
             scored_at = operator.index(scored_at_ms)
             if not _INT64[0] <= scored_at < _INT64[1]:

@@ -507,14 +507,16 @@ def encoder() -> PredictionEncoder:
 def test_golden_prediction() -> None:
     scores = np.array([[0.5, -1.0]], np.float32)
     got = encoder().encode(["evt-1"], ["acct-42"], scores, "model", "7", "features", [2], [41],
-                           [1764417600000], 1764417600123, None)
+                           [1764417600000], 1764417600123, None, model_digest="0123456789ab")
     want = bytes.fromhex("0a6576742d310e616363742d3432040000003f000080bf00" "0a6d6f64656c0237"
+                         "18303132333435363738396162"  # model_digest: 12 characters
                          "106665617475726573" "0452" "80e8dff7d966" "f6e9dff7d966" "00" "0000")
     assert got == [want]
     row = {"event_id": "evt-1", "entity_id": "acct-42", "topic": "features", "partition": 2, "offset": 41,
            "time": 1764417600000}
     assert want == reference_encode(AvroCodec(PREDICTION), row, np.array([0.5, -1.0], np.float32), {
-        "model_name": "model", "model_version": "7", "scored_at_ms": 1764417600123, "run_id": None})
+        "model_name": "model", "model_version": "7", "scored_at_ms": 1764417600123, "run_id": None,
+        "model_digest": "0123456789ab"})
 
 
 def test_signalling_nan_scores_come_out_quiet_as_fastavro_writes_them() -> None:
@@ -527,19 +529,22 @@ def test_signalling_nan_scores_come_out_quiet_as_fastavro_writes_them() -> None:
     assert want[4:16] == struct.pack("<3I", 0x7FC00001, 0xFFFFFFFF, 0x7FC00001)
 
 
-@pytest.mark.parametrize("change", ["order", "run_id", "scores", "extra", "logical"])
+@pytest.mark.parametrize("change", ["order", "run_id", "scores", "extra", "logical", "digest"])
 def test_other_prediction_layouts_compile_to_none(change: str) -> None:
     fields = [dict(f) for f in PREDICTION["fields"]]
+    named = {f["name"]: f for f in fields}
     if change == "order":
         fields[0], fields[1] = fields[1], fields[0]
     elif change == "run_id":
-        next(f for f in fields if f["name"] == "run_id")["type"] = ["string", "null"]
+        named["run_id"]["type"] = ["string", "null"]
     elif change == "scores":
         fields[2]["type"] = {"type": "array", "items": "double"}
     elif change == "extra":
         fields.append({"name": "x", "type": "long"})
+    elif change == "digest":
+        named["model_digest"]["type"] = ["null", "string"]
     else:
-        fields[8]["type"] = {"type": "long", "logicalType": "timestamp-micros"}
+        named["event_time"]["type"] = {"type": "long", "logicalType": "timestamp-micros"}
     assert PredictionEncoder.compile({"type": "record", "name": "P", "fields": fields}) is None
 
 
@@ -558,26 +563,33 @@ def predictions(draw: st.DrawFn) -> tuple[list[dict[str, Any]], np.ndarray, dict
     bits = draw(st.lists(st.integers(0, 2**32 - 1) | specials, min_size=k * n_out, max_size=k * n_out))
     scores = np.array(bits, np.uint32).view(np.float32).reshape(k, n_out)  # NaNs of every kind, -0.0, inf
     common = {"model_name": draw(TEXT), "model_version": draw(TEXT), "scored_at_ms": draw(LONG),
-              "run_id": draw(st.none() | TEXT), "degraded": draw(st.none() | TEXT)}
+              "run_id": draw(st.none() | TEXT), "degraded": draw(st.none() | TEXT),
+              "model_digest": draw(st.none() | TEXT)}
     return rows, scores, common, draw(st.booleans())
 
 
-BEFORE_DEGRADED = {**PREDICTION, "fields": [f for f in PREDICTION["fields"]
-                                           if f["name"] not in ("degraded", "degraded_reason")]}
+def without(schema: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {**schema, "fields": [f for f in schema["fields"] if f["name"] not in names]}
 
 
 @PROPERTY
-@given(predictions(), st.booleans(), st.booleans())
-def test_fast_encoding_is_byte_identical_to_fastavro(drawn: Any, per_row_topics: bool, older: bool) -> None:
-    """The shipped layout, and the one before the degraded fields (a user's copy of the old
-    schema: fastavro leaves the two fields out, and so must the fast path)."""
+@given(predictions(), st.booleans(), st.booleans(), st.booleans())
+def test_fast_encoding_is_byte_identical_to_fastavro(drawn: Any, per_row_topics: bool, no_digest: bool,
+                                                     no_degraded: bool) -> None:
+    """The shipped layout, and a user's copy of an older one without model_digest or without the
+    degraded fields: fastavro leaves them out, and so must the fast path. A None digest is the
+    field's default (""); a digest for a schema without the field is refused by both."""
     rows, scores, common, as_arrays = drawn
     if not per_row_topics:
         rows = [{**r, "topic": "the-topic"} for r in rows]
-    schema = BEFORE_DEGRADED if older else PREDICTION
+    schema = PREDICTION
+    if no_digest:
+        schema = without(schema, "model_digest")
+    if no_degraded:
+        schema = without(schema, "degraded", "degraded_reason")
     want = [reference_encode(codec(schema), r, scores[i], common) for i, r in enumerate(rows)]
     fast = PredictionEncoder.compile(schema)
-    assert fast is not None and fast.degraded_fields is not older
+    assert fast is not None and fast.degraded_fields is not no_degraded and fast.digest_field is not no_digest
 
     def column(key: str) -> Any:
         values = [r[key] for r in rows]
@@ -588,7 +600,7 @@ def test_fast_encoding_is_byte_identical_to_fastavro(drawn: Any, per_row_topics:
                       common["model_name"], common["model_version"],
                       [r["topic"] for r in rows] if per_row_topics else "the-topic",
                       column("partition"), column("offset"), column("time"), common["scored_at_ms"],
-                      common["run_id"], common["degraded"])
+                      common["run_id"], common["degraded"], common["model_digest"])
     assert got == want
 
 
