@@ -71,18 +71,22 @@ def _plain(node: Any) -> Any:
     return node
 
 
+LEAVE_OUT = frozenset({"model_digest", "degraded", "degraded_reason"})  # records.prediction_fields omits them
+
+
 def check_schema(user: dict[str, Any], made: dict[str, Any]) -> None:
     """Refuse (ConfigError on ``output.schema``) a user's schema that lacks a field streamer
     writes, types it otherwise, or has a field streamer does not write and that has no default.
 
-    A field with a default in the bundled schema may be left out. ``model_digest`` is one: a
-    schema without it stays valid and the digest is then not written (pipeline/stages.py); with
-    it, every prediction carries the digest."""
+    Of the bundled schema's fields, only those a record may go without (:data:`LEAVE_OUT`) may be
+    left out. ``model_digest`` is one: a schema without it stays valid and the digest is then not
+    written (pipeline/stages.py); with it, every prediction carries the digest. ``run_id`` is not:
+    every record carries it (null when live), and the writer refuses a field its schema lacks."""
     theirs = {f["name"]: f for f in user["fields"]}
     ours = {f["name"]: f for f in made["fields"]}
     for name, f in ours.items():
         if name not in theirs:
-            if "default" in f:  # optional in the bundled schema (run_id, degraded, ...): left out is fine
+            if name in LEAVE_OUT:
                 continue
             raise ConfigError("output.schema", f"has no field {name!r}, which the model's contract writes "
                                                f"({_type(f['type'])}); leave output.schema out to have one "

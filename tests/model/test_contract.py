@@ -526,6 +526,17 @@ def test_model_digest_follows_model_version_and_a_users_schema_may_leave_it_out(
         check_schema(retyped, made)
 
 
+def test_a_users_schema_without_run_id_is_refused_at_start_since_every_record_carries_it(
+        tabular: Signature) -> None:
+    made = made_schema(load_schema(PREDICTION), tabular_contract(tabular), [], None)
+    without = {**made, "fields": [f for f in made["fields"] if f["name"] != "run_id"]}
+    with pytest.raises(ConfigError, match="has no field 'run_id'") as err:
+        check_schema(without, made)
+    assert key_of(err) == "output.schema"
+    lean = {**made, "fields": [f for f in made["fields"] if f["name"] not in ("degraded", "degraded_reason")]}
+    check_schema(lean, made)  # the record leaves the degraded fields out unless degraded
+
+
 def test_made_schema_round_trips_a_prediction_through_avro(tabular: Signature) -> None:
     contract = tabular_contract(tabular, country=InputSource(("card.country",)))
     made = made_schema(load_schema(PREDICTION), contract, ["amount", "channel", "card.country"],
