@@ -294,14 +294,20 @@ def test_exactly_once_crash_inside_a_commit_resumes_from_the_last_transaction(
 @pytest.mark.parametrize("guarantee", GUARANTEES)
 def test_unacknowledged_predictions_are_never_committed(bootstrap: str, topics: Topics,
                                                         tmp_path: Path, guarantee: str) -> None:
-    """Commits come due while no prediction is acknowledged (the output topic does not exist yet,
-    so librdkafka holds every one): nothing may be committed. Then a crash, the topic appears,
-    and a restart writes every prediction once."""
+    """Commits come due while no prediction is acknowledged (the output topic is deleted once the
+    processor has started, before any event is sent, so librdkafka holds every prediction): nothing
+    may be committed. Then a crash, the topic is back, and a restart writes every prediction once."""
     late = replace(topics, output=f"{topics.output}-late")
     n = 5_000
-    feed(bootstrap, late, n)
+    create_topics(bootstrap, {late.output: 3})
     port = free_port()
     p = processor(tmp_path, bootstrap, late, guarantee, "p1", metrics_port=port).start()
+    wait_until(lambda: "streamer.processor: assigned" in p.log.read_text(), 60, "the processor to join", p.tail)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([late.output], request_timeout=30).values():
+        future.result(30)
+    wait_until(lambda: late.output not in admin.list_topics(timeout=10).topics, 30, "the topic to go")
+    feed(bootstrap, late, n)
     wait_until(lambda: scrape(port, "streamer_events_consumed_total") >= 1000, 60,
                "the processor to consume and score a first chunk", p.tail)
     watch_until = time.monotonic() + 4 * COMMIT_INTERVAL_S  # four commit intervals go by
@@ -310,9 +316,9 @@ def test_unacknowledged_predictions_are_never_committed(bootstrap: str, topics: 
         assert all(o < 0 for o in committed.values()), \
             f"inputs committed while no prediction was acknowledged: {committed}\n{p.tail()}"
     p.kill()
-    assert late.output not in AdminClient({"bootstrap.servers": bootstrap}).list_topics(
-        timeout=10).topics, "the broker auto-created the output topic: this test needs " \
-                            "auto.create.topics.enable=false (the local broker's setting)"
+    assert late.output not in admin.list_topics(timeout=10).topics, \
+        "the broker auto-created the output topic: this test needs auto.create.topics.enable=false " \
+        "(the local broker's setting)"
     assert all(o < 0 for o in committed_offsets(bootstrap, late.group, late.input).values())
     create_topics(bootstrap, {late.output: 3})
     result = finish(bootstrap, late, processor(tmp_path, bootstrap, late, guarantee, "p1").start())
