@@ -58,8 +58,9 @@ def wholly_broken(passed: int, rejects: Sequence[tuple[RecordError, Any]]) -> Br
     the rows failed at other stages or in different ways)."""
     if passed or not rejects or not all(isinstance(error, ValidationError) for error, _ in rejects):
         return None
+    messages = {str(error) for error, _ in rejects}  # rows that fail alike often say the very same
     first = str(rejects[0][0])
     cls = reason_class(first)
-    if any(reason_class(str(error)) != cls for error, _ in rejects[1:]):
+    if any(reason_class(message) != cls for message in messages):
         return None
     return Broken(cls, first)
