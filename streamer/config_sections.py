@@ -40,6 +40,7 @@ class ProcessingConfig:
     create_dead_letter_topic: bool = True  # create it at start-up when missing
     max_poison_fraction: float = 0.5  # more failing rows than this in one batch: the model is broken
     broken_after_failed_batches: int = 3  # this many whole batches failing in a row: likewise
+    broken_input_batches: int = 5  # batches in a row wholly failing validation alike: input held (0: never)
     retry_backoff_ms: int = 500  # first wait before retrying a broken model or a failed delivery
     retry_backoff_max_ms: int = 30_000  # the wait doubles up to this
     max_redrives: int = 3  # `streamer dlq redrive` refuses rows redriven this often already
@@ -54,6 +55,7 @@ class ProcessingConfig:
             raise ConfigError("processing.transaction_timeout_ms",
                               f"must exceed processing.commit_interval_ms ({self.commit_interval_ms})")
         at_least(1, "processing.broken_after_failed_batches", self.broken_after_failed_batches)
+        at_least(0, "processing.broken_input_batches", self.broken_input_batches)  # 0: never held
         at_least(1, "processing.retry_backoff_ms", self.retry_backoff_ms)
         at_least(1, "processing.retry_backoff_max_ms", self.retry_backoff_max_ms)
         if self.retry_backoff_max_ms < self.retry_backoff_ms:

@@ -1,9 +1,11 @@
 """The gate: whether input flows, and why not. Holds, back-off and outputs to redo.
 
 The processor *holds* (pauses its partitions, reports unhealthy, commits nothing past the
-failure, retries with back-off) for three causes: the model looks broken, an output could not be
-written (the dead-letter topic is missing or denied, the broker is away), or input cannot be
-decoded because something it needs is away (the Schema Registry: unreachable, slow, 5xx). The
+failure, retries with back-off) for four causes: the model looks broken, an output could not be
+written (the dead-letter topic is missing or denied, the broker is away), input cannot be
+decoded because something it needs is away (the Schema Registry: unreachable, slow, 5xx), or the
+input is wholly broken (every row of the last ``broken_after`` chunks failed validation with one
+reason class, pipeline/broken.py: a config or producer problem, not a stream of dead letters). The
 gate keeps one hold per cause, each a :class:`Hold` (reason, retry time, back-off), and answers
 questions; it never calls into the processor, which acts on the answers. What to do with a
 failed output is decided before it gets here (kafka/messages.py: refused, shrink, retry): only
@@ -19,6 +21,11 @@ Transitions (back-off: ``retry_backoff_s`` doubling per repeat up to ``retry_bac
     model    model_answered                           none                       resume
     input    paused asked after the retry time        input (not paused)         read the chunk again
     input    input_decoded                            none                       resume
+    none     judge: the Nth wholly broken chunk in a  broken (back-off 1x)       read it again later,
+             row with one reason class                                           paused, unhealthy
+    broken   paused asked after the retry time        broken (not paused)        read the chunk again
+    broken   judge: wholly broken, the same class     broken (back-off 2x, max)  read it again later
+    broken   judge: a row passes, or another failure  none                       route it as usual
     output   resend after the retry time              output (re-sent)           produce the redo list
     output   settle: nothing in flight, redo empty,   none                       resume
              re-sent (or an abort's back-off over)
@@ -27,6 +34,11 @@ Transitions (back-off: ``retry_backoff_s`` doubling per repeat up to ``retry_bac
 Worked example (backoff 0.5 s, max 30 s): a dead letter fails at t=0 -> held, redo it at 0.5;
 re-sent at 0.5 and fails again -> back-off 1.0, redo at 1.5; re-sent at 1.5, acknowledged at 1.6
 -> :meth:`settle` sees nothing in flight and releases the hold; input resumes.
+
+Broken input (N = 3): chunks 1 and 2 fail wholly with "field 'amount' is null or missing ..."
+and are dead-lettered (the pattern is not known yet); chunk 3 fails the same way -> held, not
+dead-lettered, read again after 0.5 s; it fails the same way again -> back-off 1.0 s; the
+producer is fixed, the next read has a row that passes -> released, the chunk routed as usual.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from streamer.kafka.messages import Failure, Output
+from streamer.pipeline.broken import Broken
 from streamer.pipeline.records import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -55,25 +68,32 @@ class Gate:
     """Blocked, back-off and redo state for one processor."""
 
     def __init__(self, retry_backoff_s: float, retry_backoff_max_s: float,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], broken_after: int = 0) -> None:
+        """``broken_after``: wholly broken chunks in a row, of one reason class, that hold the input (0: never)."""
         self._first_s, self._max_s, self._clock = retry_backoff_s, retry_backoff_max_s, clock
         self.model: Hold | None = None
         self.delivery: Hold | None = None
         self.source: Hold | None = None  # decoding's dependency (the registry) is away
+        self.broken: Hold | None = None  # every row fails validation the same way
+        self._broken_after = broken_after
+        self._streak: tuple[str, int] = ("", 0)  # the last chunks' shared reason class, how many in a row
         self._redo: list[Output] = []
 
     @property
     def blocked(self) -> bool:
-        return self.model is not None or self.delivery is not None or self.source is not None
+        return (self.model is not None or self.delivery is not None or self.source is not None
+                or self.broken is not None)
 
     @property
     def paused(self) -> bool:
-        held = self.source is not None and self._clock() < self.source.retry_at
+        now = self._clock()
+        # Input holds pause until their retry time, then let the loop read the chunk again.
+        held = any(h is not None and now < h.retry_at for h in (self.source, self.broken))
         return self.model is not None or self.delivery is not None or held
 
     @property
     def reason(self) -> str | None:
-        block = self.model or self.delivery or self.source
+        block = self.model or self.delivery or self.source or self.broken
         return block.reason if block else None
 
     # ---- input --------------------------------------------------------------------------------
@@ -88,6 +108,24 @@ class Gate:
         if self.source is not None:
             log.info("input decodes again: resuming")
         self.source = None
+
+    def judge(self, broken: Broken | None) -> bool:
+        """A decoded chunk's verdict (pipeline/broken.py; None: a row passed, or the rows failed in
+        different ways). True: hold the chunk (read it again after the back-off, dead-letter nothing
+        of it); False: route it as usual."""
+        count = self._streak[1] + 1 if broken is not None and broken.reason_class == self._streak[0] else 1
+        self._streak = (broken.reason_class, count) if broken is not None else ("", 0)
+        if broken is not None and 0 < self._broken_after <= count:
+            last = "batch" if self._broken_after == 1 else f"{self._broken_after} batches"
+            reason = (f"input broken: every row of the last {last} fails validation with: {broken.example} "
+                      f"(fix the events or the config: the held rows are read again)")
+            self.broken = self._backoff(self.broken, reason)
+            log.error("%s; input paused, reading it again in %.1f s", self.broken.reason, self.broken.backoff_s)
+            return True
+        if self.broken is not None:
+            log.info("input passes validation again (or fails another way): resuming")
+        self.broken = None
+        return False
 
     # ---- the model --------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from streamer.observe.health import Status, loop_status
 from streamer.observe.progress import ProgressWatch
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
+from streamer.pipeline.broken import wholly_broken
 from streamer.pipeline.inference import Inference, Scoring
 from streamer.pipeline.records import Messages, Rows, Stamp
 from streamer.pipeline.stages import Stages
@@ -62,7 +63,8 @@ class Processor:
         self._assigned: set[tuple[str, int]] = set()
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
-        self._gate = Gate(cfg.processing.retry_backoff_ms / 1e3, cfg.processing.retry_backoff_max_ms / 1e3, clock)
+        self._gate = Gate(cfg.processing.retry_backoff_ms / 1e3, cfg.processing.retry_backoff_max_ms / 1e3, clock,
+                          cfg.processing.broken_input_batches)
         self._range = ReadRange(scope.bounds) if scope.bounds is not None else None
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
         self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, self._account.metrics)
@@ -158,6 +160,9 @@ class Processor:
             return self._stages.empty
         if by_tp:  # something was read and decoded: whatever decoding needs answers again
             self._gate.input_decoded()
+            if self._gate.judge(wholly_broken(len(rows), rejects)):  # a config problem: read it again later
+                self._seek({tp: int(offsets[0]) for tp, offsets in by_tp.items()})
+                return self._stages.empty
         for tp, offsets in by_tp.items():
             self._tracker.consumed(tp, offsets)
         self._dead_letter(rejects)
@@ -200,7 +205,7 @@ class Processor:
             (self.consumer.pause if paused else self.consumer.resume)(tps)
         self._paused = paused
         self._account.gauges(held=self._gate.reason, paused=paused, assigned=len(self._assigned),
-                             in_flight_rows=self._tracker.in_flight())
+                             in_flight_rows=self._tracker.in_flight(), input_broken=self._gate.broken is not None)
 
     def _commit_if_due(self, read: bool) -> None:  # read: this pass's consume returned events
         self._apply(self.checkpoint.settled())  # background commits answered since the last pass

@@ -6,6 +6,7 @@ from confluent_kafka import KafkaError
 
 from streamer.gate import Gate
 from streamer.kafka.messages import Output
+from streamer.pipeline.broken import Broken
 from streamer.testing import FakeClock
 from tests.support.fakes import FakeMessage
 
@@ -92,3 +93,60 @@ def test_forgotten_partitions_leave_the_redo_list_and_the_model_hold_wins_the_re
     assert g.reason == "model failing: boom"  # several holds: the model's reason is reported first
     g.redo([])
     assert g.delivery is not None and g.delivery.resent  # an empty redo changes nothing
+
+
+MISSING = Broken("missing field 'features'", "missing field 'features'")
+
+
+def broken_gate(after: int = 3) -> tuple[Gate, FakeClock]:
+    clock = FakeClock()
+    return Gate(0.5, 30.0, clock, broken_after=after), clock
+
+
+def test_the_nth_wholly_broken_chunk_of_one_reason_is_held_and_probed_with_back_off() -> None:
+    g, clock = broken_gate(3)
+    assert not g.judge(MISSING) and not g.judge(MISSING)  # the pattern is not known yet: dead letters
+    assert not g.blocked
+    assert g.judge(MISSING)  # the third in a row: held
+    assert g.blocked and g.paused and g.broken is not None
+    assert g.reason == ("input broken: every row of the last 3 batches fails validation with: missing field "
+                        "'features' (fix the events or the config: the held rows are read again)")
+    clock.advance(0.5)
+    assert g.blocked and not g.paused  # the probe: the loop reads the chunk again, still unhealthy
+    assert g.judge(MISSING) and g.paused and g.broken.backoff_s == 1.0  # still broken: a longer back-off
+    clock.advance(1.0)
+    assert not g.judge(None)  # a row passed: released, the chunk routed as usual
+    assert not g.blocked and not g.paused and g.reason is None
+
+
+def test_a_probe_that_fails_another_way_releases_the_hold_and_starts_a_new_streak() -> None:
+    g, clock = broken_gate(2)
+    g.judge(MISSING)
+    assert g.judge(MISSING)
+    clock.advance(0.5)
+    other = Broken("field 'features' has # values, the model takes #", "field 'features' has 3 values, ...")
+    assert not g.judge(other) and not g.blocked  # dead-lettered as usual: the first of its kind
+    assert g.judge(other) and g.reason is not None and "has 3 values" in g.reason
+
+
+def test_partial_failures_and_changing_reasons_never_hold() -> None:
+    g, _ = broken_gate(2)
+    other = Broken("field 'x' is … or missing", "field 'x' is null or missing")
+    verdicts = [g.judge(b) for b in (MISSING, None, MISSING, other, MISSING, other, None, MISSING)]
+    assert verdicts == [False] * 8 and not g.blocked
+
+
+def test_broken_after_zero_never_holds_and_one_holds_the_first_broken_chunk() -> None:
+    off, _ = broken_gate(0)
+    assert not any(off.judge(MISSING) for _ in range(100)) and not off.blocked
+    first, _ = broken_gate(1)
+    assert first.judge(MISSING) and first.blocked
+
+
+def test_the_model_hold_is_reported_before_a_broken_input() -> None:
+    g, _ = broken_gate(1)
+    g.judge(MISSING)
+    g.hold_model("boom")
+    assert g.reason == "model failing: boom"
+    g.model_answered()
+    assert g.reason is not None and g.reason.startswith("input broken:")

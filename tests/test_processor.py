@@ -7,6 +7,7 @@ between passes the way the broker would between two ``consume()`` calls. The rea
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from confluent_kafka import KafkaError
+from prometheus_client import CollectorRegistry
 
 from streamer.config import Config, dead_letter_topic, with_overrides
 from streamer.config_file import load_config
@@ -25,6 +27,7 @@ from streamer.house import Wiring
 from streamer.kafka.checkpoint import FENCE_WINDOW_S, MAX_RENEWALS
 from streamer.kafka.clients import KafkaClients
 from streamer.kafka.topics import TopicWait
+from streamer.observe.metrics import Metrics
 from streamer.observe.stats import Stats
 from streamer.pipeline.inference import FULL
 from streamer.pipeline.serving import Serving
@@ -53,7 +56,7 @@ class Harness:
     """A processor wired to a fake consumer and producer."""
 
     def __init__(self, cfg: Config, runner: Any = None, decoder: Codec | None = None,
-                 topics: TopicWait | None = None) -> None:
+                 topics: TopicWait | None = None, metrics: Metrics | None = None) -> None:
         self.consumer, self.producer = FakeConsumer(), FakeProducer()
         self.producers: list[FakeProducer] = []  # every one the processor made, in order
         self.error_cb: Callable[[KafkaError], None] = lambda err: None
@@ -61,8 +64,10 @@ class Harness:
                                ensure_topic=lambda topic, like: None)
         runner = runner or FunctionRunner(lambda x: x[:, :1], 32)
         self.clock = FakeClock()  # each pass of the loop takes 10 ms of it
+        self.metrics = metrics
         wiring = Wiring(cfg, Serving(cfg, runner, self.clock), decoder or JsonCodec(cfg.input.max_message_bytes),
-                        output_codec(cfg), open_kafka(cfg, clients), clock=self.clock, topics=topics)
+                        output_codec(cfg), open_kafka(cfg, clients), metrics=metrics, clock=self.clock,
+                        topics=topics)
         self.processor = Processor(wiring)
 
     def _producer(self, error_cb: Callable[[KafkaError], None], **_: object) -> FakeProducer:
@@ -643,3 +648,82 @@ def test_a_stop_while_waiting_for_a_topic_opens_nothing() -> None:
     h.append(Harness(config(), topics=wait))
     h[0].processor.run()
     assert listing.asked == 2 and not h[0].consumer._callbacks and h[0].producers == []
+
+
+def lacking(i: int) -> bytes:
+    """A JSON event without the model's field: a `validate` dead letter, the same reason every row."""
+    return json.dumps({"event_id": f"bad{i}", "event_time": 1_700_000_000_000, "feats": [0.1] * 32}).encode()
+
+
+def broken_input(n: int) -> Harness:
+    cfg = with_overrides(config(max_wait_ms=0, broken_input_batches=n),
+                         input={"consume_max_messages": 4})  # a batch: what one consume() returns
+    h = Harness(cfg, metrics=Metrics(CollectorRegistry()))
+    h.consumer.rebalance("assign", [P0])
+    return h
+
+
+def test_a_wholly_broken_input_is_held_after_n_batches_and_a_passing_row_releases_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Batch 1 (offsets 0-3) is dead-lettered, batch 2 (4-5) is held: nothing of it is dead-lettered
+    or committed, it is read again with back-off; once a fixed event sits in the batch read, the
+    hold lifts and the batch goes as usual (4, 5 dead letters; 6, 7 scored)."""
+    h = broken_input(2)
+    h.consumer.append(P0, [lacking(i) for i in range(6)])
+    seen: list[tuple[int, dict]] = []
+
+    def held(s: Stats) -> bool:
+        reason = h.processor.unhealthy_reason
+        if reason is None:
+            return False
+        assert reason.startswith("input broken: every row of the last 2 batches fails validation with: "
+                                 "missing field 'features'")
+        seen.append((s.dead_letters.total(), dict(h.consumer.committed)))
+        assert broken_gauge(h) == 1
+        probes = [r for r in caplog.records if r.getMessage().startswith("input broken")]
+        return len(probes) >= 3 and P0 in h.consumer.paused  # read again twice, still broken
+
+    def fixed(s: Stats) -> bool:
+        h.consumer.append(P0, [event(i) for i in range(6, 10)])
+        return True
+
+    h.run(held, fixed, lambda s: h.processor.healthy and h.consumer.committed == {P0: 10})
+    assert seen and all(letters == 4 for letters, _ in seen)  # batch 2 never dead-lettered while held
+    assert all(committed.get(P0, 0) <= 4 for _, committed in seen)  # nor committed
+    assert h.processor.stats.dead_letters.total() == 6
+    assert h.predictions() == [(0, i) for i in range(6, 10)] and broken_gauge(h) == 0
+
+
+def broken_gauge(h: Harness) -> float | None:
+    assert h.metrics is not None
+    return h.metrics.registry.get_sample_value("streamer_input_broken")
+
+
+def test_partial_failures_never_hold_the_input() -> None:
+    h = broken_input(1)
+    h.consumer.append(P0, [lacking(i) if i % 4 else event(i) for i in range(40)])  # 3 of 4 fail
+    h.run(lambda s: h.consumer.committed == {P0: 40} or not h.processor.healthy)
+    assert h.processor.healthy and h.processor.stats.dead_letters.total() == 30
+
+
+def test_broken_input_batches_zero_dead_letters_a_wholly_broken_input() -> None:
+    h = broken_input(0)
+    h.consumer.append(P0, [lacking(i) for i in range(40)])
+    h.run(lambda s: h.consumer.committed == {P0: 40} or not h.processor.healthy)
+    assert h.processor.healthy and h.processor.stats.dead_letters.total() == 40
+
+
+def test_a_restart_with_a_fixed_config_scores_the_held_rows() -> None:
+    """16 features into a model that takes 32: held from the first batch (N = 1), nothing dead-lettered
+    or committed; a restart with the model that takes 16 scores every held row."""
+    h = broken_input(1)
+    h.consumer.append(P0, [event(i, width=16) for i in range(6)])
+    h.run(lambda s: not h.processor.healthy)
+    assert h.processor.unhealthy_reason is not None and "has 16 values" in h.processor.unhealthy_reason
+    assert h.consumer.committed.get(P0, 0) == 0 and h.processor.stats.dead_letters.total() == 0
+    fixed = Harness(h.processor.cfg, runner=FunctionRunner(lambda x: x[:, :1], 16))
+    fixed.consumer = h.consumer  # the group's log and commits, read by a new member
+    fixed.consumer.position_of, fixed.consumer.paused = {}, set()
+    fixed.consumer.rebalance("assign", [P0])
+    fixed.run(lambda s: fixed.consumer.committed == {P0: 6})
+    assert fixed.predictions() == [(0, i) for i in range(6)] and fixed.processor.stats.dead_letters.total() == 0

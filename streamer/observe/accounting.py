@@ -154,10 +154,12 @@ class Accounting:
         self.metrics.rebalances.labels(kind).inc()
         self.metrics.assigned_partitions.set(assigned)
 
-    def gauges(self, *, held: str | None, paused: bool, assigned: int, in_flight_rows: int) -> None:
-        """``held``: why the loop is blocked (None: it is not)."""
+    def gauges(self, *, held: str | None, paused: bool, assigned: int, in_flight_rows: int,
+               input_broken: bool = False) -> None:
+        """``held``: why the loop is blocked (None: it is not); ``input_broken``: held for broken input."""
         self._held, self._assigned = held, assigned
         self.metrics.healthy.set(0 if held else 1)
+        self.metrics.input_broken.set(1 if input_broken else 0)
         self.metrics.paused_partitions.set(assigned if paused else 0)
         self.metrics.in_flight_rows.set(in_flight_rows)
 

@@ -62,6 +62,9 @@ class Metrics:
                                   "poison rows", registry=registry)
         self.healthy = Gauge(f"{p}_healthy", "1 while processing; 0 while blocked (model failing, "
                              "outputs unwritable)", registry=registry)
+        self.input_broken = Gauge(f"{p}_input_broken", "1 while input is held because every row of the last "
+                                  "processing.broken_input_batches batches failed validation the same way",
+                                  registry=registry)
         self.model_info = Gauge(f"{p}_model_info", "The loaded model (value is always 1)",
                                 ["model", "version", "provider"], registry=registry)
         tp = ["topic", "partition"]
