@@ -160,8 +160,8 @@ def build_models() -> list[dict[str, Any]]:
     )
     from sklearn.compose import ColumnTransformer
     from sklearn.decomposition import PCA
-    from sklearn.impute import SimpleImputer
     from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.impute import SimpleImputer
     from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler

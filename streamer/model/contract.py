@@ -43,7 +43,7 @@ from streamer.config import InputSource, OutputTarget
 from streamer.errors import ConfigError, InferenceError, ValidationError
 from streamer.model.exact import AVRO_SOURCES, exact, takes
 from streamer.model.outputs import OutputPlan, field_doc, plan_outputs
-from streamer.model.signature import DTYPES, FLOATS, Columns, Signature, TensorSpec
+from streamer.model.signature import DTYPES, Columns, Signature, TensorSpec
 
 FEATURES = "features"  # the input column of a one-input model fed from the array field
 SCORES = "scores"  # the output column of a model whose outputs are not mapped
