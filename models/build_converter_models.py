@@ -29,10 +29,15 @@ It writes into DIR (created if needed; there is no default folder, nothing lands
     multiclass.onnx         LogisticRegression, 3 classes, zipmap=False
     two_outputs.onnx        Ridge (`score` [N, 1]) and PCA (`embedding` [N, 3]) converted by skl2onnx
                             and joined into one graph over one shared `features` input
+    bool_enum_nullable.onnx ColumnTransformer over a boolean (int64 input, passed through), an enum
+                            (category strings, one-hot) and a nullable int (float input, median
+                            imputer, scaler) -> LogisticRegression; the held-out converter case
 
 and ``DIR/manifest.json``: for each model its file, a description, the inputs and outputs as
 onnxruntime reports them (name, type string such as ``tensor(float)``, shape with null for a
-dynamic dimension), the opsets, and for classifiers the class labels.
+dynamic dimension), the opsets, for classifiers the class labels, and for a model with an imputer
+the value it imputes per input (``fills``: what ``model.inputs.<name>.fill`` maps a null to, so the
+stream scores a null as the model scores NaN offline).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ TARGET_OPSET = {"": 17, "ai.onnx.ml": 3}
 ONNXMLTOOLS_OPSET = 15
 COUNTRIES = ["US", "DE", "FR", "BR"]
 CHANNELS = ["web", "app", "pos"]
+TIERS = ["BASIC", "PLUS", "PRO"]
 MAX_BYTES = 200_000
 
 
@@ -84,6 +90,21 @@ def _tabular_data(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         + 0.6 * (country == "BR") + 0.1 * n_items - 0.3 + 0.5 * rng.standard_normal(N_ROWS)
     table = np.empty((N_ROWS, 5), dtype=object)
     for i, column in enumerate((country, channel, amount, age_days, n_items)):
+        table[:, i] = column
+    return table, (logit > 0).astype(np.int64)
+
+
+def _mixed_data(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """An object array [300, 3] (is_online bool, tier string, n_orders float with NaN for a null
+    count, 15% of them) and a binary label: a domain event's columns as pandas would hand them over."""
+    is_online = rng.random(N_ROWS) < 0.4
+    tier = rng.choice(TIERS, N_ROWS)
+    n_orders = rng.integers(0, 20, N_ROWS).astype(np.float64)
+    n_orders[rng.random(N_ROWS) < 0.15] = np.nan
+    logit = 1.2 * is_online + 0.8 * (tier == "PRO") - 0.4 * (tier == "BASIC") \
+        - 0.1 * np.nan_to_num(n_orders, nan=5.0) + 0.3 + 0.5 * rng.standard_normal(N_ROWS)
+    table = np.empty((N_ROWS, 3), dtype=object)
+    for i, column in enumerate((is_online, tier, n_orders)):
         table[:, i] = column
     return table, (logit > 0).astype(np.int64)
 
@@ -140,6 +161,7 @@ def build_models() -> list[dict[str, Any]]:
     from sklearn.compose import ColumnTransformer
     from sklearn.decomposition import PCA
     from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.impute import SimpleImputer
     from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
@@ -152,9 +174,9 @@ def build_models() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
     def add(file: str, description: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-            classes: Any = None) -> None:
+            classes: Any = None, fills: dict[str, float] | None = None) -> None:
         out.append({"file": file, "description": description, "model": model, "sample": inputs,
-                    "classes": None if classes is None else [c.item() for c in classes]})
+                    "classes": None if classes is None else [c.item() for c in classes], "fills": fills})
 
     logreg = LogisticRegression(random_state=0, max_iter=200).fit(x, y_bin)
     add("logreg_zipmap.onnx", "sklearn LogisticRegression, binary, 4 float features; skl2onnx default "
@@ -247,6 +269,30 @@ def build_models() -> list[dict[str, Any]]:
     add("two_outputs.onnx", "two float outputs over one input: sklearn Ridge -> score float32 [N, 1] and "
         "sklearn PCA(3) -> embedding float32 [N, 3], each converted by skl2onnx, joined into one graph",
         _merge_parallel([score_part, emb_part], ["score_", "embedding_"], "features", "two_outputs"), sample)
+
+    # The held-out kind: types a domain event has and the models above do not take. A boolean
+    # (skl2onnx takes it as an int64 column), category strings (an enum's symbols) and a nullable
+    # count (NaN in training; a float input with an imputer, as skl2onnx converts SimpleImputer).
+    # Its own generator: the models above keep their bytes.
+    mixed, y_mixed = _mixed_data(np.random.default_rng(SEED + 1))
+    held_out = Pipeline([
+        ("prep", ColumnTransformer([
+            ("flag", "passthrough", [0]),
+            ("tier", OneHotEncoder(handle_unknown="ignore"), [1]),
+            ("orders", Pipeline([("impute", SimpleImputer(strategy="median")), ("scale", StandardScaler())]), [2]),
+        ])),
+        ("clf", LogisticRegression(random_state=0, max_iter=500)),
+    ]).fit(mixed, y_mixed)
+    imputed = float(held_out.named_steps["prep"].named_transformers_["orders"].named_steps["impute"].statistics_[0])
+    add("bool_enum_nullable.onnx", "sklearn ColumnTransformer (is_online boolean passed through as an int64 "
+        "input, tier category strings one-hot, n_orders a nullable count: float input, median SimpleImputer, "
+        "StandardScaler) into LogisticRegression; one ONNX input per column; zipmap=False",
+        convert_sklearn(held_out, "bool_enum_nullable",
+                        [("is_online", Int64TensorType([None, 1])), ("tier", StringTensorType([None, 1])),
+                         ("n_orders", FloatTensorType([None, 1]))],
+                        target_opset=TARGET_OPSET, options={id(held_out): {"zipmap": False}}),
+        {"is_online": mixed[:3, 0:1].astype(np.int64), "tier": mixed[:3, 1:2].astype(str).astype(object),
+         "n_orders": mixed[:3, 2:3].astype(np.float32)}, held_out.classes_, {"n_orders": imputed})
     return out
 
 
@@ -298,6 +344,8 @@ def write_models(out_dir: Path) -> list[Path]:
         }
         if entry["classes"] is not None:
             info["classes"] = entry["classes"]
+        if entry["fills"] is not None:
+            info["fills"] = entry["fills"]
         manifest["models"][path.stem] = info
         paths.append(path)
         sig_in = ", ".join(f"{i['name']}:{i['type']}{i['shape']}" for i in inputs)

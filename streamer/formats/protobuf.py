@@ -12,10 +12,13 @@ a registry that returns ``.proto`` source, as Confluent's does, it is asked for 
 (``google/protobuf/*.proto``) excepted.
 
 A decoded message is a mapping as an Avro record is: every field of the message by its name,
-scalars as Python values (proto3's defaults for fields not sent: 0, "", false), ``int64``
+scalars as Python values (proto3's defaults for plain fields not sent: 0, "", false), ``int64``
 as int (not a JSON string), enums as their symbol name, repeated fields as lists, nested
-messages as mappings (an absent one as None), maps as dicts. Bytes that do not parse are a
-``deserialize`` dead letter.
+messages as mappings, maps as dicts. A field that tracks presence and was not sent (a nested
+message, a proto3 ``optional`` scalar, a ``oneof`` member) is None, as a null is in Avro, so a
+``fill`` stands in for it. Values then go into model inputs by the conversion table
+(model/exact.py): bool, int, double (``float`` fields too) and string, an enum as its symbol.
+Bytes that do not parse are a ``deserialize`` dead letter.
 
 Worked example: ``00 00 00 00 01 00 0a 02 65 31 18 05`` is schema id 1, indexes ``[0]`` (the
 ``00``), then ``event_id: "e1"`` (field 1, length 2) and ``event_time: 5`` (field 3):
@@ -189,8 +192,10 @@ def _value(message: Message, f: FieldDescriptor) -> Any:
         return {k: _item(v, item) for k, v in value.items()}
     if f.is_repeated:
         return [_item(v, f) for v in value]
+    if f.has_presence and not message.HasField(f.name):  # not sent: a null, not the type's default
+        return None
     if f.type == FieldDescriptor.TYPE_MESSAGE:
-        return as_mapping(value) if message.HasField(f.name) else None
+        return as_mapping(value)
     return _item(value, f)
 
 

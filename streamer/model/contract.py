@@ -6,10 +6,11 @@ cannot be served raises :class:`ConfigError` naming the key, so start-up exits 2
 
 Inputs. Each model input takes one field, a list of fields stacked into ``[N, k]``, or an array
 field (``input.features_field``, the default for a model with one input). Values are converted
-exactly to the input's element type or refused, as a ``validate`` dead letter naming the field:
-a string into a number, a bool into a number, a non-integral number or an overflow into an int,
-an int a float cannot hold exactly, NaN or infinity, or null (or missing) without a ``fill``.
-A float read from JSON is rounded to float32 for a float32 input, as the model itself would.
+to the input's element type by the conversion table (exact.py): a pair the table refuses is
+refused at start where ``input.schema`` tells the field's type (:meth:`Contract.check_fields`),
+and is a ``validate`` dead letter naming the field where nothing does (JSON, Protobuf); so are
+a value out of its bounds (an int past 2^24 into float32), NaN or infinity, and null (or
+missing) without a ``fill``. true into a number is 1; a double into float32 rounds to nearest.
 
 Outputs. Each prediction field takes one output: a label (``[N]`` or ``[N, 1]``: one value), a
 row (``[N, k]``: an array), one column of a row (``column: k``), or a ZipMap's class -> probability
@@ -27,12 +28,11 @@ float32 [N, 1]; ``model.inputs: {country: card.country, amount: {field: amount, 
     >>> contract.row({"card": {"country": "FR"}, "amount": None})
     {'country': ['FR'], 'amount': [0.0]}
     >>> contract.row({"card": {"country": 7}, "amount": 1.0})
-    ValidationError: field 'card.country' is int 7; model input 'country' takes string
+    ValidationError: field 'card.country' is int 7, not a string; model input 'country' takes string
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,9 +41,9 @@ import numpy as np
 
 from streamer.config import InputSource, OutputTarget
 from streamer.errors import ConfigError, InferenceError, ValidationError
-from streamer.model.exact import EXACT_INT, F32_MAX, INT_RANGE
+from streamer.model.exact import AVRO_SOURCES, exact, takes
 from streamer.model.outputs import OutputPlan, field_doc, plan_outputs
-from streamer.model.signature import DTYPES, FLOATS, Columns, Signature, TensorSpec
+from streamer.model.signature import DTYPES, Columns, Signature, TensorSpec
 
 FEATURES = "features"  # the input column of a one-input model fed from the array field
 SCORES = "scores"  # the output column of a model whose outputs are not mapped
@@ -89,58 +89,19 @@ def _record_branch(node: Any) -> dict[str, Any] | None:
     return None
 
 
-# Avro primitives (after a nullable union is unwrapped) that each element type takes.
-_AVRO_INTO = {"float32": {"float", "double", "int", "long"}, "float64": {"float", "double", "int", "long"},
-              "int64": {"int", "long"}, "int32": {"int", "long"}, "bool": {"boolean"},
-              "string": {"string", "enum"}}
-
-
-def _avro_kinds(node: Any) -> set[str]:
-    """The primitive kinds an Avro type can hold (an array: its items'), null left out."""
+def _avro_kinds(node: Any, named: Mapping[str, Any]) -> set[str]:
+    """The primitive kinds an Avro type can hold (an array: its items'), null left out; a
+    reference to a named type (``shop.Channel``) is looked up in ``named``."""
     if isinstance(node, list):
-        return set().union(*(_avro_kinds(b) for b in node))
+        return set().union(*(_avro_kinds(b, named) for b in node))
     if isinstance(node, dict):
         kind = node.get("type")
-        return _avro_kinds(node["items"]) if kind == "array" else {"enum"} if kind == "enum" else _avro_kinds(kind)
+        if kind == "array":
+            return _avro_kinds(node["items"], named)
+        return {str(kind)} if kind in ("enum", "record", "map", "fixed") else _avro_kinds(kind, named)
+    if isinstance(node, str) and node in named:
+        return _avro_kinds(named[node], named)
     return set() if node == "null" else {str(node)}
-
-
-def exact(value: Any, element: str) -> Any:
-    """``value`` as the Python value an ``element`` tensor holds exactly; raises ValueError saying why not."""
-    if element in FLOATS:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"is {type(value).__name__} {value!r}, not a number")
-        if isinstance(value, int):
-            try:
-                held = int(float(np.dtype(element).type(value))) if abs(value) > EXACT_INT[element] else value
-            except OverflowError:  # past a double's range (a 400-digit JSON integer)
-                held = None
-            if held != value:
-                raise ValueError(f"is the integer {str(value)[:40]}, which {element} cannot hold exactly")
-            return float(value)
-        if not math.isfinite(value) or (element == "float32" and abs(value) > F32_MAX):
-            raise ValueError(f"is {value!r}, not a finite {element}")
-        return value
-    if element in INT_RANGE:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"is {type(value).__name__} {value!r}, not an integer")
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise ValueError(f"is {value!r}, not a whole number")
-            value = int(value)
-        lo, hi = INT_RANGE[element]
-        if not lo <= value <= hi:
-            raise ValueError(f"is {value}, out of the {element} range")
-        return value
-    if element == "bool":
-        if not isinstance(value, bool):
-            raise ValueError(f"is {type(value).__name__} {value!r}, not true or false")
-        return value
-    if element == "string":
-        if not isinstance(value, str):
-            raise ValueError(f"is {type(value).__name__} {value!r}, not a string")
-        return value
-    raise ValueError(f"cannot go into a {element} input")
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,14 +264,16 @@ class Contract:
 
     def check_fields(self, input_schema: dict[str, Any] | None) -> None:
         """Refuse (ConfigError naming ``model.inputs.<input>``) a field that is not in the input's
-        Avro schema, or whose type the input cannot take exactly (a string into a number)."""
+        Avro schema, or whose type the input does not take by the conversion table (exact.py:
+        a string into a number, a double into an int)."""
         if input_schema is None:
             return
+        named = input_schema.get("__named_schemas", {})  # fastavro's parsed named types, by full name
         for plan in self.inputs:
             key = f"model.inputs.{plan.spec.name}" if not self.legacy_input else "input.features_field"
             for path in plan.source.fields:
-                kinds = _avro_kinds(input_field_type(input_schema, path, key))
-                wrong = kinds - _AVRO_INTO[plan.spec.element]
+                kinds = _avro_kinds(input_field_type(input_schema, path, key), named)
+                wrong = {k for k in kinds if k not in AVRO_SOURCES or not takes(AVRO_SOURCES[k], plan.spec.element)}
                 if wrong or not kinds:
                     raise ConfigError(key, f"field {path!r} is {sorted(kinds) or 'null'} in input.schema; model "
                                            f"input {plan.spec.name!r} takes {plan.spec.element}")

@@ -168,3 +168,24 @@ def test_a_schema_that_imports_well_known_types_is_read() -> None:
     got = ConfluentProtobufCodec(reg).decode(data)
     assert got["event_id"] == "e1" and got["at"] == {"seconds": 1764417600, "nanos": 123000000}
     assert got["kind"]["name"] == "purchase"
+
+
+def test_a_field_that_tracks_presence_and_was_not_sent_is_none_and_a_sent_zero_is_zero() -> None:
+    """proto3 ``optional`` and ``oneof`` scalars not sent read as null (so a fill stands in); a
+    plain proto3 scalar not sent reads as its default."""
+    fd = descriptor_pb2.FileDescriptorProto(name="opt.proto", package="opt", syntax="proto3")
+    m = fd.message_type.add(name="Order")
+    m.oneof_decl.add(name="payment")
+    m.oneof_decl.add(name="_n_orders")  # the synthetic oneof protoc writes for proto3 `optional`, last
+    m.field.add(name="n_orders", number=1, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL, oneof_index=1,
+                proto3_optional=True)
+    m.field.add(name="card", number=2, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL, oneof_index=0)
+    m.field.add(name="cash", number=3, type=T.TYPE_BOOL, label=T.LABEL_OPTIONAL, oneof_index=0)
+    m.field.add(name="plain", number=4, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    order = message_factory.GetMessageClass(pool.FindMessageTypeByName("opt.Order"))
+    assert as_mapping(order()) == {"n_orders": None, "card": None, "cash": None, "plain": 0}
+    assert as_mapping(order(n_orders=0, cash=False)) == {"n_orders": 0, "card": None, "cash": False, "plain": 0}
+    sent = order.FromString(order(n_orders=7, card="visa").SerializeToString())
+    assert as_mapping(sent) == {"n_orders": 7, "card": "visa", "cash": None, "plain": 0}

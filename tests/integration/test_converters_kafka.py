@@ -4,11 +4,15 @@ prediction compared with ONNX Runtime run offline on the same rows (equal bits).
 The models come from models/build_converter_models.py (scikit-learn + skl2onnx, LightGBM and
 XGBoost + onnxmltools), trained and converted once per session (the ``converter_models`` fixture).
 Feature-array events are JSON; the ColumnTransformer model reads a domain event
-(streamer/schemas/purchase_event.avsc: a nested record, an enum, nullable unions with defaults, logical types).
+(streamer/schemas/purchase_event.avsc: a nested record, an enum, nullable unions with defaults, logical types);
+the held-out ColumnTransformer (a boolean, an enum's strings, a nullable int with an imputer) reads
+the same customer events as Avro, JSON and protobuf-confluent.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,9 +20,12 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from streamer.commands.demo import produce_events
-from streamer.config import Config, InputSource, OutputTarget, with_overrides
+from streamer.config import Config, InputSource, OutputTarget, RegistryConfig, with_overrides
 from streamer.errors import ConfigError
 from streamer.formats.json_events import JsonCodec
 from streamer.kafka.deadletter import header
@@ -52,11 +59,12 @@ def contract_config(bootstrap: str, topics: Topics, model: Path, inputs: dict[st
 
 
 def serve(bootstrap: str, topics: Topics, cfg: Config, events: list[dict[str, Any]],
-          expect_predictions: int) -> dict[int, dict[str, Any]]:
-    """Produce ``events`` (in one partition, in order), run the processor until each is handled,
-    and return the predictions by the index of their event."""
-    codec = input_codec(cfg)
-    produce_events(bootstrap, topics.input, ((b"k", codec.encode(e)) for e in events))
+          expect_predictions: int, encode: Callable[[dict[str, Any]], bytes] | None = None) -> dict[int, dict[str, Any]]:
+    """Produce ``events`` (in one partition, in order; written by ``encode``, default the input
+    codec), run the processor until each is handled, and return the predictions by the index of
+    their event."""
+    write = encode or input_codec(cfg).encode
+    produce_events(bootstrap, topics.input, ((b"k", write(e)) for e in events))
     processor = build_processor(cfg)
     run_until_outputs(processor, len(events))
     assert processor.stats.predictions == expect_predictions, dict(processor.stats.dead_letters)
@@ -189,14 +197,14 @@ def test_a_column_transformer_reads_domain_events_by_field(bootstrap: str, topic
 def test_json_fields_stacked_into_one_input_and_bad_values_dead_lettered(
         bootstrap: str, topics: Topics, converter_models: Path) -> None:
     """Four named JSON fields stacked into the [N, 4] input; a value that is not exactly a number
-    (a string, true, null without a fill, an integer float32 cannot hold) is a validate dead letter
-    naming its field, and the rest of the batch is scored."""
+    (a string, a double beyond float32's range, null without a fill, an integer past 2^24) is a
+    validate dead letter naming its field, and the rest of the batch is scored."""
     model = converter_models / "logreg.onnx"
     rng = np.random.default_rng(5)
     x = rng.standard_normal((120, 4)).astype(np.float32)
     events = [{"event_id": f"j{i}", "entity_id": "c", "event_time": 1_700_000_000_000 + i,
                **{f"f{k}": float(x[i, k]) for k in range(4)}} for i in range(len(x))]
-    poison = {3: ("f1", "0.5"), 40: ("f0", True), 77: ("f3", None), 90: ("f2", 2 ** 40 + 1)}
+    poison = {3: ("f1", "0.5"), 40: ("f0", 1e39), 77: ("f3", None), 90: ("f2", 2 ** 40 + 1)}
     for i, (name, value) in poison.items():
         events[i][name] = value
     cfg = contract_config(bootstrap, topics, model, inputs={"features": ["f0", "f1", "f2", "f3"]},
@@ -225,3 +233,78 @@ def test_a_contract_that_does_not_fit_the_model_is_refused_at_start(
     with pytest.raises(ConfigError) as err:
         build_processor(cfg)
     assert err.value.key == key, err.value
+
+
+TIERS = ["BASIC", "PLUS", "PRO"]
+CUSTOMER_AVRO = {"type": "record", "name": "Customer", "namespace": "shop", "fields": [
+    {"name": "event_id", "type": "string"}, {"name": "entity_id", "type": "string"},
+    {"name": "event_time", "type": "long"}, {"name": "is_online", "type": "boolean"},
+    {"name": "tier", "type": {"type": "enum", "name": "Tier", "symbols": TIERS}},
+    {"name": "n_orders", "type": ["null", "long"], "default": None}]}
+
+
+def customer_class() -> Any:
+    """customer.proto: the same event as a proto3 message, ``n_orders`` an ``optional int64``."""
+    t = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(name="customer.proto", package="shop", syntax="proto3")
+    tier = fd.enum_type.add(name="Tier")
+    for number, name in enumerate(TIERS):
+        tier.value.add(name=name, number=number)
+    m = fd.message_type.add(name="Customer")
+    m.oneof_decl.add(name="_n_orders")  # the synthetic oneof protoc writes for `optional`
+    for number, (name, kind) in enumerate([("event_id", t.TYPE_STRING), ("entity_id", t.TYPE_STRING),
+                                           ("event_time", t.TYPE_INT64), ("is_online", t.TYPE_BOOL)], 1):
+        m.field.add(name=name, number=number, type=kind, label=t.LABEL_OPTIONAL)
+    m.field.add(name="tier", number=5, type=t.TYPE_ENUM, type_name=".shop.Tier", label=t.LABEL_OPTIONAL)
+    m.field.add(name="n_orders", number=6, type=t.TYPE_INT64, label=t.LABEL_OPTIONAL, oneof_index=0,
+                proto3_optional=True)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Customer"))
+
+
+def customer(i: int, rng: np.random.Generator) -> dict[str, Any]:
+    return {"event_id": f"c{i}", "entity_id": f"cust-{i % 13}", "event_time": 1_700_000_000_000 + i,
+            "is_online": bool(rng.random() < 0.4), "tier": TIERS[int(rng.integers(0, 3))],
+            "n_orders": None if rng.random() < 0.15 else int(rng.integers(0, 30))}
+
+
+@pytest.mark.parametrize("fmt", ["avro", "json", "protobuf-confluent"])
+def test_the_held_out_column_transformer_scores_bools_enums_and_nullable_ints_as_onnx_runtime_does(
+        bootstrap: str, topics: Topics, converter_models: Path, tmp_path: Path, request: pytest.FixtureRequest,
+        fmt: str) -> None:
+    """A boolean into the model's int64 input (true = 1), an enum's symbol into its string input and
+    a nullable int into its float input, a null taking the fill the manifest records (the value the
+    model's imputer puts in for NaN): every prediction equals ONNX Runtime offline on the rows as
+    the model was trained to take them (NaN for a null), bit for bit, with no dead letter."""
+    model = converter_models / "bool_enum_nullable.onnx"
+    fill = json.loads((converter_models / "manifest.json").read_text())["models"]["bool_enum_nullable"]["fills"]
+    rng = np.random.default_rng(11)
+    events = [customer(i, rng) for i in range(240)]
+    assert {e["is_online"] for e in events} == {True, False} and {e["tier"] for e in events} == set(TIERS)
+    assert 10 < sum(e["n_orders"] is None for e in events) < 100
+    schema = tmp_path / "customer.avsc"
+    schema.write_text(json.dumps(CUSTOMER_AVRO))
+    inputs = {"is_online": "is_online", "tier": "tier", "n_orders": {"field": "n_orders", "fill": fill["n_orders"]}}
+    cfg = contract_config(bootstrap, topics, model, inputs=inputs, outputs=LABEL_PROBS,
+                          fmt="avro" if fmt == "avro" else "json", schema=schema if fmt == "avro" else None)
+    encode: Callable[[dict[str, Any]], bytes] | None = None
+    if fmt == "protobuf-confluent":  # written by Confluent's serializer; a null is a field not sent
+        registry = request.getfixturevalue("schema_registry")
+        cfg = with_overrides(cfg, input={"format": fmt, "registry": RegistryConfig(url=registry.url)})
+        message = customer_class()
+        serializer = ProtobufSerializer(message, registry.client(), {"use.deprecated.format": False})
+        context = SerializationContext(topics.input, MessageField.VALUE)
+        encode = lambda e: serializer(message(**{k: v for k, v in e.items() if v is not None}), context)  # noqa: E731
+    predictions = serve(bootstrap, topics, cfg, events, len(events), encode)
+    assert sorted(predictions) == list(range(len(events)))
+    want = offline(model, {
+        "is_online": np.array([[e["is_online"]] for e in events], np.int64),
+        "tier": np.array([[e["tier"]] for e in events], object),
+        "n_orders": np.array([[np.nan if e["n_orders"] is None else e["n_orders"]] for e in events], np.float32),
+    })
+    got = [predictions[i] for i in range(len(events))]
+    assert same_bits([p["label"] for p in got], want["label"])
+    assert same_bits([p["probabilities"] for p in got], want["probabilities"])
+    assert 0 < sum(p["label"] for p in got) < len(got)  # both classes occur: the test can tell them apart
+    assert read_all(bootstrap, topics.dlq) == []

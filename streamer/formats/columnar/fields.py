@@ -11,11 +11,13 @@ double, each maybe in a union with null; the rest of the record as columnar_deco
 field in a nested record (a dotted path), an enum feeding a string input, or a pass-through field
 (``output.include``) leaves the whole layout to the reference (``compile`` gives None).
 
-Conversion, per input element type, with what steps aside (the reference then refuses or accepts):
-float32 from float/double (non-finite, or beyond float32's range) or int/long (|v| > 2**24);
-float64 from float/double (non-finite) or int/long (|v| > 2**53); int64 from int/long; int32
-from int/long (outside its range); bool from boolean (any byte but 0 is true, as fastavro reads
-it); string from string. A null takes the input's fill value, or steps aside (the reference dead-letters it).
+Conversion follows the table in model/exact.py, with what steps aside (the reference then
+dead-letters it): float32 from float/double (non-finite, or beyond float32's range), int/long
+(|v| > 2**24) or boolean; float64 from float/double (non-finite), int/long (|v| > 2**53) or
+boolean; int64 from int/long or boolean; int32 from int/long (outside its range) or boolean;
+bool from boolean; string from string. A boolean is read as fastavro reads it (any byte but 0 is
+true) and is 1 or 0 in a number input. A null takes the input's fill value, or steps aside (the
+reference dead-letters it).
 
 Worked example (``model.inputs: {x: [a, b]}``, x float32 [N, 2]; a double, b ["null", long])::
 
@@ -52,12 +54,14 @@ from streamer.formats.columnar.walk import (
     walk_chunk,
 )
 from streamer.model.contract import Contract, InputPlan
-from streamer.model.exact import EXACT_INT, F32_MAX, INT_RANGE
-from streamer.model.signature import Columns
+from streamer.model.exact import EXACT_INT, F32_MAX, INT_RANGE, Source, takes
+from streamer.model.signature import DTYPES, Columns
 
-# The source kinds (a compiled node's primitive) each input element takes on this path.
-_TAKES = {"float32": {"float", "double", "long"}, "float64": {"float", "double", "long"}, "int64": {"long"},
-          "int32": {"long"}, "bool": {"boolean"}, "string": {"string"}}
+# A compiled node's primitive as a source type of the conversion table (exact.py): each input
+# element takes on this path the kinds the table takes (int and long both compile to long).
+_SOURCES: dict[str, Source] = {"float": "float", "double": "double", "long": "int", "boolean": "bool",
+                               "string": "string"}
+_TAKES = {element: {kind for kind, source in _SOURCES.items() if takes(source, element)} for element in DTYPES}
 
 
 def _kind(t: Node) -> str:
