@@ -16,7 +16,9 @@ Worked example (``card: ["null", {country: string}]``, path ``card.country``)::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -108,10 +110,10 @@ def read(t: Node, w: Walk, sel: np.ndarray, width: int) -> Read:
     return Read(got.view("<f4" if what == "float" else "<f8")[:, 0].astype(np.float64), no_null)
 
 
-def _objects(items: list[object] | object) -> np.ndarray:
+def _objects(items: Iterable[Any]) -> np.ndarray:
     """A 1-D object array of ``items`` (numpy would make bytes or equal-length lists 2-D)."""
-    listed = list(items)  # type: ignore[call-overload]
-    out = np.empty(len(listed), object)
+    listed = list(items)
+    out = np.empty(len(listed), np.object_)
     out[:] = listed
     return out
 

@@ -13,8 +13,10 @@ a plain valid row is not left to the reference.
 from __future__ import annotations
 
 import io
+import json
 import math
 import struct
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -336,3 +338,75 @@ def test_a_null_record_gives_its_fields_null() -> None:
     assert cols.passthrough == [(3, "FR"), (None, None), (None, "")]
     refs = [reference(v, schema, contract, ("card.level", "card.country"), i) for i, v in enumerate(values)]
     assert [r.passthrough for r in refs if isinstance(r, SourceRecord)] == cols.passthrough
+
+
+NESTED = {"type": "record", "name": "Order", "namespace": "gen", "fields": [
+    {"name": "event_id", "type": "string"}, {"name": "event_time", "type": "long"},
+    {"name": "amount", "type": ["null", "double"]},
+    {"name": "device", "type": {"type": "enum", "name": "Device", "symbols": ["ios", "web"]}},
+    {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line", "fields": [
+        {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}},
+    {"name": "card", "type": ["null", {"type": "record", "name": "Card", "fields": [
+        {"name": "country", "type": "string"}, {"name": "digest", "type": {"type": "fixed", "name": "D", "size": 2}}]}]}]}
+
+
+@pytest.mark.parametrize("fmt", ["avro", "avro-confluent"])
+def test_stages_with_pass_through_fields_decode_and_encode_as_the_reference(fmt: str, tmp_path: Path) -> None:
+    """Through the processor's stages, fast path on and off: the same rows, inputs, pass-through
+    values, dead letters and prediction bytes (avro-confluent: two writer schemas, fields reordered)."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from streamer.config import InputConfig, RegistryConfig
+    from streamer.formats.avro import AvroCodec
+    from streamer.formats.confluent import ConfluentAvroCodec
+    from streamer.model.contract import SCORES
+    from streamer.model.signature import Columns
+    from streamer.pipeline.records import Messages, Stamp
+    from streamer.pipeline.stages import Stages
+    from tests.pipeline.test_stages import PREDICTION, said
+    from tests.support.fakes import FakeMessage
+
+    sig = Signature((TensorSpec("amount", "float32", (None, 1), ""), TensorSpec("country", "string", (None, 1), ""),
+                     TensorSpec("device", "string", (None, 1), "")), OUT)
+    contract = Contract.of(sig, {"amount": InputSource(("amount",), fill=0.0),
+                                 "country": InputSource(("card.country",)), "device": InputSource(("device",))})
+    include = ("card.country", "device", "amount")
+    reordered = {**NESTED, "fields": list(reversed(NESTED["fields"]))}
+    if fmt == "avro":
+        decoder: Any = AvroCodec(NESTED)
+        writers = [lambda e: decoder.encode(e)] * 2
+    else:
+        reg = SchemaRegistryClient.new_client({"url": "mock://generated"})
+        ids = [reg.register_schema("g", Schema(json.dumps(s), "AVRO")) for s in (NESTED, reordered)]
+        decoder = ConfluentAvroCodec(reg, "g", not_found_retry_s=0)
+        writers = [lambda e, k=k, s=s: b"\0" + k.to_bytes(4, "big") + AvroCodec(s).encode(e)
+                   for k, s in zip(ids, (NESTED, reordered))]
+    (tmp_path / "order.avsc").write_text(json.dumps(NESTED))
+    cfg = InputConfig(topics=("t",), group_id="g", format=fmt, schema=tmp_path / "order.avsc",
+                      registry=RegistryConfig(url="mock://generated") if fmt != "avro" else None)
+    values: list[bytes | None] = []
+    for i in range(40):
+        card = None if i % 5 == 0 else {"country": ["FR", "", "ñ"][i % 3], "digest": b"\0\1"}
+        raw = writers[i % 2]({"event_id": f"e{i}", "event_time": i, "amount": None if i % 4 == 0 else i / 3,
+                              "device": ["ios", "web"][i % 2], "lines": [{"sku": "a", "qty": i}] * (i % 3),
+                              "card": card})
+        values.append(None if i == 7 else raw[:-1] if i == 9 else raw)
+    chunk = Messages.of([FakeMessage("t", i % 2, 100 + i, v) for i, v in enumerate(values)])
+    output = {**json.loads(PREDICTION.schema_json)}
+    output["fields"] = [*output["fields"], {"name": "card_country", "type": ["null", "string"], "default": None},
+                        {"name": "device", "type": "string"}, {"name": "amount", "type": ["null", "double"]}]
+    encoder = AvroCodec(output)
+    fast = Stages(decoder, encoder, cfg, contract, include=include)
+    slow = Stages(decoder, encoder, cfg, contract, fast=False, include=include)
+    (a, a_bad), (b, b_bad) = fast.decode(chunk), slow.decode(chunk)
+    compiled = [fast.fast_decoder] if fmt == "avro" else list(fast._by_schema_id.values())
+    assert compiled and None not in compiled  # every writer schema took the fast path
+    assert a.source.offsets.tolist() == b.source.offsets.tolist() and len(a) == 30  # 8 with null cards, 2 broken
+    assert [(said(e), m.offset()) for e, m in a_bad] == [(said(e), m.offset()) for e, m in b_bad]
+    assert a.passthrough == b.passthrough and a.passthrough is not None
+    for name in ("amount", "country", "device"):
+        x, y = a.features.arrays[name], b.features.arrays[name]
+        assert x.dtype == y.dtype and x.tolist() == y.tolist()
+    scores = Columns({SCORES: np.zeros((len(a), 1), np.float32)})
+    stamp = Stamp("m", "1", 5)
+    assert fast.encode(a, scores, {}, stamp)[1] == slow.encode(b, scores, {}, stamp)[1]
