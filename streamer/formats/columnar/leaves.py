@@ -52,7 +52,7 @@ class Read:
 
 
 def read(t: Node, w: Walk, sel: np.ndarray, width: int) -> Read:
-    """Read one field per row of ``sel`` (its union branch too); rows that fail are no longer ok."""
+    """Read one field per row of ``sel`` (its union branch too); rows that fail are marked not ok."""
     n = len(sel)
     if t.kind == "union":
         index = varint(w, sel)
