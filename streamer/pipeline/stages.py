@@ -58,14 +58,14 @@ class Stages:
         # The fast decoders of the array field give its float32 matrix: the one FEATURES column.
         self._columns: Callable[[Any], Columns] = ((lambda cols: cols) if named_in
                                                   else (lambda matrix: Columns({FEATURES: matrix})))
-        # The columnar paths: Avro in (the feature array, or named fields: formats/columnar/fields.py),
-        # JSON's feature array in, the legacy 'scores' out; nothing passed through (output.include).
-        fast_in, fast_out = fast and not include, fast and not named_out and not include
+        # The columnar paths: Avro in (the feature array, or named fields and output.include:
+        # formats/columnar/fields.py), JSON's feature array in, the legacy 'scores' out.
+        fast_in, fast_out = fast and (named_in or not include), fast and not named_out and not include
         self._fast = fast_in
         self.fast_decoder: ColumnarDecoder | FieldDecoder | JsonColumns | None = None
         if fast_in and isinstance(decoder, AvroCodec):
             self.fast_decoder = self._compile(json.loads(decoder.schema_json))
-        elif fast_in and isinstance(decoder, JsonCodec) and not named_in:
+        elif fast_in and isinstance(decoder, JsonCodec) and not named_in and not include:
             self.fast_decoder = JsonColumns(input_cfg, n_features)
         self._by_schema_id: dict[bytes, ColumnarDecoder | FieldDecoder | None] = {}  # avro-confluent
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json), encoder.prefix)
@@ -91,7 +91,7 @@ class Stages:
         for idx, cols in parts:
             rows = cols.rows if idx is None else idx[cols.rows]
             fast.append(Rows(chunk if len(rows) == len(chunk) else chunk.take(rows), cols.event_ids,
-                             cols.entity_ids, cols.event_times, self._columns(cols.features)))
+                             cols.entity_ids, cols.event_times, self._columns(cols.features), cols.passthrough))
             at.append(rows)
         left = np.ones(len(chunk), bool)
         for rows in at:
@@ -131,7 +131,7 @@ class Stages:
     def _compile(self, writer_schema: dict[str, Any]) -> ColumnarDecoder | FieldDecoder | None:
         """The fast decoder of one writer schema for this contract (None: the reference's)."""
         if self._contract is not None:
-            return FieldDecoder.compile(writer_schema, self._cfg, self._contract)
+            return FieldDecoder.compile(writer_schema, self._cfg, self._contract, self.include)
         return ColumnarDecoder.compile(writer_schema, self._cfg, self.n_features)
 
     def _schema_decoder(self, head: bytes) -> ColumnarDecoder | FieldDecoder | None:

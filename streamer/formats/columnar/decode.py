@@ -83,7 +83,7 @@ class ColumnarDecoder:
         """A decoder for ``writer_schema``, or None when its layout is not one this walks.
 
         Walked: a record of strings, int/long, float, double, boolean, null, bytes, enum, fixed,
-        arrays of fixed-width items and unions of these. The features field is an array of float
+        arrays, maps, nested records and unions of these (a recursive record is not walked). The features field is an array of float
         or double (or a union holding one); the time field int/long (or a union holding one); the
         id and entity fields string, int/long, or unions of these with null; the entity field may
         be absent (it defaults to ""), the others may not (their defaults need the message).

@@ -32,12 +32,17 @@ WIDTH = {"null": 0, "boolean": 1, "float": 4, "double": 8}
 
 
 class Node(NamedTuple):
-    """A compiled schema node: ``kind`` with its width, symbol count or union branches."""
+    """A compiled schema node: ``kind`` with its width, symbols, fields or union branches."""
 
-    kind: str  # fixed (null, boolean, float, double, fixed), long, string, bytes, enum, array, union
+    kind: str  # fixed (null, boolean, float, double, fixed), long, string, bytes, enum, array, items,
+    #            map, record, union
     size: int = 0  # fixed: bytes; enum: symbols; array: item width
-    branches: tuple[Node, ...] = ()
+    branches: tuple[Node, ...] = ()  # union: its branches; record: its fields; items, map: (the item,)
     item: str = ""  # the primitive a fixed-width node is; for an array, its items' if float or double
+    names: tuple[str, ...] = ()  # record: its field names; enum: its symbols
+
+
+MAX_ITEMS = 64  # items of an array (not fixed-width) or map stepped over per row; more: the reference's
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,7 @@ class DecodedColumns:
     entity_ids: Sequence[str]
     event_times: np.ndarray  # int64 milliseconds
     fallback: np.ndarray  # intp, ascending: values the caller sends through the reference path
+    passthrough: list[tuple[Any, ...]] | None = None  # output.include's values per row; None: none read
 
 
 def byte_windows(buf: np.ndarray, width: int) -> np.ndarray:
@@ -156,6 +162,7 @@ def union(t: Node, w: Walk, sel: np.ndarray, each: Callable[[Node, np.ndarray], 
 
 
 def skip(t: Node, w: Walk, sel: np.ndarray) -> None:
+    """Step over one value of ``t`` per row of ``sel``, checking it as fastavro would read it."""
     if t.kind in ("fixed", "null"):
         w.advance(sel, t.size)
     elif t.kind == "long":
@@ -171,12 +178,39 @@ def skip(t: Node, w: Walk, sel: np.ndarray) -> None:
         count = varint(w, sel)
         w.ok[sel] &= count >= 0
         array_end(w, sel, count, t.size)
+    elif t.kind == "record":
+        for field in t.branches:
+            skip(field, w, sel[w.ok[sel]])
+    elif t.kind in ("items", "map"):
+        blocks(t, w, sel)
     else:
         def branch(b: Node, rows: np.ndarray) -> bool:
             skip(b, w, rows)
             return True
 
         union(t, w, sel, branch, lambda m, got: None)
+
+
+def blocks(t: Node, w: Walk, sel: np.ndarray) -> None:
+    """Step over an array (of items not fixed-width) or a map: one block of at most MAX_ITEMS,
+    then the closing zero count. The items are walked one position at a time across the rows: a
+    row's item starts where its previous one ends. A negative count (a block with its byte
+    size), a second block, or a count beyond the bytes left is the reference's."""
+    count = varint(w, sel)
+    room = w.end[sel] - w.pos[sel]  # the codec's walker refuses more items than bytes left
+    w.ok[sel] &= (count >= 0) & (count <= MAX_ITEMS) & (count <= room)
+    kept = w.ok[sel]
+    sel, count = sel[kept], count[kept]
+    item = t.branches[0]
+    for j in range(int(count.max(initial=0))):
+        rows = sel[(count > j) & w.ok[sel]]
+        if t.kind == "map":
+            texts(w, rows)  # the key: fastavro decodes it strictly
+            rows = rows[w.ok[rows]]
+        skip(item, w, rows)
+    more = sel[w.ok[sel] & (count > 0)]
+    w.ok[more] &= w.buf[w.pos[more]] == 0  # a second block (or a long-form zero) is left to fastavro
+    w.advance(more, 1)
 
 
 def array_end(w: Walk, sel: np.ndarray, count: np.ndarray | int, width: int) -> np.ndarray:
@@ -238,8 +272,8 @@ def floats(t: Node, w: Walk, sel: np.ndarray, n: int) -> np.ndarray | None:
     return out
 
 
-def node(t: Any, named: dict[str, Node]) -> Node | None:
-    """Compile a parsed schema node; None for a shape this module does not walk (records, maps)."""
+def node(t: Any, named: dict[str, Node | None]) -> Node | None:
+    """Compile a parsed schema node; None for a shape this module does not walk (a recursive record)."""
     if isinstance(t, list):
         branches = [node(b, named) for b in t]
         return None if None in branches else Node("union", branches=tuple(b for b in branches if b))
@@ -251,15 +285,24 @@ def node(t: Any, named: dict[str, Node]) -> Node | None:
         return None
     kind = t["type"]
     if kind in ("fixed", "enum"):
-        named[t["name"]] = Node(kind, int(t["size"]) if kind == "fixed" else len(t["symbols"]))
+        symbols = tuple(t["symbols"]) if kind == "enum" else ()
+        named[t["name"]] = Node(kind, int(t["size"]) if kind == "fixed" else len(symbols), names=symbols)
         return named[t["name"]]
-    if kind == "array":
-        item = node(t["items"], named)
-        if item is None or item.kind != "fixed" or item.size == 0:
-            return None  # zero-width items are the codec's bounded walker's business
-        return Node("array", item.size, item=item.item if item.item in ("float", "double") else "")
-    if kind in ("record", "error", "map"):
-        return None
+    if kind in ("record", "error"):
+        named[t["name"]] = None  # a field of its own type (a recursive record) does not compile
+        fields = [node(f["type"], named) for f in t["fields"]]
+        if None in fields:
+            return None
+        named[t["name"]] = Node("record", branches=tuple(f for f in fields if f),
+                                names=tuple(f["name"] for f in t["fields"]))
+        return named[t["name"]]
+    if kind in ("array", "map"):
+        item = node(t["items"] if kind == "array" else t["values"], named)
+        if item is None:
+            return None
+        if kind == "array" and item.kind == "fixed" and item.size:  # one block of bytes per row
+            return Node("array", item.size, item=item.item if item.item in ("float", "double") else "")
+        return Node("items" if kind == "array" else "map", branches=(item,))
     return node(kind, named)  # a primitive with attributes (a logical type reads as its base type)
 
 
@@ -276,7 +319,7 @@ def record_fields(writer_schema: dict[str, Any]) -> list[tuple[str, Node]] | Non
         return None
     if not isinstance(parsed, dict) or parsed.get("type") != "record":
         return None
-    named: dict[str, Node] = {}
+    named: dict[str, Node | None] = {}
     fields: list[tuple[str, Node]] = []
     for f in parsed["fields"]:
         compiled = node(f["type"], named)

@@ -217,9 +217,8 @@ def test_confluent_framing_is_skipped_by_offset() -> None:
         {"name": "event_time", "type": "long"}]}, config(), 4),
     (FEATURES, InputConfig(topics=("t",), group_id="g", schema=SCHEMAS / "feature_event.avsc",
                            time_field="event_id"), 4),
-    ({**FEATURES, "fields": FEATURES["fields"] + [
-        {"name": "m", "type": {"type": "map", "values": "long"}}]}, config(), 4),
-    ({**FEATURES, "fields": FEATURES["fields"] + [{"name": "r", "type": FEATURES}]}, config(), 4),
+    ({**FEATURES, "fields": FEATURES["fields"] + [  # a recursive record
+        {"name": "next", "type": ["null", "streamer.FeatureEvent"]}]}, config(), 4),
     ({**FEATURES, "fields": [{"name": "features", "type": {"type": "array", "items": "long"}}]
       + FEATURES["fields"][:3]}, config(), 4),
     (FEATURES, config(), 0),

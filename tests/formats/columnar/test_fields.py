@@ -150,7 +150,14 @@ def test_layouts_it_leaves_to_the_reference_compile_to_none() -> None:
     strings = Signature((TensorSpec("s", "string", (None, 1), ""),), OUT)
     assert FieldDecoder.compile(flat, config(), Contract.of(strings, {"s": InputSource(("s",))})) is not None
     nested = Signature((TensorSpec("c", "string", (None, 1), ""),), OUT)
-    assert FieldDecoder.compile(schema, config(), Contract.of(nested, {"c": InputSource(("card.country",))})) is None
+    by_path = Contract.of(nested, {"c": InputSource(("card.country",))})
+    assert FieldDecoder.compile(schema, config(), by_path) is not None
+    assert FieldDecoder.compile(schema, config(), by_path, include=("card",)) is None  # a record passed through
+    assert FieldDecoder.compile(schema, config(), by_path, include=("card.city",)) is None  # not in the schema
+    mapped = {**schema, "fields": [*schema["fields"][:3], {"name": "card", "type": {"type": "map", "values": "string"}}]}
+    assert FieldDecoder.compile(mapped, config(), by_path) is None  # a dotted path into a map: the reference's
+    looped = {**schema, "fields": [*schema["fields"], {"name": "next", "type": ["null", "R"]}]}
+    assert FieldDecoder.compile(looped, config(), by_path) is None  # a recursive record
 
 
 def test_a_chunk_of_plain_events_takes_the_fast_path_whole() -> None:
