@@ -144,3 +144,19 @@ def _int_fits(v: int, element: str) -> bool:
         return abs(v) <= EXACT_INT[element]
     lo, hi = INT_RANGE[element]
     return lo <= v <= hi
+
+
+def convert_arrays(values: Sequence[Any], width: int, element: str, fill: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Array values feeding a ``[N, width]`` input whole: lists of ``width`` items, each converted
+    as :func:`convert` does; a null array takes the fill in every column (contract.InputPlan.row)."""
+    n = len(values)
+    null = codes_of(values) == NULL
+    whole = np.array([type(v) is list and len(v) == width for v in values], bool)
+    aside = ~(whole | null) | (null if fill is None else False)
+    flat: list[Any] = []
+    blank = [None] * width
+    for v, good in zip(values, whole.tolist()):
+        flat.extend(v if good else blank)
+    col, bad = convert(flat, element, fill)
+    aside |= bad.reshape(n, width).any(axis=1) & whole
+    return col.reshape(n, width), aside

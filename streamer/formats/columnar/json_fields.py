@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 
 from streamer.config import InputConfig
-from streamer.formats.columnar.convert import NULL, STR, convert
+from streamer.formats.columnar.convert import STR, convert, convert_arrays
 from streamer.formats.columnar.convert import codes_of as codes
 from streamer.formats.columnar.walk import DecodedColumns
 from streamer.model.contract import Contract, InputPlan
@@ -115,7 +115,7 @@ class JsonFields:
         n = len(events)
         if not plan.source.stacked and plan.width != 1:
             (path,) = plan.source.fields
-            col, aside = self._array(self._values(path, events), plan)
+            col, aside = convert_arrays(self._values(path, events), plan.width, plan.spec.element, plan.fill)
         else:
             parts = []
             aside = np.zeros(n, bool)
@@ -136,20 +136,3 @@ class JsonFields:
         for part in rest:
             values = [v.get(part) if type(v) is dict else None for v in values]
         return values
-
-    def _array(self, values: list[Any], plan: InputPlan) -> tuple[np.ndarray, np.ndarray]:
-        """An array field feeding a ``[N, k]`` input whole: lists of ``k`` items, each converted;
-        a null array takes the fill in every column."""
-        k, n = plan.width, len(values)
-        kinds = codes(values)
-        null = kinds == NULL
-        whole = np.array([type(v) is list and len(v) == k for v in values], bool)
-        aside = ~(whole | null) | (null if plan.fill is None else False)
-        flat: list[Any] = []
-        blank = [None] * k
-        for v, good in zip(values, whole.tolist()):
-            flat.extend(v if good else blank)
-        col, bad = convert(flat, plan.spec.element, plan.fill)
-        col = col.reshape(n, k)
-        aside |= bad.reshape(n, k).any(axis=1) & whole
-        return col, aside
