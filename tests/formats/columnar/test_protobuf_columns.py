@@ -274,3 +274,34 @@ def test_a_type_that_does_not_walk_leaves_its_rows_to_the_reference(element: str
     cols, refs = agree(codec, contract, values)
     assert cols.rows.tolist() == [] and cols.fallback.tolist() == [0, 1, 2]
     assert all(isinstance(r, RecordError) for r in refs) == (element == "float32" or element == "int64")
+
+
+@pytest.mark.parametrize("fmt", ["json", "protobuf"])
+def test_the_stages_take_the_fast_path_and_agree_with_the_reference(fmt: str) -> None:
+    """pipeline/stages.py chooses JsonFields or ProtobufColumns for named inputs; a chunk with
+    rejects among the rows decodes as with the fast path off (rows, columns, dead letters)."""
+    import json
+
+    from streamer.formats.json_events import JsonCodec
+    from streamer.pipeline.records import Messages
+    from streamer.pipeline.stages import Stages
+    from tests.formats.columnar.test_json_fields import mixed, mixed_contract
+    from tests.support.fakes import FakeMessage
+
+    codec: Any
+    if fmt == "json":
+        codec, contract = JsonCodec(), mixed_contract()
+        values: list[bytes | None] = [json.dumps(mixed(i)).encode() for i in range(20)]
+        values.append(b'{"event_id":"x","event_time":1,"amount":"no"}')
+    else:
+        codec, values, contract = mixed_values(20)
+        values.append(values[0][:8])  # type: ignore[index]
+    chunk = Messages.of([FakeMessage("t", 0, i, v) for i, v in enumerate([*values, None])])
+    fast, slow = Stages(codec, codec, config(), contract), Stages(codec, codec, config(), contract, fast=False)
+    assert fast.fast_decoder is not None and slow.fast_decoder is None
+    (a, a_rejects), (b, b_rejects) = fast.decode(chunk), slow.decode(chunk)
+    assert [str(e) for e, _ in a_rejects] == [str(e) for e, _ in b_rejects] and len(a_rejects) == 2
+    assert (list(a.event_ids), a.event_times.tolist()) == (list(b.event_ids), b.event_times.tolist())
+    assert a.source.offsets.tolist() == b.source.offsets.tolist() == list(range(20))
+    for name, column in b.features.arrays.items():
+        assert a.features.arrays[name].dtype == column.dtype and a.features.arrays[name].tolist() == column.tolist()
