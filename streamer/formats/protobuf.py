@@ -162,8 +162,7 @@ class ConfluentProtobufCodec:
         self._max_bytes = max_bytes
 
     def decode(self, data: bytes) -> Mapping[str, Any]:
-        schema_id = framed_id(data, self._max_bytes)
-        schema = self._ids.get(schema_id, partial(self._build, schema_id))
+        schema = self.schema(framed_id(data, self._max_bytes))
         path, pos = message_indexes(data)
         message = schema.message_class(path)()
         try:
@@ -171,6 +170,10 @@ class ConfluentProtobufCodec:
         except (DecodeError, RuntimeError, ValueError) as exc:
             raise DeserializeError(f"bad Protobuf for {message.DESCRIPTOR.full_name}: {exc}") from exc
         return as_mapping(message)
+
+    def schema(self, schema_id: int) -> ProtobufSchema:
+        """The schema ``schema_id`` names (looked up once); raises DeserializeError or BrokerError."""
+        return self._ids.get(schema_id, partial(self._build, schema_id))
 
     def _build(self, schema_id: int, registered: Any) -> ProtobufSchema:
         return _schema(registered, lambda: self._fresh().get_schema(schema_id, fmt="serialized"))

@@ -7,7 +7,9 @@ A stage never dead-letters by itself and never calls back into the loop.
 Two implementations stand behind :class:`Stages`. The per-row reference (the codec and
 :class:`EventValidator` per message, fastavro per prediction) serves every format. The columnar
 fast path takes Avro input (formats/columnar/decode.py; for avro-confluent, one decoder per writer schema
-id, compiled the first time the id is seen), JSON input (formats/columnar/json_columns.py) and the shipped
+id, compiled the first time the id is seen), JSON input (formats/columnar/json_columns.py for the array
+field, json_fields.py for named fields), protobuf-confluent input with named fields
+(formats/columnar/protobuf_columns.py) and the shipped
 prediction layout (formats/columnar/encode.py) when their schemas compile; a row it cannot prove
 identical to the reference goes through the reference, which raises the same dead-letter errors, so the two are one stage.
 """
@@ -29,9 +31,12 @@ from streamer.formats.columnar.decode import ColumnarDecoder
 from streamer.formats.columnar.encode import PredictionEncoder
 from streamer.formats.columnar.fields import FieldDecoder
 from streamer.formats.columnar.json_columns import JsonColumns
+from streamer.formats.columnar.json_fields import JsonFields
+from streamer.formats.columnar.protobuf_columns import ProtobufColumns
 from streamer.formats.columnar.walk import DecodedColumns
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
+from streamer.formats.protobuf import ConfluentProtobufCodec
 from streamer.model.contract import FEATURES, SCORES, Contract
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
@@ -59,14 +64,19 @@ class Stages:
         self._columns: Callable[[Any], Columns] = ((lambda cols: cols) if named_in
                                                   else (lambda matrix: Columns({FEATURES: matrix})))
         # The columnar paths: Avro in (the feature array, or named fields and output.include:
-        # formats/columnar/fields.py), JSON's feature array in, the legacy 'scores' out.
+        # formats/columnar/fields.py), JSON in (the feature array, or named fields:
+        # formats/columnar/json_fields.py) and protobuf's named fields in
+        # (formats/columnar/protobuf_columns.py) with nothing passed through, the legacy 'scores' out.
         fast_in, fast_out = fast and (named_in or not include), fast and not named_out and not include
         self._fast = fast_in
-        self.fast_decoder: ColumnarDecoder | FieldDecoder | JsonColumns | None = None
+        self.fast_decoder: ColumnarDecoder | FieldDecoder | JsonColumns | JsonFields | ProtobufColumns | None = None
         if fast_in and isinstance(decoder, AvroCodec):
             self.fast_decoder = self._compile(json.loads(decoder.schema_json))
-        elif fast_in and isinstance(decoder, JsonCodec) and not named_in and not include:
-            self.fast_decoder = JsonColumns(input_cfg, n_features)
+        elif fast_in and isinstance(decoder, JsonCodec) and not include:
+            self.fast_decoder = (JsonFields.compile(input_cfg, contract) if named_in
+                                 else JsonColumns(input_cfg, n_features))
+        elif fast_in and named_in and not include and isinstance(decoder, ConfluentProtobufCodec):
+            self.fast_decoder = ProtobufColumns.compile(decoder, input_cfg, contract)
         self._by_schema_id: dict[bytes, ColumnarDecoder | FieldDecoder | None] = {}  # avro-confluent
         self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json), encoder.prefix)
                              if fast_out and isinstance(encoder, AvroCodec) else None)
