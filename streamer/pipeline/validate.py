@@ -11,9 +11,11 @@ import numpy as np
 from streamer.config import InputConfig
 from streamer.errors import ValidationError
 from streamer.model.contract import Contract, field_value
+from streamer.model.exact import EXACT_INT
 from streamer.pipeline.records import SourceRecord
 
-_NUMBERS = {int, float}  # exact types: bool is an int subclass, and is refused
+_NUMBERS = {int, float, bool}  # exact types (numpy would read "1.5" as a number too)
+_EXACT = EXACT_INT["float32"]  # model/exact.py's table: an integer into float32 up to 2^24, a bool as 1 or 0
 
 class EventValidator:
     """Checks a decoded event against the model's inputs and builds its SourceRecord.
@@ -53,11 +55,17 @@ class EventValidator:
         raw_features = payload.get(cfg.features_field)
         if raw_features is None:
             raise ValidationError(f"missing field '{cfg.features_field}'")
-        # numpy would read "1.5" and true as numbers: JSON events must send numbers as numbers
-        if isinstance(raw_features, list) and not set(map(type, raw_features)) <= _NUMBERS:
+        # numpy would read "1.5" as a number: JSON events must send numbers as numbers
+        kinds = set(map(type, raw_features)) if isinstance(raw_features, list) else set()
+        if not kinds <= _NUMBERS:
             odd = next(v for v in raw_features if type(v) not in _NUMBERS)
             raise ValidationError(f"field '{cfg.features_field}' holds {odd!r} ({type(odd).__name__}), "
                                   f"not a number")
+        if int in kinds:
+            big = next((v for v in raw_features if type(v) is int and not -_EXACT <= v <= _EXACT), None)
+            if big is not None:
+                raise ValidationError(f"field '{cfg.features_field}' holds the integer {big}, beyond 2^24: "
+                                      f"float32 holds integers exactly up to 2^24")
         try:
             features = np.asarray(raw_features, dtype=np.float32)
         except (TypeError, ValueError, OverflowError) as exc:  # Overflow: an integer past a double

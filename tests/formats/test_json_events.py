@@ -102,19 +102,24 @@ def test_json_input_with_a_schema_file_is_checked_and_keeps_off_the_unchecked_fa
         with_overrides(cfg, input={"format": "avro", "schema": ROOT / "streamer" / "schemas" / "feature_event.avsc"})
 
 
-def test_numbers_sent_as_strings_or_booleans_are_refused_without_a_schema_too() -> None:
+def test_feature_arrays_follow_the_conversion_table_without_a_schema_too() -> None:
+    """A string is refused, a bool is 1 or 0, an integer past 2^24 is refused (float32 would round
+    it): the reference decides each, and the fast path leaves each of them to it."""
     from streamer.config import InputConfig
     from streamer.formats.columnar.json_columns import JsonColumns
     from streamer.pipeline.validate import EventValidator
 
     cfg = InputConfig(topics=("t",), group_id="g", format="json")
     validator = EventValidator(cfg, 2)
-    for odd in ("1.5", True):
+    for odd, refusal in (("1.5", "not a number"), (2**24 + 1, "the integer 16777217, beyond 2\\^24")):
         payload = {**EVENT, "features": [0.5, odd]}
-        with pytest.raises(ValidationError, match="not a number"):
+        with pytest.raises(ValidationError, match=refusal):
             validator.to_record(payload, "t", 0, 0, None, 0)
         cols = JsonColumns(cfg, 2).decode([json.dumps(payload).encode()])
         assert cols.fallback.tolist() == [0]  # left to the reference, which refuses it
+    taken = {**EVENT, "features": [True, 2**24]}
+    assert validator.to_record(taken, "t", 0, 0, None, 0).features.tolist() == [1.0, 2.0**24]
+    assert JsonColumns(cfg, 2).decode([json.dumps(taken).encode()]).fallback.tolist() == [0]  # the bool
     assert validator.to_record(EVENT, "t", 0, 0, None, 0).features.tolist() == [0.5, -1.0]
 
 

@@ -20,9 +20,12 @@ import orjson
 
 from streamer.config import InputConfig
 from streamer.formats.columnar.walk import DecodedColumns
+from streamer.model.exact import EXACT_INT
 
 _INT64 = (-(2**63), 2**63)
 _NUMBERS = {int, float}
+_EXACT = EXACT_INT["float32"]
+_PAST_INT64 = np.float32(2.0**63)  # not finite either, beyond it: the non-finite test is this one too
 
 
 class JsonColumns:
@@ -53,7 +56,9 @@ class JsonColumns:
             # json as an int, and str() of the two differ.
             if type(f) is not list or len(f) != n or type(t) is not int or not _INT64[0] <= t < _INT64[1] \
                     or type(e) is not str or type(entity) is not str or not set(map(type, f)) <= _NUMBERS:
-                continue  # (a string or a boolean among the features: the reference refuses it)
+                continue  # (a string among the features: the reference refuses it; a bool: it takes it)
+            if int in set(map(type, f)) and any(type(v) is int and not -_EXACT <= v <= _EXACT for v in f):
+                continue  # an integer float32 cannot hold: the reference dead-letters it
             take.append(i)
             feats.append(f)
             ids.append(e)
@@ -70,7 +75,9 @@ class JsonColumns:
             matrix, shaped = _one_by_one(feats, n)
         else:
             shaped = np.ones(len(take), bool)
-        good = shaped & np.isfinite(matrix).all(axis=1)
+        # orjson reads an integer past 64 bits as a float, json as an int (which the reference refuses
+        # past 2^24): a value that large steps aside whichever it was.
+        good = shaped & (np.abs(matrix) < _PAST_INT64).all(axis=1)
         if cfg.feature_min is not None:
             good &= matrix.min(axis=1, initial=np.inf) >= cfg.feature_min
         if cfg.feature_max is not None:
