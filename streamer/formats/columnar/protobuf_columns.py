@@ -233,12 +233,15 @@ def _gather(d: Descriptor, path: str, plan: InputPlan) -> Gather | None:
         return None  # an enum's symbol or number into a number: the reference
     get = attrgetter(last)
     symbols = {v.number: v.name for v in f.enum_type.values} if f.type == F.TYPE_ENUM else None
+    present = f.has_presence and not f.is_repeated
 
     def values(messages: list[Any]) -> list[Any]:
         objs: list[Any] = messages
         for part in above:  # an absent message is null, as as_mapping reads it
             objs = [getattr(o, part) if o is not None and o.HasField(part) else None for o in objs]
-        if above:
+        if present:  # a proto3 optional or oneof member not sent is null, as as_mapping reads it
+            got = [get(o) if o is not None and o.HasField(last) else None for o in objs]
+        elif above:
             got = [get(o) if o is not None else None for o in objs]
         else:
             got = list(map(get, objs))

@@ -98,9 +98,12 @@ def layout(draw: st.DrawFn) -> tuple[descriptor_pb2.FileDescriptorProto, Contrac
         names = [f"s{i}a", f"s{i}b"] if kind == "stacked" else [f"f{i}"]
         for name in names:
             t = draw(st.sampled_from(SCALARS))
-            extra = {"type_name": ".gen.Event.Color"} if t == T.TYPE_ENUM else {}
-            (inner if kind == "nested" else m).field.add(name=name, number=next(numbers), type=t,
-                                                         label=T.LABEL_OPTIONAL, **extra)
+            extra: dict[str, Any] = {"type_name": ".gen.Event.Color"} if t == T.TYPE_ENUM else {}
+            owner = inner if kind == "nested" else m
+            if draw(st.booleans()):  # `optional`: presence tracked, a field not sent is null
+                owner.oneof_decl.add(name=f"_{name}")  # the synthetic oneof protoc writes for it
+                extra.update(oneof_index=len(owner.oneof_decl) - 1, proto3_optional=True)
+            owner.field.add(name=name, number=next(numbers), type=t, label=T.LABEL_OPTIONAL, **extra)
             gen[f"inner.{name}" if kind == "nested" else name] = VALUES[t]
             taken &= t in TAKES[element] and (t != T.TYPE_ENUM or element == "string")
         nested |= kind == "nested"
@@ -263,6 +266,24 @@ def test_the_mixed_event_takes_the_fast_path_whole() -> None:
     assert cols.rows.tolist() == list(range(30))
     assert cols.features.arrays["age_days"][[0, 1]].tolist() == [[0.0], [1.0]]  # absent: the fill
     assert cols.features.arrays["device"][:3].tolist() == [["ios"], ["android"], ["web"]]
+
+
+def test_an_optional_field_not_sent_is_null_and_takes_the_fill() -> None:
+    fd = descriptor_pb2.FileDescriptorProto(name="opt.proto", package="gen", syntax="proto3")
+    m = fd.message_type.add(name="Event")
+    m.field.add(name="event_id", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    m.field.add(name="event_time", number=2, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
+    m.oneof_decl.add(name="_n")
+    m.field.add(name="n", number=3, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL, oneof_index=0, proto3_optional=True)
+    codec, head = registered(fd)
+    event = classes(fd)
+    values: list[bytes | None] = [head + b"\0" + event(event_id="a", event_time=1, **n).SerializeToString()
+                                  for n in ({"n": 7}, {}, {"n": 0})]
+    contract = Contract.of(Signature((TensorSpec("n", "float32", (None, 1), ""),), OUT),
+                           {"n": InputSource(("n",), fill=-1.0)})
+    cols, _ = agree(codec, contract, values)
+    assert cols.rows.tolist() == [0, 1, 2]
+    assert cols.features.arrays["n"].tolist() == [[7.0], [-1.0], [0.0]]  # not sent: the fill; sent 0: 0
 
 
 @pytest.mark.parametrize("element", ["float32", "int64"])
