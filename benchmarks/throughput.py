@@ -725,7 +725,7 @@ def timed(fn: Callable[[], float], n: int) -> tuple[float, float, float, float]:
     return rate, ((WINDOW.stopped or after) - (WINDOW.started or before)) / n * 1e6, python, WAKEUPS.total() / n
 
 
-def stage_report(cpu: dict[str, list[float]], repeat: int) -> None:
+def stage_report(cpu: dict[str, list[float]]) -> None:
     """The breakdown of (c), (j), (n), (o) (StageCpu; the loop is the rest of each run's CPU/event),
     (j), (n), (o) against (a) and, on the non-model part, against (c); and (c)/(a) per round."""
     parts: dict[str, dict[str, float]] = {}
@@ -752,7 +752,7 @@ def stage_report(cpu: dict[str, list[float]], repeat: int) -> None:
     if "a" in cpu and "c" in cpu:  # the same round's (c) and (a): "<= 1.5x in R of R runs" reads off
         ratios = [c / a for c, a in zip(cpu["c"], cpu["a"], strict=True)]
         print("(c)/(a) CPU/event per round: " + " ".join(f"{r:.2f}" for r in ratios)
-              + f"; <= 1.5x in {sum(r <= 1.5 for r in ratios)} of {len(ratios)} runs (of {repeat})")
+              + f"; <= 1.5x in {sum(r <= 1.5 for r in ratios)} of {len(ratios)} runs")
 
 
 def main() -> None:
@@ -886,8 +886,8 @@ def main() -> None:
               ("f/c", "f", "c", 3), ("g/a", "g", "a", 3), ("g/b", "g", "b", 4), ("c/h", "c", "h", 1),
               ("i/c", "i", "c", 3), ("j/c", "j", "c", 3), ("n/c", "n", "c", 3), ("o/c", "o", "c", 3),
               ("g/c", "g", "c", 3)]
-    print("   ".join(f"{name} {med[x] / med[y]:.{digits}f}" for name, x, y, digits in ratios
-                     if x in med and y in med))
+    if shown := [f"{name} {med[x] / med[y]:.{digits}f}" for name, x, y, digits in ratios if x in med and y in med]:
+        print("   ".join(shown))
     if "exactly_once" in COMMIT_TAILS:  # outside (f)'s window (AckClock)
         tails = COMMIT_TAILS["exactly_once"]
         print(f"(f) from the last ack to its outputs committed: median {np.median(tails):.0f} ms "
@@ -901,7 +901,7 @@ def main() -> None:
         print("Python-side CPU/event: " + "   ".join(
             f"{k} {np.median(python_cpu[k]):.1f} us" + (f" ({np.median(python_cpu[k]) / base_py:.2f}x)" if k != "a" else "")
             for k in sorted(python_cpu) if k not in "bd" and not np.isnan(np.median(python_cpu[k]))))
-    stage_report(cpu, args.repeat)
+    stage_report(cpu)
     if "c0" in med:
         print(f"intra_op_threads 0: {med['c0']:,.0f} events/s ({med['c0'] / peak:.2f} of 1), "
               f"2: {med['c2']:,.0f} events/s ({med['c2'] / peak:.2f} of 1)")
