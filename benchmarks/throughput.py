@@ -23,14 +23,28 @@ pacer produces with librdkafka's default linger.ms (5 ms) and its connection mad
     them into the same model's input); i/c is the cost of named fields (columnar_fields.py).
 (j) A mixed-type 12-field event (strings, a nullable float, a long, an enum, a boolean) into a
     scikit-learn ColumnTransformer model (models/build_converter_models.py, 5 inputs) with a label
-    and a probability mapped out: reported, no baseline.
+    and a probability mapped out.
+(n) (j)'s events as named-field JSON (input.format json): the JSON named-field path
+    (formats/columnar/json_fields.py), (j)'s model and outputs.
+(o) (j)'s events as protobuf-confluent (order.proto, written by Confluent's ProtobufSerializer;
+    the test Schema Registry, tests/support/schema_registry.py, runs for it: Java 21 and the
+    app in .cache/registry), (j)'s model and outputs.
+(c), (j), (n) and (o) are broken down per event into decode, model, encode and loop, in us of CPU
+(StageCpu: observer callbacks and marks of the injected clients and runner; the loop is the rest of
+the figure's CPU/event: consume, batching, produce, delivery reports, commits, librdkafka). The
+model's share is the runner's calls: for (j), (n), (o) the ColumnTransformer model's own cost,
+ONNX Runtime's, not the processor's, and reported apart. Each of (j), (n), (o) is printed with its
+CPU/event against (a)'s, and against (c)'s on the non-model part: "j/c on the non-model part" is
+(c's CPU/event - c's model share) / (j's CPU/event - j's model share), the ratio events/s would
+give if the model cost nothing (target >= 0.8); the same for n/c and o/c. (c)'s CPU/event against
+(a)'s is printed per round too (the two run in every round), so "<= 1.5x in 5 of 5 runs" reads off.
 `--figures a,c,i` runs only those (`--latency` adds the latency runs; they need c).
 Each figure runs ``--repeat`` times (3), in a shuffled order each round (seeded by the round): the
 median and the min are printed, ratios are of medians,
 with the process CPU time per event of each (this process: the client, librdkafka's threads
 included; the broker is another process; beside it the Python side's share, every thread but
 librdkafka's), over the window its rate is measured on: from the first event to the last output
-acknowledged by the broker for (a), (c), (e), (f), (i), (j) (start-up and shutdown left out; for
+acknowledged by the broker for (a), (c), (e), (f), (i), (j), (n), (o) (start-up and shutdown left out; for
 (f) the wait from there to its outputs committed, which a finite input ends with, is printed
 apart: AckClock), the whole call for the others. ``--pin`` puts the broker (and the latency run's paced
 producer) on one core and this process on another (``sched_setaffinity``, as ``taskset`` does), so
@@ -46,6 +60,7 @@ figures are only comparable within one run on one machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -58,6 +73,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +85,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from streamer import heap  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.commands.replay import When, run_replay  # noqa: E402
-from streamer.config import Config, InputSource, OutputTarget  # noqa: E402
+from streamer.config import Config, InputSource, OutputTarget, RegistryConfig  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.varint import avro_string, zigzag  # noqa: E402
@@ -81,9 +97,10 @@ from streamer.observe.stats import Stats  # noqa: E402
 from streamer.pipeline.records import Stamp, prediction_fields  # noqa: E402
 from streamer.pipeline.validate import EventValidator  # noqa: E402
 from streamer.testing import PoisonRunner, score_matrix  # noqa: E402
-from streamer.wiring import build_processor, input_codec, model_runner, output_codec  # noqa: E402
+from streamer.wiring import build_processor, checked_runner, input_codec, model_runner, output_codec  # noqa: E402
 
 POISON = 9999.0
+ALL = "abcdefghijno"  # the figures a run without --figures makes
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -199,11 +216,17 @@ class AckClock:
 COMMIT_TAILS: dict[str, list[float]] = {}  # per figure: ms from the last ack to the outputs committed
 
 
-def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
-    """Events/s from the first event to the last output acknowledged (AckClock)."""
-    runner = PoisonRunner(model_runner(cfg), POISON) if poisoned else None
+def processor_run(cfg: Config, n: int, poisoned: int = 0, tag: str | None = None) -> float:
+    """Events/s from the first event to the last output acknowledged (AckClock); with ``tag``, the
+    run's stages timed too (StageCpu), kept in STAGES under it."""
+    runner: Any = PoisonRunner(model_runner(cfg), POISON) if poisoned else None
+    kafka = probed(cfg)
     clock = AckClock(n)
-    processor = build_processor(cfg, runner=runner, clients=probed(cfg), observers=(clock,))
+    stages = StageCpu()
+    if tag is not None:
+        runner, kafka = staged(cfg, stages)
+    processor = build_processor(cfg, runner=runner, clients=kafka,
+                                observers=(clock,) if tag is None else (clock, stages))
 
     def until(s: Stats) -> bool:
         if s.events:
@@ -216,6 +239,8 @@ def processor_run(cfg: Config, n: int, poisoned: int = 0) -> float:
     assert stats.dead_letters["infer"] == poisoned
     assert clock.at is not None and stats.first_event_at is not None and stats.last_ack_at is not None
     COMMIT_TAILS.setdefault(cfg.processing.guarantee, []).append((stats.last_ack_at - clock.at) * 1000)
+    if tag is not None:
+        STAGES.setdefault(tag, []).append(stages.per_event(n))
     return n / (clock.at - stats.first_event_at)
 
 
@@ -236,6 +261,112 @@ class StageTimes:
 
     def acked(self, acked: Any) -> None:
         pass
+
+
+class StageCpu:
+    """CPU per event of each stage of a processor figure, within its window (CpuWindow), in the
+    thread CPU time (``time.thread_time``) of the loop's thread, between marks that its observer
+    callbacks (streamer.house.Observer) and its injected clients and runner set:
+
+    - decode: from the consumed chunk in hand (the consumer's call returned) to its rows decoded
+      and validated (``decoded``);
+    - model: the runner's calls (contract feed, the ONNX Runtime session, outputs collected), on
+      whichever thread runs them (the loop's, or the inference thread when pipelined): for the
+      ColumnTransformer figures that is ONNX Runtime's cost, not the processor's;
+    - encode: from the model's answer (inline), or the loop's previous mark (pipelined: the
+      previous batch handed to the producer, or the rows decoded, so the batcher's join of the
+      batch falls in it), to its predictions encoded (``scored``);
+    - loop: the rest of the figure's process CPU: consume, batching, produce, delivery reports,
+      commits, and librdkafka's threads (the Kafka client's share).
+
+    The marks cost a clock read each, a few per batch: nothing per event."""
+
+    def __init__(self) -> None:
+        self.loop_thread = threading.get_ident()  # the processor runs on the thread that builds it
+        self.mark: float | None = None
+        self.spent = {"decode": 0.0, "model": 0.0, "encode": 0.0}
+
+    def step(self, stage: str | None) -> None:
+        """A mark on the loop's thread: the time since the last one goes to ``stage`` (None: the loop's)."""
+        if threading.get_ident() != self.loop_thread:
+            return
+        now = time.thread_time()
+        if stage is not None and self.mark is not None and WINDOW.started is not None and WINDOW.stopped is None:
+            self.spent[stage] += now - self.mark
+        self.mark = now
+
+    def model(self, seconds: float) -> None:
+        if WINDOW.started is not None and WINDOW.stopped is None:
+            self.spent["model"] += seconds
+
+    def decoded(self, rows: Any) -> None:
+        self.step("decode")
+
+    def scored(self, batch: Any, seconds: float, out: Any, predicted: Any) -> None:
+        self.step("encode")
+
+    def acked(self, acked: Any) -> None:
+        self.step(None)
+
+    def per_event(self, n: int) -> dict[str, float]:
+        return {k: v / n * 1e6 for k, v in self.spent.items()}
+
+
+class MarkedClient:
+    """A Kafka client whose calls ``marked`` set a StageCpu mark as they return (the time before
+    them is the loop's); every other attribute is the client's own."""
+
+    def __init__(self, inner: Any, stages: StageCpu, marked: tuple[str, ...]) -> None:
+        self._inner, self._stages = inner, stages
+        for name in marked:
+            setattr(self, name, self._marking(getattr(inner, name)))
+
+    def _marking(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            self._stages.step(None)  # what came before the call is the loop's (after scored: produce)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self._stages.step(None)
+        return marked
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+
+class TimedRunner:
+    """The figure's model runner (checked at start as the processor checks it), each call's thread
+    CPU counted as the model's share (StageCpu)."""
+
+    def __init__(self, inner: Any, stages: StageCpu) -> None:
+        self._inner, self._stages = inner, stages
+
+    def run(self, features: Any) -> Any:
+        self._stages.step(None)  # the batch's inputs gathered: the loop's (inline)
+        started = time.thread_time()
+        try:
+            return self._inner.run(features)
+        finally:
+            self._stages.model(time.thread_time() - started)
+            if threading.get_ident() == self._stages.loop_thread:
+                self._stages.mark = time.thread_time()  # counted already: the model's
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def staged(cfg: Config, stages: StageCpu) -> tuple[Any, clients.KafkaClients]:
+    """The runner and clients of a figure whose stages are timed (StageCpu)."""
+    kafka = probed(cfg)
+    return TimedRunner(checked_runner(cfg), stages), replace(
+        kafka, consumer=lambda **extra: MarkedClient(kafka.consumer(**extra), stages, ("poll", "consume")),
+        producer=lambda **extra: MarkedClient(kafka.producer(**extra), stages, ("produce_batch",)))
+
+
+STAGES: dict[str, list[dict[str, float]]] = {}  # per figure: each run's StageCpu per event (us)
 
 
 def paced(cfg: Config, rate: float, seconds: float) -> int:
@@ -435,13 +566,75 @@ def mixed_inputs(base: Config, bootstrap: str, n: int, folder: Path) -> Config:
                                         for k in ("country", "channel", "amount", "age_days", "n_items")},
                                 outputs={"label": OutputTarget("label"),
                                          "fraud": OutputTarget("probabilities", column=1)}))
+    produce_events(bootstrap, topic, encoded_events(input_codec(cfg), mixed_rows(n)))
+    return cfg
+
+
+def mixed_rows(n: int) -> list[dict[str, Any]]:
+    """(j)'s events, the same for (n) and (o): one in ten has no age_days (the input's fill)."""
     rng = np.random.default_rng(11)
-    rows = ({"event_id": f"m{i}", "entity_id": f"c{i % 97}", "event_time": 1_700_000_000_000 + i,
+    return [{"event_id": f"m{i}", "entity_id": f"c{i % 97}", "event_time": 1_700_000_000_000 + i,
              "country": ["US", "DE", "FR", "BR"][i % 4], "channel": ["web", "app", "pos"][i % 3],
              "amount": float(rng.lognormal(3, 1)), "age_days": None if i % 10 == 0 else float(i % 2000),
              "n_items": i % 9 + 1, "merchant": f"shop-{i % 50}", "device": ["ios", "android", "web"][i % 3],
-             "is_new": i % 7 == 0, "hint": 0.5} for i in range(n))
-    produce_events(bootstrap, topic, encoded_events(input_codec(cfg), list(rows)))
+             "is_new": i % 7 == 0, "hint": 0.5} for i in range(n)]
+
+
+def json_inputs(mixed: Config, bootstrap: str, n: int) -> Config:
+    """(n): (j)'s events as named-field JSON (input.format json, no schema) in their own topic: the
+    processor's JSON named-field path (formats/columnar/json_fields.py), (j)'s model and outputs."""
+    topic = f"{mixed.input.topics[0]}-json"
+    create_topics(bootstrap, {topic: 3})
+    cfg = replace(mixed, input=replace(mixed.input, topics=(topic,), format="json", schema=None))
+    produce_events(bootstrap, topic, encoded_events(input_codec(cfg), mixed_rows(n)))
+    return cfg
+
+
+def order_class() -> Any:
+    """order.proto: (j)'s event as a proto3 message, ``age_days`` an ``optional float`` (a null is
+    the field not sent), ``device`` an enum."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    t = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(name="order.proto", package="bench", syntax="proto3")
+    device = fd.enum_type.add(name="Device")
+    for number, name in enumerate(["ios", "android", "web"]):
+        device.value.add(name=name, number=number)
+    m = fd.message_type.add(name="Order")
+    m.oneof_decl.add(name="_age_days")  # the synthetic oneof protoc writes for `optional`
+    fields = [("event_id", t.TYPE_STRING), ("entity_id", t.TYPE_STRING), ("event_time", t.TYPE_INT64),
+              ("country", t.TYPE_STRING), ("channel", t.TYPE_STRING), ("amount", t.TYPE_DOUBLE),
+              ("age_days", t.TYPE_FLOAT), ("n_items", t.TYPE_INT64), ("merchant", t.TYPE_STRING),
+              ("device", t.TYPE_ENUM), ("is_new", t.TYPE_BOOL), ("hint", t.TYPE_DOUBLE)]  # MIXED's order
+    for number, (name, kind) in enumerate(fields, 1):
+        field = m.field.add(name=name, number=number, type=kind, label=t.LABEL_OPTIONAL)
+        if name == "age_days":
+            field.oneof_index, field.proto3_optional = 0, True
+        if kind == t.TYPE_ENUM:
+            field.type_name = ".bench.Device"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("bench.Order"))
+
+
+def protobuf_inputs(mixed: Config, bootstrap: str, n: int, registry_url: str) -> Config:
+    """(o): (j)'s events as protobuf-confluent, written by Confluent's ProtobufSerializer (the schema
+    registered with the test registry, tests/support/schema_registry.py), in their own topic."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = f"{mixed.input.topics[0]}-protobuf"
+    create_topics(bootstrap, {topic: 3})
+    cfg = replace(mixed, input=replace(mixed.input, topics=(topic,), format="protobuf-confluent", schema=None,
+                                       registry=RegistryConfig(url=registry_url)))
+    message = order_class()
+    serializer = ProtobufSerializer(message, SchemaRegistryClient({"url": registry_url, "timeout": 10}),
+                                    {"use.deprecated.format": False})
+    context = SerializationContext(topic, MessageField.VALUE)
+    produce_events(bootstrap, topic, ((str(e["entity_id"]).encode(),
+                                       serializer(message(**{k: v for k, v in e.items() if v is not None}), context))
+                                      for e in mixed_rows(n)))
     return cfg
 
 
@@ -532,6 +725,36 @@ def timed(fn: Callable[[], float], n: int) -> tuple[float, float, float, float]:
     return rate, ((WINDOW.stopped or after) - (WINDOW.started or before)) / n * 1e6, python, WAKEUPS.total() / n
 
 
+def stage_report(cpu: dict[str, list[float]]) -> None:
+    """The breakdown of (c), (j), (n), (o) (StageCpu; the loop is the rest of each run's CPU/event),
+    (j), (n), (o) against (a) and, on the non-model part, against (c); and (c)/(a) per round."""
+    parts: dict[str, dict[str, float]] = {}
+    for k, runs in sorted(STAGES.items()):
+        split = {s: [r[s] for r in runs] for s in ("decode", "model", "encode")}
+        split["loop"] = [total - sum(r.values()) for total, r in zip(cpu[k], runs, strict=True)]
+        parts[k] = {s: float(np.median(v)) for s, v in split.items()}
+        print(f"({k}) per event, us CPU (median of {len(runs)}): " + ", ".join(
+            f"{s} {v:.2f}" for s, v in parts[k].items()) + f"; total {np.median(cpu[k]):.2f}")
+    if domain := [k for k in "jno" if k in parts]:
+        print("the ColumnTransformer model's own cost is ONNX Runtime's, not ours: " + ", ".join(
+            f"({k}) {parts[k]['model']:.2f} us/event" for k in domain))
+    if "a" in cpu:
+        base_us = float(np.median(cpu["a"]))
+        for k in domain:
+            print(f"({k}) CPU/event against (a): {np.median(cpu[k]):.2f} / {base_us:.2f} us = "
+                  f"{np.median(cpu[k]) / base_us:.2f}x")
+    if "c" in parts:  # c's CPU/event less its model over k's less its model: as events/s would give k/c
+        c_rest = float(np.median(cpu["c"])) - parts["c"]["model"]
+        for k in domain:
+            rest = float(np.median(cpu[k])) - parts[k]["model"]
+            print(f"{k}/c on the non-model part: ({np.median(cpu['c']):.2f} - {parts['c']['model']:.2f}) / "
+                  f"({np.median(cpu[k]):.2f} - {parts[k]['model']:.2f}) = {c_rest / rest:.2f} (target >= 0.8)")
+    if "a" in cpu and "c" in cpu:  # the same round's (c) and (a): "<= 1.5x in R of R runs" reads off
+        ratios = [c / a for c, a in zip(cpu["c"], cpu["a"], strict=True)]
+        print("(c)/(a) CPU/event per round: " + " ".join(f"{r:.2f}" for r in ratios)
+              + f"; <= 1.5x in {sum(r <= 1.5 for r in ratios)} of {len(ratios)} runs")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=100_000)
@@ -540,7 +763,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each figure: median and min are printed")
     ap.add_argument("--no-faust", action="store_true", help="leave out (h), the faust-streaming agent")
-    ap.add_argument("--figures", help="comma-separated figures to run (default: all, a to j)")
+    ap.add_argument("--figures", help="comma-separated figures to run (default: all, a to j, n and o)")
     ap.add_argument("--pin", action="store_true", help="the broker on one core, this process on another")
     ap.add_argument("--latency", action="store_true", help="the latency runs with --figures too (needs c)")
     ap.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE",
@@ -555,7 +778,8 @@ def main() -> None:
         return
     if args.pin:
         PINNED.choose()
-    with kafka_cluster() as bootstrap, tempfile.TemporaryDirectory() as scratch:
+    wanted = set(args.figures.split(",")) if args.figures else set(ALL)
+    with kafka_cluster() as bootstrap, tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
         PINNED.client_side()
         base = demo_config(bootstrap, uuid.uuid4().hex[:6], args.batch)
         base = replace(base, kafka={**base.kafka, **dict(kv.split("=", 1) for kv in args.kafka)})
@@ -566,7 +790,7 @@ def main() -> None:
         runs: dict[str, Callable[[Config], float]] = {
             "a": lambda c: pass_through(c, args.events),
             "b": lambda c: model_only(c, args.events),
-            "c": lambda c: processor_run(c, args.events),
+            "c": lambda c: processor_run(c, args.events, tag="c"),
             "d": lambda c: naive(c, args.naive_events),
             "e": lambda c: processor_run(c, args.events, poisoned=len(events[::100])),
             "f": lambda c: processor_run(replace(c, processing=replace(
@@ -576,7 +800,6 @@ def main() -> None:
                                       output_topic=f"{c.output.topic}.backfill",
                                       progress=io.StringIO()).stats.events_per_s(),
         }
-        wanted = set(args.figures.split(",")) if args.figures else set("abcdefghij")
         if not args.no_faust and "h" in wanted:
             from faust_peer import run_faust  # benchmarks/: needs the bench extra (faust-streaming)
 
@@ -585,10 +808,20 @@ def main() -> None:
             named = named_inputs(base, bootstrap, events, Path(scratch))
             runs["i"] = lambda c: processor_run(replace(named, input=replace(named.input, group_id=c.input.group_id),
                                                         output=c.output), args.events)
-        if "j" in wanted:
-            mixed = mixed_inputs(base, bootstrap, args.events, Path(scratch))
-            runs["j"] = lambda c: processor_run(replace(mixed, input=replace(mixed.input, group_id=c.input.group_id),
-                                                        output=replace(c.output, schema=None)), args.events)
+        domain: dict[str, Config] = {}  # (j), (n), (o): the mixed event as Avro, JSON, protobuf-confluent
+        if wanted & set("jno"):
+            domain["j"] = mixed_inputs(base, bootstrap, args.events, Path(scratch))
+        if "n" in wanted:
+            domain["n"] = json_inputs(domain["j"], bootstrap, args.events)
+        if "o" in wanted:
+            from tests.support.schema_registry import schema_registry  # the test registry (Apicurio)
+
+            registry = stack.enter_context(schema_registry())
+            domain["o"] = protobuf_inputs(domain["j"], bootstrap, args.events, registry.url)
+        for k, mixed in domain.items():
+            runs[k] = partial(lambda c, m, k: processor_run(
+                replace(m, input=replace(m.input, group_id=c.input.group_id), output=replace(c.output, schema=None)),
+                args.events, tag=k), m=mixed, k=k)
         runs = {k: fn for k, fn in runs.items() if k in wanted}
         poisoned_topic = f"{base.input.topics[0]}-poisoned"
         create_topics(bootstrap, {poisoned_topic: 3})
@@ -637,7 +870,8 @@ def main() -> None:
             floor[share] = pass_through_latency(cfg, share * peak)
     names = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
              "e": "processor, 1% poison", "f": "processor, exactly-once", "g": "replay",
-             "h": "faust-streaming agent", "i": "32 named float fields", "j": "mixed 12-field event"}
+             "h": "faust-streaming agent", "i": "32 named float fields", "j": "mixed 12-field event",
+             "n": "mixed event as JSON", "o": "mixed, protobuf-conf."}
     med = {k: float(np.median(v)) for k, v in figures.items()}
     print(f"events {args.events} (naive {args.naive_events}), batch {args.batch}, "
           f"provider {model_runner(base).provider}, median and min of {args.repeat} runs "
@@ -650,9 +884,10 @@ def main() -> None:
         print(f"({k}) {names[k]:<22} median {med[k]:>12,.0f}   min {min(figures[k]):>12,.0f} events/s{cpu_note}")
     ratios = [("c/a", "c", "a", 3), ("c/b", "c", "b", 3), ("c/d", "c", "d", 1), ("e/c", "e", "c", 3),
               ("f/c", "f", "c", 3), ("g/a", "g", "a", 3), ("g/b", "g", "b", 4), ("c/h", "c", "h", 1),
-              ("i/c", "i", "c", 3), ("j/c", "j", "c", 3), ("g/c", "g", "c", 3)]
-    print("   ".join(f"{name} {med[x] / med[y]:.{digits}f}" for name, x, y, digits in ratios
-                     if x in med and y in med))
+              ("i/c", "i", "c", 3), ("j/c", "j", "c", 3), ("n/c", "n", "c", 3), ("o/c", "o", "c", 3),
+              ("g/c", "g", "c", 3)]
+    if shown := [f"{name} {med[x] / med[y]:.{digits}f}" for name, x, y, digits in ratios if x in med and y in med]:
+        print("   ".join(shown))
     if "exactly_once" in COMMIT_TAILS:  # outside (f)'s window (AckClock)
         tails = COMMIT_TAILS["exactly_once"]
         print(f"(f) from the last ack to its outputs committed: median {np.median(tails):.0f} ms "
@@ -666,10 +901,11 @@ def main() -> None:
         print("Python-side CPU/event: " + "   ".join(
             f"{k} {np.median(python_cpu[k]):.1f} us" + (f" ({np.median(python_cpu[k]) / base_py:.2f}x)" if k != "a" else "")
             for k in sorted(python_cpu) if k not in "bd" and not np.isnan(np.median(python_cpu[k]))))
+    stage_report(cpu)
     if "c0" in med:
         print(f"intra_op_threads 0: {med['c0']:,.0f} events/s ({med['c0'] / peak:.2f} of 1), "
               f"2: {med['c2']:,.0f} events/s ({med['c2'] / peak:.2f} of 1)")
-    batch_ms = 1000 * args.batch / peak
+    batch_ms = 1000 * args.batch / peak if peak else 0.0  # the latency runs need (c)
     for share, split in latency.items():
         bound = base.batching.max_wait_ms + (2 if share == 0.5 else 1) * batch_ms + 5
         p50, p99 = split["acknowledged"]
