@@ -71,7 +71,9 @@ def join(pieces: Sequence[Piece], rows: int) -> Piece:
         return np.empty(0, np.uint8), np.zeros(rows, np.int64)
     if len(pieces) == 1:
         return pieces[0]
-    sizes: np.ndarray = np.sum([s for _, s in pieces], axis=0, dtype=np.int64)
+    sizes = np.zeros(rows, np.int64)
+    for _, size in pieces:
+        sizes += size
     out = np.empty(int(sizes.sum()), np.uint8)
     at = np.cumsum(sizes) - sizes  # where each row's next piece goes
     for blob, size in pieces:
