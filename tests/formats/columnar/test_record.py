@@ -81,16 +81,16 @@ def layouts(draw: Any) -> tuple[dict[str, Any], list[str], list[str], dict[str, 
     named: set[str] = set()
     for n in range(draw(st.integers(0, 4))):
         if draw(st.booleans()):
-            avro, value = JSON_VALUE, JSON_ANY  # a JSON input's pass-through field
+            inc_type, value = JSON_VALUE, JSON_ANY  # a JSON input's pass-through field
         else:
             t, value = INCLUDES[draw(st.integers(0, len(INCLUDES) - 1))]
             if isinstance(t, dict):  # a named type is defined once, then referred to by its name
                 t = t["name"] if t["name"] in named else t
                 named.add(t if isinstance(t, str) else t["name"])
-            avro, value = ["null", t], st.none() | value
+            inc_type, value = ["null", t], st.none() | value
         include.append(f"inc{n}")
         strategies.append(value)
-        fields.append({"name": f"inc{n}", "type": avro, "default": None})
+        fields.append({"name": f"inc{n}", "type": inc_type, "default": None})
     passthrough = [tuple(draw(s) for s in strategies) for _ in range(k)]
     return {**BASE, "fields": fields}, [o["name"] for o in outputs], include, columns, passthrough
 
@@ -149,8 +149,8 @@ def j_layout(k: int) -> tuple[dict[str, Any], dict[str, np.ndarray], list[tuple[
     fields += [{"name": "country", "type": ["null", "string"], "default": None},
                {"name": "amount", "type": ["null", "double"], "default": None}]
     p = rng.random(k).astype(np.float32)
-    columns = {"label": (p > 0.5).astype(np.int64), "probabilities": np.stack([1 - p, p], axis=1)}
-    passthrough = [(["DE", "FR", "ES"][i % 3], float(rng.random() * 100) if i % 5 else None) for i in range(k)]
+    columns: dict[str, np.ndarray] = {"label": (p > 0.5).astype(np.int64), "probabilities": np.stack([1 - p, p], axis=1)}
+    passthrough: list[tuple[Any, ...]] = [(["DE", "FR", "ES"][i % 3], float(rng.random() * 100) if i % 5 else None) for i in range(k)]
     return {**BASE, "fields": fields}, columns, passthrough
 
 
