@@ -73,7 +73,7 @@ def layouts(draw: Any) -> tuple[dict[str, Any], list[str], list[str], dict[str, 
         col[:] = values
         columns[name] = col.reshape(shape)
         outputs.append({"name": name, "type": avro if width is None else {"type": "array", "items": avro}})
-    fields = []
+    fields: list[dict[str, Any]] = []
     for f in BASE["fields"]:
         fields.extend(outputs if f["name"] == "scores" else [f])
     include: list[str] = []
