@@ -9,8 +9,9 @@ Two implementations stand behind :class:`Stages`. The per-row reference (the cod
 fast path takes Avro input (formats/columnar/decode.py; for avro-confluent, one decoder per writer schema
 id, compiled the first time the id is seen), JSON input (formats/columnar/json_columns.py for the array
 field, json_fields.py for named fields), protobuf-confluent input with named fields
-(formats/columnar/protobuf_columns.py) and the shipped
-prediction layout (formats/columnar/encode.py) when their schemas compile; a row it cannot prove
+(formats/columnar/protobuf_columns.py), and writes Avro predictions column by column: the shipped
+layout (formats/columnar/encode.py), or any other with named outputs and ``output.include``
+(formats/columnar/record.py), when their schemas compile; a row it cannot prove
 identical to the reference goes through the reference, which raises the same dead-letter errors, so the two are one stage.
 """
 
@@ -33,6 +34,7 @@ from streamer.formats.columnar.fields import FieldDecoder
 from streamer.formats.columnar.json_columns import JsonColumns
 from streamer.formats.columnar.json_fields import JsonFields
 from streamer.formats.columnar.protobuf_columns import ProtobufColumns
+from streamer.formats.columnar.record import ROW_FIELDS, RecordEncoder
 from streamer.formats.columnar.walk import DecodedColumns
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
@@ -40,7 +42,7 @@ from streamer.formats.protobuf import ConfluentProtobufCodec
 from streamer.model.contract import FEATURES, SCORES, Contract
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
-from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, prediction_fields
+from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, include_name, prediction_fields
 from streamer.pipeline.validate import EventValidator
 
 Reject = tuple[RecordError, Any]  # why a row failed, and the consumed message it came from
@@ -66,8 +68,10 @@ class Stages:
         # The columnar paths: Avro in (the feature array, or named fields and output.include:
         # formats/columnar/fields.py), JSON in (the feature array, or named fields:
         # formats/columnar/json_fields.py) and protobuf's named fields in
-        # (formats/columnar/protobuf_columns.py) with nothing passed through, the legacy 'scores' out.
-        fast_in, fast_out = fast and (named_in or not include), fast and not named_out and not include
+        # (formats/columnar/protobuf_columns.py) with nothing passed through; out, the shipped layout
+        # (formats/columnar/encode.py), or any other with its outputs and output.include
+        # (formats/columnar/record.py).
+        fast_in = fast and (named_in or not include)
         self._fast = fast_in
         self.fast_decoder: ColumnarDecoder | FieldDecoder | JsonColumns | JsonFields | ProtobufColumns | None = None
         if fast_in and isinstance(decoder, AvroCodec):
@@ -78,8 +82,15 @@ class Stages:
         elif fast_in and named_in and not include and isinstance(decoder, ConfluentProtobufCodec):
             self.fast_decoder = ProtobufColumns.compile(decoder, input_cfg, contract)
         self._by_schema_id: dict[bytes, ColumnarDecoder | FieldDecoder | None] = {}  # avro-confluent
-        self.fast_encoder = (PredictionEncoder.compile(json.loads(encoder.schema_json), encoder.prefix)
-                             if fast_out and isinstance(encoder, AvroCodec) else None)
+        self.fast_encoder: PredictionEncoder | RecordEncoder | None = None
+        if fast and isinstance(encoder, AvroCodec):
+            out_schema = json.loads(encoder.schema_json)
+            if not named_out and not include:
+                self.fast_encoder = PredictionEncoder.compile(out_schema, encoder.prefix)
+            if self.fast_encoder is None:
+                self.fast_encoder = RecordEncoder.compile(
+                    out_schema, [f["name"] for f in contract.avro_fields()],
+                    [include_name(p) for p in include], encoder.prefix)
         # A user's output.schema may leave model_digest out (prediction_schema.check_schema): not written then.
         self._digest = not isinstance(encoder, AvroCodec) or "model_digest" in {
             f["name"] for f in json.loads(encoder.schema_json)["fields"]}
@@ -175,19 +186,13 @@ class Stages:
 
     def _encode_fast(self, rows: Rows, scores: Columns, poison: dict[int, InferenceError],
                      stamp: Stamp) -> tuple[Rows, list[bytes], list[Reject]]:
-        """The columnar encoder (of the ``scores`` column); the rows it refuses (and the poison
-        rows) one by one by the reference. The kept rows are taken once, for the encoder and for
-        the caller."""
-        assert self.fast_encoder is not None
-        matrix = scores.arrays[SCORES]
+        """The columnar encoder; the rows it refuses (and the poison rows) one by one by the
+        reference. The kept rows are taken once, for the encoder and for the caller."""
         keep = np.ones(len(rows), bool)
         keep[list(poison)] = False
         kept = np.flatnonzero(keep)
         part = rows if len(kept) == len(rows) else rows.take(kept)
-        values = self.fast_encoder.encode(part.event_ids, part.entity_ids, matrix[kept], stamp.model_name,
-                                          stamp.model_version, part.source.topics, part.source.partitions,
-                                          part.source.offsets, part.event_times, stamp.scored_at_ms,
-                                          stamp.run_id, stamp.degraded, stamp.model_digest)
+        values = self._fast_values(part, scores if len(kept) == len(rows) else scores[kept], stamp)
         if None not in values:  # every kept row encoded: the poison rows are the only rejects
             items = rows.source.items
             return part, cast(list[bytes], values), [poison_reject(poison[i], items[i]) for i in sorted(poison)]
@@ -200,7 +205,7 @@ class Stages:
             if value is None:  # poisoned, or the reference's to encode (or refuse)
                 one = rows.take(np.array([i]))
                 got, vals, bad = encode_batch(one, scores[i:i + 1], {0: poison[i]} if i in poison else {},
-                                              self.encoder, stamp)
+                                              self.encoder, stamp, self.include)
                 rejects.extend(bad)
                 if not len(got):
                     continue
@@ -209,6 +214,18 @@ class Stages:
             out_values.append(value)
         taken = rows if len(out_rows) == len(rows) else rows.take(np.array(out_rows, np.intp))
         return taken, out_values, rejects
+
+    def _fast_values(self, part: Rows, scores: Columns, stamp: Stamp) -> list[bytes | None]:
+        """The fast encoder's values of ``part``'s rows (None: the reference's to encode)."""
+        src = part.source
+        if isinstance(self.fast_encoder, PredictionEncoder):
+            return self.fast_encoder.encode(part.event_ids, part.entity_ids, scores.arrays[SCORES], stamp.model_name,
+                                            stamp.model_version, src.topics, src.partitions, src.offsets,
+                                            part.event_times, stamp.scored_at_ms, stamp.run_id, stamp.degraded,
+                                            stamp.model_digest)
+        assert self.fast_encoder is not None
+        return self.fast_encoder.encode(part.event_ids, part.entity_ids, scores.arrays, src.topics, src.partitions,
+                                        src.offsets, part.event_times, part.passthrough, stamp_fields(stamp))
 
 
 def decode_batch(messages: Sequence[Any], decoder: Codec,
@@ -234,6 +251,13 @@ def decode_batch(messages: Sequence[Any], decoder: Codec,
         good.append(i)
         records.append(record)
     return good, records, rejects
+
+
+def stamp_fields(stamp: Stamp) -> dict[str, Any]:
+    """The prediction record's fields that every row of a batch shares, as ``prediction_fields``
+    writes them (the stamp's, and what it leaves out)."""
+    record = SourceRecord("", 0, 0, None, "", "", 0, 0, None)
+    return {k: v for k, v in prediction_fields(record, {}, stamp).items() if k not in ROW_FIELDS}
 
 
 def poison_reject(failure: InferenceError, message: Any) -> Reject:

@@ -21,9 +21,9 @@ from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
 from streamer.model.contract import Contract
-from streamer.model.signature import Columns
+from streamer.model.signature import Columns, Signature
 from streamer.pipeline.records import Messages, Rows, Stamp
-from streamer.pipeline.stages import Stages
+from streamer.pipeline.stages import Stages, stamp_fields
 from streamer.testing import matrix_signature
 from tests.support.fakes import FakeMessage
 
@@ -196,3 +196,54 @@ def test_rejected_rows_leave_no_reference_cycle_behind() -> None:
         gc.set_debug(0)
         gc.garbage.clear()
         gc.enable()
+
+
+TABULAR_EVENT = {"type": "record", "name": "Order", "fields": [
+    {"name": "event_id", "type": "string"}, {"name": "event_time", "type": "long"},
+    {"name": "country", "type": "string"},
+    {"name": "channel", "type": {"type": "enum", "name": "Channel", "symbols": ["web", "pos", "app"]}},
+    {"name": "amount", "type": "double"}, {"name": "age_days", "type": "float"}, {"name": "n_items", "type": "long"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "vip", "type": ["null", "boolean"], "default": None}]}
+
+
+def test_named_outputs_and_include_encode_identically_fast_and_per_row(converter_models: Path,
+                                                                        tmp_path: Path) -> None:
+    """The real ColumnTransformer (label int64, probabilities float32 [N, 2]) with four pass-through
+    fields (a string, an enum symbol, a nullable string, a nullable boolean): fast path on and
+    off give the same prediction bytes, and the fast encoder (not the reference) made them."""
+    import onnxruntime as ort
+
+    from streamer.config_contract import InputSource, OutputTarget
+    from streamer.formats.columnar.record import RecordEncoder
+    from streamer.model.prediction_schema import made_schema
+
+    sess = ort.InferenceSession(str(converter_models / "column_transformer.onnx"), providers=["CPUExecutionProvider"])
+    contract = Contract.of(Signature.of(sess), {n: InputSource((n,)) for n in
+                                                ("country", "channel", "amount", "age_days", "n_items")},
+                           {"label": OutputTarget("label"), "probabilities": OutputTarget("probabilities")})
+    include = ("country", "channel", "note", "vip")
+    (tmp_path / "order.avsc").write_text(json.dumps(TABULAR_EVENT))
+    cfg = InputConfig(topics=("t",), group_id="g", schema=tmp_path / "order.avsc")
+    decoder = AvroCodec(TABULAR_EVENT)
+    base = load_schema(ROOT / "streamer" / "schemas" / "prediction.avsc")
+    encoder = AvroCodec(made_schema(base, contract, include, TABULAR_EVENT))
+    values = [decoder.encode({"event_id": f"e{i}", "event_time": i, "country": ["FR", "BR", "ñ", ""][i % 4],
+                              "channel": ["web", "pos", "app"][i % 3], "amount": i * 1.25, "age_days": i / 3,
+                              "n_items": i % 5, "note": None if i % 2 else f"n{i}é",
+                              "vip": [None, True, False][i % 3]}) for i in range(60)]
+    chunk = Messages.of([FakeMessage("t", i % 3, 10 + i, v) for i, v in enumerate(values)])
+    fast = Stages(decoder, encoder, cfg, contract, include=include)
+    slow = Stages(decoder, encoder, cfg, contract, fast=False, include=include)
+    assert isinstance(fast.fast_encoder, RecordEncoder) and slow.fast_encoder is None
+    (a, _), (b, _) = fast.decode(chunk), slow.decode(chunk)
+    assert len(a) == len(b) == 60 and a.passthrough == b.passthrough
+    scores = contract.collect(sess.run(contract.output_names, contract.feed(a.features)), len(a))
+    stamp = Stamp("ct", "3", 1_764_417_600_000, "run-1", None, "sha256:ab")
+    got, want = fast.encode(a, scores, {}, stamp), slow.encode(b, scores, {}, stamp)
+    assert got[1] == want[1] and len(got[1]) == 60
+    assert fast.fast_encoder.encode(a.event_ids, a.entity_ids, scores.arrays, a.source.topics, a.source.partitions,
+                                    a.source.offsets, a.event_times, a.passthrough,
+                                    stamp_fields(stamp)) == want[1]  # every row by the columnar encoder
+    poisoned = fast.encode(a, scores, {3: InferenceError("x")}, stamp)
+    assert poisoned[1] == [v for i, v in enumerate(want[1]) if i != 3] and len(poisoned[2]) == 1
