@@ -26,6 +26,7 @@ import numpy as np
 
 from streamer.config import InputConfig
 from streamer.formats.columnar.texts import Texts, ascii_texts
+from streamer.formats.columnar.varints import long_varints
 
 PAD = b"\0" * 16  # a 10-byte varint gather at a message's end stays inside the buffer
 WIDTH = {"null": 0, "boolean": 1, "float": 4, "double": 8}
@@ -78,10 +79,17 @@ class Walk:
 
     def advance(self, sel: np.ndarray, n: np.ndarray | int) -> np.ndarray:
         """Move ``sel`` past ``n`` bytes each; a row whose message is too short is no longer ok."""
-        p = self.pos[sel]
-        fits = (n >= 0) & (n <= self.end[sel] - p)  # no overflow: n is never added before it fits
-        self.ok[sel] &= fits
-        self.pos[sel] = np.where(fits, p + np.where(fits, n, 0), p)
+        # Every ``sel`` is a subset of the chunk's rows in ascending order (flatnonzero, masks), so
+        # one as long as the chunk is all of them (the usual case): slices, not gathers and scatters
+        whole = len(sel) == len(self.pos)
+        at = slice(None) if whole else sel
+        p = self.pos.copy() if whole else self.pos[sel]
+        fits = (n >= 0) & (n <= self.end[at] - p)  # no overflow: n is never added before it fits
+        if fits.all():
+            self.pos[at] = p + n
+        else:
+            self.ok[at] &= fits
+            self.pos[at] = np.where(fits, p + np.where(fits, n, 0), p)
         return p
 
 
@@ -97,52 +105,9 @@ def varint(w: Walk, sel: np.ndarray) -> np.ndarray:
     length = np.ones(len(sel), np.int64)
     long_ = np.flatnonzero(first >= 0x80)
     if len(long_):
-        value[long_], length[long_] = _long_varints(w, p[long_])
+        value[long_], length[long_] = long_varints(w.take(p[long_], 10))
     w.advance(sel, length)
     return value
-
-
-# Each byte's 7 bits, gathered pairwise into 14, 28 and 56-bit lanes (a varint of up to 8 bytes).
-_GATHER = [(np.uint64(0x007F007F007F007F), np.uint64(0x7F007F007F007F00), np.uint64(1)),
-           (np.uint64(0x00003FFF00003FFF), np.uint64(0x3FFF00003FFF0000), np.uint64(2)),
-           (np.uint64(0x000000000FFFFFFF), np.uint64(0x0FFFFFFF00000000), np.uint64(4))]
-_HIGH_BITS = np.uint64(0x8080808080808080)
-_ONE = np.uint64(1)
-
-
-def _long_varints(w: Walk, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The value and length in bytes (-1: refused) of the varint at each of ``at`` (2 bytes or more).
-
-    Up to 8 bytes (every number below 2**55: timestamps, lengths), all rows at once as one
-    little-endian word each, with no step per byte: the lowest clear high bit closes the number,
-    and the 7-bit groups below it are gathered by three shifts. Longer ones, byte by byte."""
-    x = w.take(at, 8).copy().view("<u8").ravel()
-    closing = ~x & _HIGH_BITS  # a clear high bit: the number's last byte
-    low = closing & (~closing + _ONE)  # its lowest set bit: the first last byte (0: none in 8 bytes)
-    x &= low - _ONE  # the bits below it: the number's bytes, the closing one's 7 bits included
-    for keep, move, shift in _GATHER:
-        x = (x & keep) | ((x & move) >> shift)
-    u = x.view(np.int64)
-    value = (u >> 1) ^ -(u & 1)
-    length = (np.frexp(low.astype(np.float64))[1] + 7) // 8  # bit 8k+7 set: k+1 bytes (exact: a power of 2)
-    wide = np.flatnonzero(low == 0)
-    if len(wide):
-        value[wide], length[wide] = _wide_varints(w, at[wide])
-    return value, length
-
-
-def _wide_varints(w: Walk, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Varints of 9 bytes or more (or none closing within 10): byte by byte, as fastavro reads them."""
-    lanes = w.take(at, 10)
-    last = np.full(len(at), 10)  # index of the closing byte; 10: none in reach
-    for j in range(9, -1, -1):
-        last[lanes[:, j] < 0x80] = j
-    u = np.zeros(len(at), np.uint64)
-    for j in range(int(np.minimum(last, 9).max()) + 1):
-        u |= np.where(last >= j, lanes[:, j] & 0x7F, 0).astype(np.uint64) << np.uint64(7 * j)
-    value = (u >> np.uint64(1)).view(np.int64) ^ -(u & np.uint64(1)).view(np.int64)
-    bad = (last == 10) | ((last == 9) & (lanes[:, 9] > 1))  # past 64 bits: fastavro's shift wraps
-    return value, np.where(bad, -1, last + 1)
 
 
 def string_spans(w: Walk, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
