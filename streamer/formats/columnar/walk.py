@@ -344,12 +344,14 @@ def walk_chunk(values: Sequence[bytes | None], offset_of_payload: int,
     k = len(values)
     try:
         sizes = np.fromiter(map(len, cast("Sequence[bytes]", values)), np.int64, k)
+        raw = b"".join(cast("Sequence[bytes]", values))  # no tombstone: joined as they are
     except TypeError:  # a tombstone among them
         sizes = np.fromiter((-1 if v is None else len(v) for v in values), np.int64, k)
-    ends = np.cumsum(sizes.clip(0))
+        raw = b"".join([b"" if v is None else v for v in values])
+    lengths = sizes.clip(0)
+    ends = np.cumsum(lengths)
     ok = (sizes >= offset_of_payload) & (sizes >= 0) & (sizes <= max_message_bytes)
-    w = Walk(b"".join([b"" if v is None else v for v in values]) + PAD,
-             np.where(ok, ends - sizes.clip(0) + offset_of_payload, 0), ends, ok)
+    w = Walk(raw + PAD, np.where(ok, ends - lengths + offset_of_payload, 0), ends, ok)
     return w, np.flatnonzero(ok)
 
 
