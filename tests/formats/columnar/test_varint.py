@@ -40,7 +40,8 @@ def fastavro_long(message: bytes) -> tuple[int, int] | None:
         value = fastavro.schemaless_reader(stream, "long", None)
     except (EOFError, ValueError, OverflowError, IndexError):
         return None
-    return int(value), stream.tell()
+    assert isinstance(value, int)
+    return value, stream.tell()
 
 
 def walked(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
