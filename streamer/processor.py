@@ -27,7 +27,7 @@ from streamer.house import Observers, Scope, Wiring
 from streamer.kafka.checkpoint import Checkpoint, Commit
 from streamer.kafka.clients import consume_batch
 from streamer.kafka.deadletter import letter_for
-from streamer.kafka.messages import Predictions
+from streamer.kafka.messages import Predictions, consumed
 from streamer.kafka.offsets import OffsetTracker, ReadRange
 from streamer.kafka.topics import names
 from streamer.observe.accounting import Accounting
@@ -37,7 +37,7 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.broken import wholly_broken
 from streamer.pipeline.inference import Inference, Scoring
-from streamer.pipeline.records import Messages, Rows, Stamp
+from streamer.pipeline.records import Rows, Stamp
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class Processor:
         return consume_batch(self.consumer, self.cfg.input.consume_max_messages, wait)
 
     def _decode(self, messages: Sequence[Message]) -> Rows:
-        chunk = Messages.of(messages)
+        chunk = consumed(messages)
         self._account.consumed(chunk.topics)
         # A partition revoked in the same consume() call is someone else's now (tracking it could
         # commit over the new owner's offsets); a replay scores nothing at or past its range's end.

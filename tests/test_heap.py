@@ -69,9 +69,18 @@ def test_a_processor_freezes_the_heap_once_started_and_thaws_it_when_it_stops() 
         frozen.append(gc.get_freeze_count())
         return s.predictions == 3
 
-    h.run(running)
+    before = gc.get_threshold()
+    young: list[int] = []
+
+    def watched(s: Stats) -> bool:
+        young.append(gc.get_threshold()[0])
+        return running(s)
+
+    h.run(watched)
     assert min(frozen) > 0, "the start-up heap was not frozen while the loop ran"
     assert gc.get_freeze_count() == 0, "the heap stays frozen after the processor stopped"
+    assert min(young) >= heap.YOUNG_THRESHOLD, "the young generation was collected as often as ever"
+    assert gc.get_threshold() == before, "the collector's thresholds were not given back"
 
 
 def test_a_model_swap_settles_the_heap_and_a_refused_one_does_not(tmp_path: Path,

