@@ -23,6 +23,7 @@ from streamer.model.contract import Contract
 from streamer.model.signature import Signature, TensorSpec
 from streamer.pipeline.records import SourceRecord
 from streamer.pipeline.validate import EventValidator
+from tests.formats.columnar.agreement import assert_row_agrees
 from tests.formats.columnar.test_columnar import PROPERTY, codec, config, message, zigzag
 
 SCALARS = ["float", "double", "int", "long", "boolean", "string"]
@@ -93,17 +94,7 @@ def agree(schema: dict[str, Any], contract: Contract, values: list[bytes | None]
     refs = [reference(v, schema, contract, i) for i, v in enumerate(values)]
     assert sorted(cols.rows.tolist() + cols.fallback.tolist()) == list(range(len(values)))
     for j, i in enumerate(cols.rows.tolist()):
-        ref = refs[i]
-        assert isinstance(ref, SourceRecord), f"row {i} accepted, reference says {ref!r}"
-        assert (cols.event_ids[j], int(cols.event_times[j])) == (ref.event_id, ref.event_time_ms)
-        want = contract.stack([ref.features])
-        for name, column in want.arrays.items():
-            got = cols.features.arrays[name][j:j + 1]
-            assert got.dtype == column.dtype and got.shape == column.shape, (name, got, column)
-            if column.dtype == object:
-                assert got.tolist() == column.tolist()
-            else:
-                assert got.tobytes() == column.tobytes(), (name, got, column)  # -0.0 and every bit
+        assert_row_agrees(cols, j, refs[i], contract, str(i))
     return [cols, refs]
 
 

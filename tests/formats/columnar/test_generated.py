@@ -32,6 +32,7 @@ from streamer.model.contract import Contract
 from streamer.model.signature import Signature, TensorSpec
 from streamer.pipeline.records import SourceRecord
 from streamer.pipeline.validate import EventValidator
+from tests.formats.columnar.agreement import assert_row_agrees
 from tests.formats.columnar.test_columnar import PROPERTY, codec, config
 
 OUT = (TensorSpec("y", "float32", (None, 1), "tensor(float)"),)
@@ -269,16 +270,7 @@ def test_generated_schemas_decode_as_the_reference_or_step_aside(drawn: Any) -> 
     assert passed is not None and len(passed) == len(cols.rows)
     for j, i in enumerate(cols.rows.tolist()):
         ref = refs[i]
-        assert isinstance(ref, SourceRecord), f"row {i} accepted, reference says {ref!r}"
-        assert (cols.event_ids[j], int(cols.event_times[j])) == (ref.event_id, ref.event_time_ms)
-        want = contract.stack([ref.features])
-        for name, column in want.arrays.items():
-            got = cols.features.arrays[name][j:j + 1]
-            assert got.dtype == column.dtype and got.shape == column.shape, (name, got, column)
-            if column.dtype == object:
-                assert got.tolist() == column.tolist()
-            else:
-                assert got.tobytes() == column.tobytes(), (name, got, column)
+        assert_row_agrees(cols, j, ref, contract, str(i))
         assert len(passed[j]) == len(ref.passthrough)
         assert all(same(a, b) for a, b in zip(passed[j], ref.passthrough)), (passed[j], ref.passthrough)
     for i, (_, plain) in enumerate(drawn_messages):

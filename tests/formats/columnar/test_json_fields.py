@@ -27,6 +27,7 @@ from streamer.model.contract import Contract, exact
 from streamer.model.signature import DTYPES, Signature, TensorSpec
 from streamer.pipeline.records import SourceRecord
 from streamer.pipeline.validate import EventValidator
+from tests.formats.columnar.agreement import assert_row_agrees
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ELEMENTS = ["float32", "float64", "int64", "int32", "bool", "string"]
@@ -146,18 +147,7 @@ def agree(contract: Contract, values: list[bytes | None], cfg: InputConfig | Non
     refs = [reference(v, cfg, contract, i) for i, v in enumerate(values)]
     assert sorted(cols.rows.tolist() + cols.fallback.tolist()) == list(range(len(values)))
     for j, i in enumerate(cols.rows.tolist()):
-        ref = refs[i]
-        assert isinstance(ref, SourceRecord), f"row {i} {values[i]!r} accepted, reference says {ref!r}"
-        assert (cols.event_ids[j], cols.entity_ids[j], int(cols.event_times[j])) == (
-            ref.event_id, ref.entity_id, ref.event_time_ms)
-        want = contract.stack([ref.features])
-        for name, column in want.arrays.items():
-            got = cols.features.arrays[name][j:j + 1]
-            assert got.dtype == column.dtype and got.shape == column.shape, (name, got, column)
-            if column.dtype == object:
-                assert got.tolist() == column.tolist()
-            else:
-                assert got.tobytes() == column.tobytes(), (name, got, column)  # -0.0 and every bit
+        assert_row_agrees(cols, j, refs[i], contract, f"{i} {values[i]!r}", entity=True)
     return cols, refs
 
 

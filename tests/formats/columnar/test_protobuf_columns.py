@@ -30,6 +30,7 @@ from streamer.model.contract import Contract
 from streamer.model.signature import Signature, TensorSpec
 from streamer.pipeline.records import SourceRecord
 from streamer.pipeline.validate import EventValidator
+from tests.formats.columnar.agreement import assert_row_agrees
 from tests.formats.columnar.test_json_fields import FILL, OUT
 
 T = descriptor_pb2.FieldDescriptorProto
@@ -174,18 +175,7 @@ def agree(codec: ConfluentProtobufCodec, contract: Contract, values: list[bytes 
     refs = [reference(codec, v, contract, i) for i, v in enumerate(values)]
     assert sorted(cols.rows.tolist() + cols.fallback.tolist()) == list(range(len(values)))
     for j, i in enumerate(cols.rows.tolist()):
-        ref = refs[i]
-        assert isinstance(ref, SourceRecord), f"row {i} {values[i]!r} accepted, reference says {ref!r}"
-        assert (cols.event_ids[j], cols.entity_ids[j], int(cols.event_times[j])) == (
-            ref.event_id, ref.entity_id, ref.event_time_ms)
-        want = contract.stack([ref.features])
-        for name, column in want.arrays.items():
-            got = cols.features.arrays[name][j:j + 1]
-            assert got.dtype == column.dtype and got.shape == column.shape, (name, got, column)
-            if column.dtype == object:
-                assert got.tolist() == column.tolist()
-            else:
-                assert got.tobytes() == column.tobytes(), (name, got, column)  # -0.0 and every bit
+        assert_row_agrees(cols, j, refs[i], contract, f"{i} {values[i]!r}", entity=True)
     return cols, refs
 
 
