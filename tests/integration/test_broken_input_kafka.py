@@ -6,9 +6,6 @@ import json
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -17,25 +14,11 @@ from streamer.config import with_overrides
 from streamer.kafka.deadletter import header
 from streamer.wiring import build_processor
 from tests.conftest import Topics, make_config, read_all, run_until_outputs
+from tests.integration.test_observability_kafka import get, wait_for
 
 pytestmark = pytest.mark.kafka
 N, READ = 3, 10  # processing.broken_input_batches; input.consume_max_messages (a batch's most rows)
 EVENTS = 100
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_events_lacking_the_models_field_hold_the_input_and_a_fixed_config_scores_them(
