@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from streamer.config_check import above, at_least, check_types, file_exists
+from streamer.config_check import Location, above, at_least, check_types, file_exists
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.config_sections import (
     MAX_BATCH_SIZE,
@@ -222,6 +222,42 @@ class OutputConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class S3Config:
+    """An S3-compatible object store, for an ``s3://`` warehouse or Parquet path."""
+
+    endpoint: str | None = None  # e.g. http://store:8333; None: the cloud's own for the region
+    region: str = "us-east-1"  # the bucket's region
+    access_key_id: Secret | None = None  # None: the environment's credentials (AWS_* variables, an instance role)
+    secret_access_key: Secret | None = None  # the key's secret; give both or neither
+
+    def __post_init__(self) -> None:
+        check_types(self, "lake.s3")
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ConfigError("lake.s3.secret_access_key" if self.secret_access_key is None
+                              else "lake.s3.access_key_id", "give both access_key_id and secret_access_key, or neither")
+
+
+@dataclass(frozen=True, slots=True)
+class LakeConfig:
+    """Where ``replay --to-table``/``--to-parquet`` and ``score`` write: Apache Iceberg tables in a catalog, or Parquet."""
+
+    warehouse: Location = Location("lake")  # the tables' folder, or s3://bucket/prefix
+    catalog: Literal["sql", "rest"] = "sql"  # sql: embedded, no server (SQLite by default); rest: an Iceberg REST catalog
+    catalog_uri: str | None = None  # sql: a SQLAlchemy URL (None: SQLite in the warehouse, or ./lake-catalog.db for s3://); rest: its URL
+    namespace: str = "streamer"  # the namespace of tables named without one
+    target_file_mb: int = 128  # rows are written in files of about this size (a run's last files are smaller)
+    s3: S3Config = field(default_factory=S3Config)  # the object store of s3:// locations
+
+    def __post_init__(self) -> None:
+        check_types(self, "lake")
+        above(0, "lake.target_file_mb", self.target_file_mb)
+        if self.catalog == "rest" and not self.catalog_uri:
+            raise ConfigError("lake.catalog_uri", "is required for catalog 'rest' (the catalog's URL)")
+        if not self.namespace or "." in self.namespace:
+            raise ConfigError("lake.namespace", f"must be one non-empty name without dots, got {self.namespace!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     kafka: Mapping[str, str | Secret]  # librdkafka properties for every client, passed as given
     input: InputConfig
@@ -231,6 +267,7 @@ class Config:
     processing: ProcessingConfig = field(default_factory=ProcessingConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
+    lake: LakeConfig = field(default_factory=LakeConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kafka, Mapping) or "bootstrap.servers" not in self.kafka:

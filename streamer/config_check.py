@@ -17,6 +17,17 @@ from typing import Any, Literal, Union, cast, get_args, get_origin
 from streamer.errors import ConfigError
 
 
+class Location(str):
+    """A folder or an object store URL (``s3://bucket/prefix``). Loaded from a file, a relative
+    folder is taken from the config file's directory, as a path is."""
+
+    __slots__ = ()
+
+    @property
+    def remote(self) -> bool:
+        return "://" in self and not self.startswith("file://")
+
+
 def kind_of(value: Any) -> str:
     """How an error names a value's type: 'int', 'str', 'nothing'."""
     return "nothing" if value is None else type(value).__name__
@@ -86,4 +97,4 @@ def check_type(tp: Any, value: Any, key: str) -> None:
 
 
 TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-               Path: "a file path"}
+               Path: "a file path", Location: "a folder or an s3:// URL"}

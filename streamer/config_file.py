@@ -15,14 +15,14 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
 
 import yaml
 
 from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret
-from streamer.config_check import kind_of
+from streamer.config_check import Location, kind_of
 from streamer.errors import ConfigError, FileError
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -95,6 +95,8 @@ def config_from_dict(raw: Any, base_dir: Path = Path("."),
     if not isinstance(raw.get("kafka"), Mapping):
         raise ConfigError("kafka", KAFKA_NEEDS)
     cfg: Config = _build(Config, _with_secrets(raw), "", base_dir)  # each section validates itself
+    if not cfg.lake.warehouse.remote and not Path(cfg.lake.warehouse).is_absolute():  # the default's too
+        cfg = replace(cfg, lake=replace(cfg.lake, warehouse=Location((base_dir / cfg.lake.warehouse).resolve())))
     from streamer.kafka.clients import check_properties  # the one place librdkafka dicts are built
 
     check_properties(cfg)
@@ -193,6 +195,11 @@ def _convert(tp: Any, value: Any, key: str, base_dir: Path) -> Any:
         return p if p.is_absolute() else (base_dir / p).resolve()
     if tp is Secret:
         return Secret(str(value))
+    if tp is Location:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(key, f"expected a folder or an s3:// URL, got {kind_of(value)}")
+        place = Location(value)
+        return place if place.remote else Location(_convert(Path, value.removeprefix("file://"), key, base_dir))
     if isinstance(tp, type) and hasattr(tp, "__dataclass_fields__"):
         return _build(tp, value, f"{key}.", base_dir)
     if origin is not None and issubclass(origin, Mapping):

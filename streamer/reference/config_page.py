@@ -14,6 +14,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from streamer import config_file
 from streamer.config import SECRET_KEY, Config, Secret
+from streamer.config_check import Location
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.kafka import clients
 from streamer.observe.lag import LagConfig
@@ -22,7 +23,7 @@ from streamer.reference.comments import described_names, plain
 COMMAND = "python -m streamer.reference config > docs/configuration.md"
 _YAML_WORDS = re.compile(r"\b(None|True|False)\b")
 SIMPLE = {int: "integer", float: "number", str: "string", bool: "boolean", Path: "path",
-          Secret: "string, secret (shown as `***`)"}
+          Secret: "string, secret (shown as `***`)", Location: "folder or `s3://` URL"}
 
 
 @dataclass(frozen=True, slots=True)
