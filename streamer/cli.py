@@ -16,6 +16,7 @@ from streamer.errors import EXIT_CONFIG, EXIT_FATAL, ConfigError, StopRequested,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # --workers starts processes of the same command
     worker = f"w{args.worker_index} " if getattr(args, "worker_index", None) is not None else ""
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s %(levelname)s {worker}%(name)s: %(message)s")
@@ -28,8 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dlq(args)
         if args.command == "lag-exporter":
             return _lag_exporter(args)
-        if args.command == "replay":
-            return _replay(args)
+        if args.command == "replay" and (args.to_table or args.to_parquet):
+            return _lake(args)
+        if args.command in ("replay", "score"):
+            return _replay(args) if args.command == "replay" else _lake(args)
         if args.command in ("model", "schema"):
             return _model(args)
         if args.command in ("produce", "tail"):
@@ -137,6 +140,37 @@ def _lag_exporter(args: argparse.Namespace) -> int:
     finally:
         server.close()
         exporter.close()
+    return 0
+
+
+def _lake(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streamer.commands import lake
+    from streamer.config_file import load_config
+
+    cfg = load_config(args.config)
+    target = lake.Target(args.to_table, args.to_parquet)
+    if args.command == "score":
+        summary = lake.run_score(cfg, args.from_, target, run_id=args.run_id, force=args.force,
+                                 batch_size=args.batch_size)
+    else:
+        from streamer.commands.replay import parse_when
+
+        if args.workers != 1:
+            return lake.supervise_replay(args.argv, cfg, args.workers, args.run_id, args.from_)
+        shard = lake.parse_shard(args.shard)
+        if shard.count > 1 and not args.run_id:
+            raise ConfigError("--run-id", "is required with --shard: every shard of a run writes under one id")
+        summary = lake.run_lake_replay(
+            cfg, parse_when(args.from_, "--from"), parse_when(args.to or "latest", "--to"), target,
+            run_id=args.run_id, shard=shard, force=args.force, batch_size=args.batch_size,
+            model_path=Path(args.model).resolve() if args.model else None, model_version=args.model_version)
+    print("\n".join(summary.lines()))
+    if summary.all_rejected:
+        print(f"streamer: every row of {summary.verb} {summary.run_id} was rejected (see {summary.sink}_rejects "
+              f"for the reasons); fix the model or the schemas, then run it again with --force", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 

@@ -22,12 +22,21 @@ a first hour, with the example config (deploy/config/example.yaml):
   streamer run --config FILE                      score until Ctrl+C
   streamer tail --config FILE                     read the predictions
   streamer replay --config FILE --from earliest   score a range again, to a backfill topic
+  streamer replay ... --to-table scores           ... or into an Apache Iceberg table
   streamer dlq inspect --config FILE              read the dead letters
 
 exit codes: 0 done, 2 fix the config or the input file, 3 restart it (a broker or runtime failure).
 `streamer COMMAND --help` describes one command; docs/ is the reference (make docs builds it)."""
 
 CONFIG = "the YAML config file (docs/configuration.md lists every key)"
+
+
+def lake_targets(cmd: argparse.ArgumentParser) -> None:
+    where = cmd.add_mutually_exclusive_group()
+    where.add_argument("--to-table", metavar="NAME",
+                       help="an Apache Iceberg table of lake.catalog (made on first use, partitioned by day)")
+    where.add_argument("--to-parquet", metavar="PATH",
+                       help="a Parquet dataset, Hive-partitioned by event date (a folder or s3://bucket/prefix)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -97,7 +106,8 @@ def parser() -> argparse.ArgumentParser:
     rp = command("replay", "score a bounded range of the input topics again, for a backfill",
                  " The range is bounded by the Kafka record timestamp (not the event's event_time), "
                  "or by offsets. Predictions go to <output.topic>.backfill unless --output-topic says "
-                 "otherwise; a run can be resumed by its id.")
+                 "otherwise, or into the lake: an Apache Iceberg table (--to-table) or a Parquet dataset "
+                 "(--to-parquet), exactly once per run. A run can be resumed by its id.")
     rp.add_argument("--config", required=True, help=CONFIG)
     rp.add_argument("--from", dest="from_", required=True, metavar="WHEN",
                     help="ISO-8601 time, a duration ago (2h), earliest, or partition:offset,...")
@@ -112,6 +122,24 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
     rp.add_argument("--allow-live-output", action="store_true",
                     help="allow --output-topic to be the live output topic")
+    lake_targets(rp)
+    rp.add_argument("--workers", type=int, default=1,
+                    help="into the lake: split the partitions over N processes on this host (default 1)")
+    rp.add_argument("--shard", metavar="I/N",
+                    help="into the lake: take only the partitions p with p %% N == I (a Kubernetes Indexed "
+                         "Job's pod: $(JOB_COMPLETION_INDEX)/N); needs --run-id")
+
+    sc = command("score", "score the rows of Parquet files or an Iceberg table into the lake, no Kafka",
+                 " Reads batch by batch through Arrow (memory stays bounded) with the config's model.inputs, "
+                 "model.outputs and output.include; rows that cannot be scored go to <target>_rejects with "
+                 "the reason and the row. Exactly once per run: a run can be resumed by its id.")
+    sc.add_argument("--config", required=True, help=CONFIG)
+    sc.add_argument("--from", dest="from_", required=True, metavar="PATH|TABLE",
+                    help="a Parquet file, a folder of them (local or s3://), or an Iceberg table's name")
+    lake_targets(sc)
+    sc.add_argument("--run-id", help="resume or name a run (default: a new one)")
+    sc.add_argument("--force", action="store_true", help="run a finished run id again, replacing its rows")
+    sc.add_argument("--batch-size", type=int, help="rows per model call (default 8192)")
 
     dlq = command("dlq", "read dead letters, or send them back to their input topic")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")

@@ -1,0 +1,221 @@
+"""`streamer replay --to-table/--to-parquet` and `streamer score`: a topic's range or a table, scored into the lake.
+
+Both build the stream's house without its Kafka side (the model checked as at start-up, its
+serving with breaker and fallback, the input contract), open the sink (lake/iceberg.py or
+lake/parquet.py), read the run's plan and progress from it, and run lake/run.py's loop. A replay's
+bounds are resolved once, when the run is planned, and saved in the sink: a resumed run keeps
+them, even when ``--from 2h`` would mean another time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TextIO
+
+from confluent_kafka import Consumer, TopicPartition
+
+from streamer.config import Config, ShadowConfig
+from streamer.errors import ConfigError
+from streamer.kafka import clients
+from streamer.kafka.topics import partitions
+from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
+from streamer.lake.run import LakeCounts, LakeRun, Source
+from streamer.lake.sink import Ranges, Resume, Shard, Sink
+from streamer.model.runner import ModelRunner
+from streamer.pipeline.serving import Serving
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+BATCH_SIZE = 8192  # rows per model call: nobody waits on a backfill's latency
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a run writes: an Iceberg table's name, or a Parquet dataset's folder or URL."""
+
+    table: str | None = None
+    parquet: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.table is None) == (self.parquet is None):
+            raise ConfigError("--to-table", "give one of --to-table NAME or --to-parquet PATH")
+
+
+@dataclass(frozen=True, slots=True)
+class LakeSummary:
+    """What a finished run did; the counts add up: ``rows = predictions + rejects``."""
+
+    verb: str  # 'replay' or 'score'
+    run_id: str
+    sink: str
+    resume: Resume
+    counts: LakeCounts
+    seconds: float
+
+    def lines(self) -> list[str]:
+        c = self.counts
+        left = self.resume.left()
+        return [f"{self.verb} {self.run_id} {'resumed and ' if self.resume.resumed else ''}finished into {self.sink}",
+                f"{'offsets' if self.verb == 'replay' else 'rows'} in range {left} = predictions {c.predictions} "
+                f"+ rejects {c.rejects} + without an event {max(left - c.predictions - c.rejects, 0)} "
+                f"(transaction markers, aborted records)",
+                f"{c.commits} commits, throughput {c.rows / max(self.seconds, 1e-9):,.0f} rows/s, "
+                f"{self.seconds:.1f} s in all"]
+
+    @property
+    def all_rejected(self) -> bool:
+        return self.counts.rows > 0 and self.counts.predictions == 0
+
+
+def new_run_id(given: str | None) -> str:
+    run_id = given or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:4]
+    if not _RUN_ID.match(run_id):
+        raise ConfigError("--run-id", f"{run_id!r}: letters, digits, '.', '_' and '-' only, up to 100")
+    return run_id
+
+
+def parse_shard(text: str | None) -> Shard:
+    """``I/N``: this process takes the partitions p with p % N == I."""
+    if text is None:
+        return Shard()
+    m = re.match(r"^(\d+)/(\d+)$", text.strip())
+    if m is None or not 0 <= int(m.group(1)) < int(m.group(2)):
+        raise ConfigError("--shard", f"{text!r} is not INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/4")
+    return Shard(int(m.group(1)), int(m.group(2)))
+
+
+def lake_house(cfg: Config, model_path: Path | None = None,
+               model_version: str | None = None) -> tuple[Config, ModelRunner, Serving, PredictionColumns]:
+    """The model, its serving and the prediction columns, for one run (no shadow, no reloads)."""
+    from streamer.wiring import checked_runner, output_codec, prediction_schema, serving
+
+    cfg = replace(cfg, shadow=ShadowConfig(),
+                  model=replace(cfg.model, path=model_path or cfg.model.path,
+                                version=model_version or cfg.model.version, reload_check_ms=0))
+    runner = checked_runner(cfg)
+    served = serving(cfg, runner, None, output_codec(cfg, runner))
+    if model_version is not None:
+        served.relabel(model_version)
+    columns = PredictionColumns(prediction_arrow_schema(prediction_schema(cfg, runner)), cfg.output.include)
+    return cfg, runner, served, columns
+
+
+def open_sink(cfg: Config, target: Target, columns: PredictionColumns) -> Sink:
+    if target.table is not None:
+        from streamer.lake.iceberg import IcebergSink
+
+        return IcebergSink(cfg.lake, target.table, columns.schema)
+    from streamer.lake.parquet import ParquetSink
+
+    assert target.parquet is not None
+    return ParquetSink(cfg.lake, target.parquet, columns.schema)
+
+
+def replay_plan(cfg: Config, start: object, end: object, shard: Shard) -> Ranges:
+    """The range's ``[start, end)`` offsets of this shard's partitions, as of now."""
+    from streamer.commands.replay import When, resolve
+
+    assert isinstance(start, When) and isinstance(end, When)
+    consumer = Consumer(clients.consumer_config(cfg))
+    try:
+        tps = [TopicPartition(t, p) for t in cfg.input.topics for p in partitions(consumer, t, 30)
+               if shard.takes(p)]
+        return resolve(consumer, tps, start, end) if tps else {}
+    finally:
+        consumer.close()
+
+
+def run_lake_replay(cfg: Config, start: object, end: object, target: Target, *, run_id: str | None = None,
+                    shard: Shard = Shard(), force: bool = False, batch_size: int | None = None,
+                    model_path: Path | None = None, model_version: str | None = None,
+                    progress: TextIO | None = None) -> LakeSummary:
+    """Score the range into ``target`` exactly once under ``run_id`` (resumed when it has progress there)."""
+    from streamer.lake.topic import TopicSource
+    from streamer.pipeline.stages import Stages
+    from streamer.wiring import input_codec, output_codec
+
+    run_id = new_run_id(run_id)
+    cfg = replace(cfg, input=replace(cfg.input, group_id=f"{cfg.input.group_id}.replay.{run_id}"))
+    cfg, runner, served, columns = lake_house(cfg, model_path, model_version)
+    sink = open_sink(cfg, target, columns)
+    resume = sink.resume(run_id, shard, replay_plan(cfg, start, end, shard), force)
+    stages = Stages.serving(input_codec(cfg), output_codec(cfg, runner), cfg, runner)
+    return _run("replay", run_id, sink, served, columns, TopicSource(cfg, stages), resume, batch_size, progress)
+
+
+def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None = None, force: bool = False,
+              batch_size: int | None = None, progress: TextIO | None = None) -> LakeSummary:
+    """Score every row of ``location`` (Parquet files, a dataset, an Iceberg table) into ``target``."""
+    from streamer.lake.table import TableSource
+    from streamer.pipeline.validate import EventValidator
+
+    run_id = new_run_id(run_id)
+    cfg, runner, served, columns = lake_house(cfg)
+    contract = runner.contract
+    validator = EventValidator(cfg.input, contract.n_features, contract, cfg.output.include)
+    source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE)
+    sink = open_sink(cfg, target, columns)
+    resume = sink.resume(run_id, Shard(), source.plan(), force)
+    return _run("score", run_id, sink, served, columns, source, resume, batch_size, progress)
+
+
+def _run(verb: str, run_id: str, sink: Sink, served: Serving, columns: PredictionColumns, source: Source,
+         resume: Resume, batch_size: int | None, progress: TextIO | None) -> LakeSummary:
+    from streamer.commands.replay import _Progress
+
+    bar = _Progress(resume.left(), progress or sys.stderr)
+    started = time.monotonic()
+    lake = LakeRun(sink, served, columns, run_id, batch_size or BATCH_SIZE, lambda c: bar.update(c.rows))
+    counts = lake.run(source, resume)
+    bar.close(counts.rows)
+    return LakeSummary(verb, run_id, sink.name, resume, counts, time.monotonic() - started)
+
+
+def supervise_replay(argv: list[str], cfg: Config, workers: int, run_id: str | None, start: str) -> int:
+    """``--workers N``: N processes of this replay, process I taking the partitions p with p % N == I,
+    under one run id, into one table (Iceberg's optimistic commits take turns). A relative ``--from``
+    is fixed here, so that every worker resolves the same time. Exit: the worst of theirs."""
+    import signal
+    import subprocess
+
+    from streamer.commands.replay import parse_when
+
+    if workers < 1:
+        raise ConfigError("--workers", f"must be >= 1, got {workers}")
+    when = parse_when(start, "--from")
+    fixed = (dt.datetime.fromtimestamp(when.timestamp_ms / 1000, dt.UTC).isoformat()
+             if when.kind == "timestamp" else start)
+    run_id = new_run_id(run_id)
+    rest = _without(argv, {"--workers": True, "--run-id": True, "--from": True})
+    procs = [subprocess.Popen([sys.executable, "-m", "streamer", *rest, "--from", fixed, "--run-id", run_id,
+                               "--shard", f"{i}/{workers}"]) for i in range(workers)]
+
+    def stop(*_: object) -> None:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    codes = [p.wait() for p in procs]
+    print(f"replay {run_id}: {workers} workers finished, exit codes {codes}")
+    return max(codes, key=lambda c: (c != 0, abs(c)))
+
+
+def _without(argv: list[str], flags: dict[str, bool]) -> list[str]:
+    """``argv`` less the given flags (and their values)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in flags:
+            skip = "=" not in arg and flags[name]
+            continue
+        out.append(arg)
+    return out

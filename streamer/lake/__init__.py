@@ -1,0 +1,1 @@
+"""Backfills into the lake and table scoring: predictions as Apache Iceberg tables or Parquet datasets."""

@@ -1,0 +1,230 @@
+"""An Apache Iceberg table as a run's sink: Parquet files per day, added as one snapshot per commit.
+
+The table is made on first use from the prediction schema, partitioned by day of ``event_time``.
+A table that exists is checked before anything is read: a column it has that the predictions
+lack, or has with another type, refuses the run naming the column; a column the predictions add
+(a new model output) is added, an Iceberg schema evolution. Rejected rows go to
+``<table>_rejects``, committed just before the predictions of the same range.
+
+Each snapshot's summary carries ``streamer.run-id``, ``streamer.shard``, ``streamer.seq`` and
+``streamer.offsets`` (the ``[from, to)`` it covers per partition); the run's bounds are a table
+property (``streamer.run.<run id>.<shard>``). Files are written first, under names fixed by run,
+shard and commit number, then added in one commit; a commit that loses a race with another
+writer (``--workers``, a Kubernetes Job's pods) is tried again on the table as it is then, up to
+:data:`COMMIT_TRIES` times. A crash before a commit leaves files no snapshot names: invisible
+to readers, and written again under the same names when the run resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from streamer.config import LakeConfig
+from streamer.errors import ConfigError
+from streamer.lake.columns import REJECTS, describe
+from streamer.lake.files import DayFiles
+from streamer.lake.places import identifier, open_catalog
+from streamer.lake.sink import Ranges, Resume, Shard, ranges_of, ranges_text
+
+log = logging.getLogger(__name__)
+COMMIT_TRIES = 20
+RUN = "streamer.run-id"
+
+
+class IcebergSink:
+    """Writes a run's predictions into an Iceberg table of the configured catalog."""
+
+    def __init__(self, lake: LakeConfig, table: str, schema: pa.Schema) -> None:
+        self.lake, self.ident = lake, identifier(lake, table)
+        self.name = f"table {self.ident}"
+        catalog = open_catalog(lake)
+        self.table = ensure_table(catalog, self.ident, schema, "event_time")
+        self.rejects = ensure_table(catalog, f"{self.ident}_rejects", REJECTS, "rejected_at")
+        self.schema = schema
+        self._run, self._shard, self._seq = "", Shard(), 0
+        self._files: DayFiles | None = None
+        self._rejected: DayFiles | None = None
+        self._n = 0
+
+    # ---- the plan -------------------------------------------------------------------------
+
+    def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
+        from streamer.commands.replay import ReplayFinishedError
+
+        self._run, self._shard = run_id, shard
+        key = f"streamer.run.{run_id}.{shard}"
+        saved = self.table.properties.get(key)
+        if saved is not None and force:
+            self._forget_run()
+            saved = None
+        if saved is None:
+            if plan is None:
+                raise ConfigError("--run-id", f"run {run_id!r} has no saved plan in {self.name}")
+            self._retry(lambda: self.table.transaction().set_properties({key: ranges_text(plan)}).commit_transaction())
+            bounds = plan
+        else:
+            bounds = ranges_of(saved)
+        reached, seq = self._progress()
+        resume = Resume(bounds, reached, seq)
+        if saved is not None and resume.done:
+            raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
+                                      "pass --force to run it again")
+        self._drop_rejects_past(resume)
+        self._seq = seq
+        self._open()
+        return resume
+
+    def _progress(self) -> tuple[dict[tuple[str, int], int], int]:
+        reached: dict[tuple[str, int], int] = {}
+        seq = 0
+        for snap in self.table.metadata.snapshots:
+            s = snap.summary
+            if s is None or s.get(RUN) != self._run or s.get("streamer.shard") != str(self._shard):
+                continue
+            seq = max(seq, int(s.get("streamer.seq", "0")) + 1)
+            for tp, (_, to) in ranges_of(s.get("streamer.offsets", "{}")).items():
+                reached[tp] = max(reached.get(tp, to), to)
+        return reached, seq
+
+    def _drop_rejects_past(self, resume: Resume) -> None:
+        """Rejects committed for a range whose predictions never were (a crash between the two commits)."""
+        self.rejects.refresh()
+        if self.rejects.current_snapshot() is None or not resume.bounds:
+            return
+        past = " OR ".join(f"(source_topic == {_quoted(t)} AND source_partition == {p} AND "
+                           f"source_offset >= {resume.reached.get((t, p), s)})"
+                           for (t, p), (s, _) in sorted(resume.bounds.items()))
+        self._retry(lambda: self.rejects.delete(f"run_id == {_quoted(self._run)} AND ({past})"), self.rejects)
+
+    def _forget_run(self) -> None:
+        """``--force``: the run's rows and plan go, and it starts again."""
+        for table in (self.table, self.rejects):
+            self._retry(lambda t=table: t.delete(f"run_id == {_quoted(self._run)}"), table)
+        key = f"streamer.run.{self._run}.{self._shard}"
+        self._retry(lambda: self.table.transaction().remove_properties(key).commit_transaction())
+        self.table.refresh()
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        target = self.lake.target_file_mb * 1024 * 1024
+        from streamer.lake.places import filesystem
+
+        def files(table: Any, schema: pa.Schema, day_of: str) -> DayFiles:
+            fs, folder = filesystem(self.lake, table.location())
+            return DayFiles(fs, f"{folder}/data", schema, target, f"{day_of}_day", self._file_name, day_of)
+
+        self._files = files(self.table, self.schema, "event_time")
+        self._rejected = files(self.rejects, REJECTS, "rejected_at")
+
+    def _file_name(self) -> str:
+        self._n += 1
+        return f"{self._run}-{self._shard}-{self._seq:06d}-{self._n}"
+
+    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
+        assert self._files is not None and self._rejected is not None
+        if predictions is not None:
+            self._files.write(predictions)
+        if rejects is not None:
+            self._rejected.write(rejects)
+
+    def due(self) -> bool:
+        return self._files is not None and self._files.full()
+
+    def commit(self, covered: Ranges) -> None:
+        assert self._files is not None and self._rejected is not None
+        props = {RUN: self._run, "streamer.shard": str(self._shard), "streamer.seq": str(self._seq),
+                 "streamer.offsets": ranges_text(covered)}
+        rejected = self._rejected.close()
+        if rejected:
+            self._add(self.rejects, rejected, props)
+        self._add(self.table, self._files.close(), props)
+        self._seq += 1
+        self._n = 0
+
+    def finish(self) -> None:
+        pass
+
+    def _add(self, table: Any, files: list[str], props: dict[str, str]) -> None:
+        scheme = "s3://" if table.location().startswith("s3://") else "file://"
+        uris = [scheme + f for f in files]
+
+        def add() -> None:
+            if self._committed(table, props):  # a try whose answer was lost did commit
+                return
+            table.add_files(uris, snapshot_properties=props, check_duplicate_files=False)
+
+        self._retry(add, table)
+
+    @staticmethod
+    def _committed(table: Any, props: dict[str, str]) -> bool:
+        return any(s.summary is not None and s.summary.get(RUN) == props[RUN]
+                   and s.summary.get("streamer.shard") == props["streamer.shard"]
+                   and s.summary.get("streamer.seq") == props["streamer.seq"] for s in table.metadata.snapshots)
+
+    def _retry(self, act: Any, table: Any = None) -> None:
+        """``act``, tried again on the refreshed table while another writer wins the commit race."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        table = table if table is not None else self.table
+        for attempt in range(COMMIT_TRIES):
+            try:
+                act()
+                return
+            except CommitFailedException as exc:
+                if attempt == COMMIT_TRIES - 1:
+                    raise
+                log.info("%s: another writer committed first (%s); trying again", self.name, exc)
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # apart from the other writers
+                table.refresh()
+
+
+def ensure_table(catalog: Any, ident: str, schema: pa.Schema, day_of: str) -> Any:
+    """The table ``ident``: made from ``schema``, partitioned by day of ``day_of``; or the one
+    there, refused when it cannot take these rows, evolved when the rows add columns."""
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.transforms import DayTransform
+
+    try:
+        table = catalog.load_table(ident)
+    except NoSuchTableError:
+        try:
+            table = catalog.create_table(ident, schema=schema, properties={"format-version": "2"})
+        except TableAlreadyExistsError:  # another worker made it first
+            table = catalog.load_table(ident)
+    _check(table, ident, schema)
+    if not table.spec().fields:
+        try:
+            with table.update_spec() as spec:
+                spec.add_field(day_of, DayTransform(), f"{day_of}_day")
+        except Exception:  # noqa: BLE001 - another worker partitioned it first: load what it made
+            table = catalog.load_table(ident)
+    return table
+
+
+def _check(table: Any, ident: str, schema: pa.Schema) -> None:
+    from pyiceberg.catalog import Catalog
+
+    have = {f.name: f for f in table.schema().fields}
+    want = {f.name: f for f in Catalog._convert_schema_if_needed(schema).fields}
+    for name, field in have.items():
+        if name not in want:
+            raise ConfigError("--to-table", f"table {ident} has a column {name!r} ({field.field_type}) that these "
+                                            f"predictions do not write; they write {describe(schema)}")
+        if str(field.field_type) != str(want[name].field_type):
+            raise ConfigError("--to-table", f"table {ident} has column {name!r} as {field.field_type}, these "
+                                            f"predictions write it as {want[name].field_type}")
+    added = [n for n in want if n not in have]
+    if added:
+        log.info("table %s: adding the columns %s (a schema evolution)", ident, added)
+        with table.update_schema() as update:
+            update.union_by_name(schema)
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -1,0 +1,170 @@
+"""A Parquet dataset as a run's sink: Hive-partitioned by event date, with a commit log and ``_SUCCESS``.
+
+Layout under PATH (a folder or ``s3://bucket/prefix``)::
+
+    event_date=2026-12-01/<run>-<shard>-<commit>-<n>.parquet   the predictions
+    _streamer/<run>/<shard>/plan.json                           the run's bounds
+    _streamer/<run>/<shard>/<commit>.json                       a commit: its files and the range it covers
+    _SUCCESS                                                    written last: every committed file
+
+File names are fixed by run, shard and commit number, and a commit is its log entry, written
+after its files: a run that starts again with the same id reads its entries, deletes the files
+no entry names (a crash's), and writes the rest under the same names, so it never appends twice.
+Rows that could not be scored go to a dataset of their own beside it, ``PATH_rejects``
+(``rejected_date=.../*.parquet``). Readers that honour ``_SUCCESS`` (Spark, Hadoop tools) read a finished dataset; DuckDB and
+pandas read ``PATH/**/*.parquet``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from streamer.config import LakeConfig
+from streamer.lake.columns import REJECTS
+from streamer.lake.files import DayFiles
+from streamer.lake.places import filesystem
+from streamer.lake.sink import Ranges, Resume, Shard, ranges_of, ranges_text
+
+log = logging.getLogger(__name__)
+LOG = "_streamer"
+
+
+class ParquetSink:
+    """Writes a run's predictions as a Parquet dataset at ``location``."""
+
+    def __init__(self, lake: LakeConfig, location: str, schema: pa.Schema) -> None:
+        self.fs, self.root = filesystem(lake, location)
+        self.name = f"parquet {location}"
+        self.schema, self.target = schema, lake.target_file_mb * 1024 * 1024
+        self._run, self._shard, self._seq, self._n = "", Shard(), 0, 0
+        self._files: DayFiles | None = None
+        self._rejected: DayFiles | None = None
+        self._bounds: Ranges = {}
+
+    def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
+        from streamer.commands.replay import ReplayFinishedError
+        from streamer.errors import ConfigError
+
+        self._run, self._shard = run_id, shard
+        folder = f"{self.root}/{LOG}/{run_id}/{shard}"
+        if force:
+            self._delete(self._run_files(), folder)
+        saved = self._read(f"{folder}/plan.json")
+        if saved is None:
+            if plan is None:
+                raise ConfigError("--run-id", f"run {run_id!r} has no saved plan in {self.name}")
+            self.fs.create_dir(folder, recursive=True)
+            self._write(f"{folder}/plan.json", ranges_text(plan).encode())
+            bounds = plan
+        else:
+            bounds = ranges_of(saved.decode())
+        reached: dict[tuple[str, int], int] = {}
+        entries = self._entries(folder)
+        for entry in entries:
+            for tp, (_, to) in ranges_of(json.dumps(entry["offsets"])).items():
+                reached[tp] = max(reached.get(tp, to), to)
+        resume = Resume(bounds, reached, len(entries))
+        if saved is not None and resume.done:
+            raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
+                                      "pass --force to run it again")
+        committed = {f for e in entries for f in e["files"]}
+        self._delete([f for f in self._run_files() if f not in committed], None)  # a crash's files
+        self._seq, self._bounds = resume.seq, bounds
+        self._files = DayFiles(self.fs, self.root, self.schema, self.target, "event_date", self._name)
+        self._rejected = DayFiles(self.fs, f"{self.root}_rejects", REJECTS, self.target, "rejected_date",
+                                  self._name, "rejected_at")
+        return resume
+
+    def _name(self) -> str:
+        self._n += 1
+        return f"{self._run}-{self._shard}-{self._seq:06d}-{self._n}"
+
+    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
+        assert self._files is not None and self._rejected is not None
+        if predictions is not None:
+            self._files.write(predictions)
+        if rejects is not None:
+            self._rejected.write(rejects)
+
+    def due(self) -> bool:
+        return self._files is not None and self._files.full()
+
+    def commit(self, covered: Ranges) -> None:
+        assert self._files is not None and self._rejected is not None
+        files = [*self._files.close(), *self._rejected.close()]
+        entry = {"run": self._run, "shard": str(self._shard), "seq": self._seq,
+                 "offsets": json.loads(ranges_text(covered)), "files": files}
+        self._write(f"{self.root}/{LOG}/{self._run}/{self._shard}/{self._seq:06d}.json", json.dumps(entry).encode())
+        self._seq += 1
+        self._n = 0
+
+    def finish(self) -> None:
+        """``_SUCCESS`` once every shard of every run here finished: the committed files, all of them."""
+        runs = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/{LOG}", recursive=False))
+        files: list[str] = []
+        for run in runs:
+            for shard in self.fs.get_file_info(pafs.FileSelector(run.path, recursive=False)):
+                plan = self._read(f"{shard.path}/plan.json")
+                entries = self._entries(shard.path)
+                reached: dict[tuple[str, int], int] = {}
+                for e in entries:
+                    for tp, (_, to) in ranges_of(json.dumps(e["offsets"])).items():
+                        reached[tp] = max(reached.get(tp, to), to)
+                if plan is None or not Resume(ranges_of(plan.decode()), reached, len(entries)).done:
+                    return  # another shard is still writing: it writes _SUCCESS when it ends
+                files += [f for e in entries for f in e["files"]]
+        root = len(self.root) + 1
+        self._write(f"{self.root}/_SUCCESS", json.dumps({"files": sorted(f[root:] for f in files)}).encode())
+
+    # ---- the log --------------------------------------------------------------------------
+
+    def _entries(self, folder: str) -> list[dict[str, Any]]:
+        try:
+            found = self.fs.get_file_info(pafs.FileSelector(folder, recursive=False))
+        except FileNotFoundError:
+            return []
+        entries = []
+        for info in sorted(found, key=lambda i: i.path):
+            if info.path.endswith(".json") and not info.path.endswith("plan.json"):
+                data = self._read(info.path)
+                if data is not None:
+                    entries.append(json.loads(data))
+        return entries
+
+    def _run_files(self) -> list[str]:
+        prefix = f"{self._run}-{self._shard}-"
+        found = [f for root in (self.root, f"{self.root}_rejects")
+                 for f in self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))]
+        return [f.path for f in found if f.type == pafs.FileType.File and f.base_name.startswith(prefix)
+                and f.base_name.endswith(".parquet")]
+
+    def _delete(self, files: list[str], folder: str | None) -> None:
+        for f in files:
+            self.fs.delete_file(f)
+        if folder is not None and self.fs.get_file_info(folder).type == pafs.FileType.Directory:
+            self.fs.delete_dir(folder)
+        if files:
+            log.info("%s: deleted %d files of run %s never committed (or replaced)", self.name, len(files), self._run)
+
+    def _read(self, path: str) -> bytes | None:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return bytes(f.read())
+        except (FileNotFoundError, OSError):
+            return None
+
+    def _write(self, path: str, data: bytes) -> None:
+        """Whole or not at all: a local file is renamed into place; an object store's PUT is atomic."""
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            tmp = f"{path}.tmp"
+            with self.fs.open_output_stream(tmp) as f:
+                f.write(data)
+            self.fs.move(tmp, path)
+            return
+        with self.fs.open_output_stream(path) as f:
+            f.write(data)

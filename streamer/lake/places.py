@@ -1,0 +1,81 @@
+"""Where lake writes go: the Iceberg catalog and the filesystem of a folder or ``s3://`` URL, from ``lake:``.
+
+The one place the object store's secrets are unwrapped, at the client boundary (as
+``librdkafka_config`` does for Kafka's). The embedded catalog is pyiceberg's SQL catalog on SQLite:
+no server, its file beside the warehouse (or ``lake-catalog.db`` in the working directory for an
+``s3://`` warehouse, unless ``lake.catalog_uri`` names another).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from streamer.config import LakeConfig
+from streamer.errors import ConfigError
+
+
+def catalog_uri(lake: LakeConfig) -> str:
+    if lake.catalog_uri:
+        return lake.catalog_uri
+    if lake.warehouse.remote:
+        return f"sqlite:///{Path('lake-catalog.db').resolve()}"
+    return f"sqlite:///{Path(lake.warehouse) / 'catalog.db'}"
+
+
+def io_properties(lake: LakeConfig) -> dict[str, str]:
+    """pyiceberg's FileIO properties for the object store (none for a local warehouse)."""
+    s3 = lake.s3
+    props = {"s3.region": s3.region}
+    if s3.endpoint:
+        props["s3.endpoint"] = s3.endpoint
+    if s3.access_key_id is not None and s3.secret_access_key is not None:
+        props["s3.access-key-id"] = s3.access_key_id.value
+        props["s3.secret-access-key"] = s3.secret_access_key.value
+    return props
+
+
+def open_catalog(lake: LakeConfig) -> Any:
+    """The configured catalog (pyiceberg's), its namespace created when missing."""
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    warehouse = str(lake.warehouse) if lake.warehouse.remote else Path(lake.warehouse).as_uri()
+    props = {"warehouse": warehouse, **io_properties(lake)}
+    if lake.catalog == "rest":
+        catalog: Any = RestCatalog("streamer", uri=lake.catalog_uri or "", **props)
+    else:
+        if not lake.warehouse.remote:
+            Path(lake.warehouse).mkdir(parents=True, exist_ok=True)
+        try:
+            catalog = SqlCatalog("streamer", uri=catalog_uri(lake), **props)
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's many errors: the key is what matters
+            raise ConfigError("lake.catalog_uri", f"cannot open the SQL catalog: {exc}") from exc
+    catalog.create_namespace_if_not_exists(lake.namespace)
+    return catalog
+
+
+def identifier(lake: LakeConfig, name: str) -> str:
+    """``namespace.table``: a name without a namespace goes to ``lake.namespace``."""
+    if not name or name.startswith(".") or name.endswith("."):
+        raise ConfigError("--to-table", f"{name!r} is not a table name")
+    return name if "." in name else f"{lake.namespace}.{name}"
+
+
+def filesystem(lake: LakeConfig, location: str) -> tuple[pafs.FileSystem, str]:
+    """The Arrow filesystem of a folder or an ``s3://`` URL, and the path within it."""
+    if location.startswith("s3://"):
+        s3 = lake.s3
+        keys: dict[str, Any] = {}
+        if s3.access_key_id is not None and s3.secret_access_key is not None:
+            keys = {"access_key": s3.access_key_id.value, "secret_key": s3.secret_access_key.value}
+        endpoint = s3.endpoint or None
+        scheme = "http" if endpoint and endpoint.startswith("http://") else "https"
+        fs = pafs.S3FileSystem(region=s3.region, scheme=scheme, connect_timeout=10, request_timeout=30,
+                               endpoint_override=endpoint.split("://", 1)[-1] if endpoint else None,
+                               **keys)
+        return fs, location.removeprefix("s3://").rstrip("/")
+    path = Path(location.removeprefix("file://")).resolve()
+    return pafs.LocalFileSystem(), str(path)

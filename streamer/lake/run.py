@@ -1,0 +1,115 @@
+"""The loop of a lake run: read chunks, batch, score, write, commit at the file size; until the range is read.
+
+One loop for both sources, a topic's range (topic.py) and a table's rows (table.py), on the
+stream's parts: the same decode and validation, the same batcher (its ``max_size`` flush; a run's
+rows never wait on a clock), the same serving (breaker, fallback, the model's version and digest
+in every row). A commit first scores every row read so far, so the range it records is wholly
+written: predictions, and rejects (rows that cannot be decoded, validated or scored) with their
+reason and original bytes. A model that cannot score at all fails the run; the same run id
+resumes it from its last commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from streamer.lake.columns import PredictionColumns, rejects_table
+from streamer.lake.sink import Position, Ranges, Resume, Sink
+from streamer.pipeline.batcher import Batch, MicroBatcher
+from streamer.pipeline.records import Rows, Stamp
+from streamer.pipeline.serving import Serving
+from streamer.pipeline.stages import Reject, poison_reject
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Rows read from a source, its rejects, and the position each partition reached (next to read)."""
+
+    rows: Rows
+    rejects: list[Reject]
+    reached: dict[Position, int]
+
+
+class Source(Protocol):
+    """Where a run's rows come from, from the positions of ``resume`` to its bounds."""
+
+    def chunks(self, resume: Resume) -> Iterator[Chunk]: ...
+
+
+@dataclass
+class LakeCounts:
+    """What a run did, as it goes: rows read, predictions and rejects written, commits made."""
+
+    rows: int = 0
+    predictions: int = 0
+    rejects: int = 0
+    commits: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def per_s(self) -> float:
+        return self.rows / max(time.monotonic() - self.started, 1e-9)
+
+
+class LakeRun:
+    """Scores a source into a sink under one run id."""
+
+    def __init__(self, sink: Sink, serving: Serving, columns: PredictionColumns, run_id: str,
+                 batch_size: int, on_progress: Callable[[LakeCounts], Any] = lambda c: None) -> None:
+        self.sink, self.serving, self.columns, self.run_id = sink, serving, columns, run_id
+        self._batcher: MicroBatcher[Rows] = MicroBatcher(batch_size, 1 << 30, join=Rows.join)
+        self.counts = LakeCounts()
+        self._on_progress = on_progress
+
+    def run(self, source: Source, resume: Resume) -> LakeCounts:
+        """Read ``source`` from ``resume``'s positions to its bounds, committing as files fill."""
+        self.serving.warm_up()
+        covered: Ranges = {}
+        since = dict(resume.reached)
+        for chunk in source.chunks(resume):
+            self._reject(chunk.rejects)
+            self._score(self._batcher.add(chunk.rows))
+            self.counts.rows += len(chunk.rows) + len(chunk.rejects)
+            for pos, to in chunk.reached.items():
+                covered[pos] = (since.get(pos, resume.bounds[pos][0]), to)
+            if self.sink.due():
+                covered = self._commit(covered, since)
+            self._on_progress(self.counts)
+        self._commit(covered, since)
+        self.sink.finish()
+        return self.counts
+
+    def _commit(self, covered: Ranges, since: dict[Position, int]) -> Ranges:
+        flushed = self._batcher.flush("shutdown")
+        if flushed is not None:
+            self._score([flushed])
+        if covered:
+            self.sink.commit(covered)
+            self.counts.commits += 1
+            since.update({pos: to for pos, (_, to) in covered.items()})
+        return {}
+
+    def _score(self, batches: list[Batch[Rows]]) -> None:
+        for batch in batches:
+            rows = batch.rows
+            out = self.serving.score(rows)  # ModelBrokenError: the run fails, resumable
+            stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.run_id, out.degraded, out.digest)
+            scores = out.scores
+            rejects: list[Reject] = []
+            if out.poison:
+                keep = np.ones(len(rows), bool)
+                keep[list(out.poison)] = False
+                rejects = [poison_reject(out.poison[i], rows.source.items[i]) for i in sorted(out.poison)]
+                rows, scores = rows.take(keep), scores[np.flatnonzero(keep)]
+            self.sink.write(self.columns.table(rows, scores, stamp), rejects_table(self.run_id, rejects) if rejects else None)
+            self.counts.predictions += len(rows)
+            self.counts.rejects += len(rejects)
+
+    def _reject(self, rejects: list[Reject]) -> None:
+        if rejects:
+            self.sink.write(None, rejects_table(self.run_id, rejects))
+            self.counts.rejects += len(rejects)

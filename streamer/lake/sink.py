@@ -1,0 +1,92 @@
+"""What a lake run writes to, and the plan it commits against: an Iceberg table or a Parquet dataset.
+
+A run is exactly once because its sink is its checkpoint. Each commit records the run id, the
+run's shard and the source range it covers (``[from, to)`` per partition: a topic's offsets, or a
+file's row numbers), and a run that starts again with the same id reads them back and continues
+where its last commit ended. Rows past the last commit were never visible, and are written again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+
+Position = tuple[str, int]  # (topic, partition), or (source, file index) for a table's rows
+Ranges = dict[Position, tuple[int, int]]  # [from, to) per position
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Which partitions a process takes: those ``p`` with ``p % count == index``."""
+
+    index: int = 0
+    count: int = 1
+
+    def takes(self, partition: int) -> bool:
+        return partition % self.count == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}-of-{self.count}"
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where a run starts: its bounds, the position reached in each partition, its next commit's number."""
+
+    bounds: Ranges
+    reached: dict[Position, int]
+    seq: int
+
+    @property
+    def resumed(self) -> bool:
+        return self.seq > 0
+
+    @property
+    def done(self) -> bool:
+        return all(self.reached.get(p, s) >= e for p, (s, e) in self.bounds.items())
+
+    def left(self) -> int:
+        """Source positions still to read."""
+        return sum(max(e - self.reached.get(p, s), 0) for p, (s, e) in self.bounds.items())
+
+
+class Sink(Protocol):
+    """A run's destination and checkpoint (iceberg.py, parquet.py)."""
+
+    name: str  # how messages name it: 'table streamer.scores', 'parquet /data/scores'
+
+    def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
+        """The run's saved plan and progress (its bounds saved from ``plan`` when it has none).
+        Raises ReplayFinishedError when it covered its whole plan, unless ``force`` (it starts again,
+        its rows written before replaced)."""
+        ...
+
+    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
+        """Add rows to the open files (nothing is visible before :meth:`commit`)."""
+        ...
+
+    def due(self) -> bool:
+        """A file reached the target size."""
+        ...
+
+    def commit(self, covered: Ranges) -> None:
+        """Make what was written visible, as one commit that records ``covered``."""
+        ...
+
+    def finish(self) -> None: ...
+
+
+def ranges_text(ranges: Mapping[Position, tuple[int, int]]) -> str:
+    return json.dumps({f"{t}:{p}": [a, b] for (t, p), (a, b) in sorted(ranges.items())}, separators=(",", ":"))
+
+
+def ranges_of(text: str) -> Ranges:
+    out: Ranges = {}
+    for key, (a, b) in json.loads(text).items():
+        topic, _, partition = key.rpartition(":")
+        out[(topic, int(partition))] = (int(a), int(b))
+    return out

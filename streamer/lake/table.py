@@ -1,0 +1,160 @@
+"""A table's rows as a lake run's source (``streamer score``): Parquet files, a dataset, or an Iceberg table.
+
+Rows are read batch by batch through Arrow (memory holds one batch, however large the input),
+and each goes through the stream's contract and validation (``model.inputs``, ``output.include``,
+the id, entity and time fields): a row that fails is a reject with its reason and the row itself,
+as JSON. Positions are row numbers: each Parquet file is a partition of the source (its index in
+the sorted file list), an Iceberg table's snapshot one partition, so a run resumes mid-file.
+Timestamps are read as milliseconds, as an event's ``event_time`` is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from streamer.config import LakeConfig
+from streamer.errors import ConfigError, RecordError, detach
+from streamer.lake.columns import as_json
+from streamer.lake.places import filesystem
+from streamer.lake.run import Chunk
+from streamer.lake.sink import Ranges, Resume
+from streamer.model.signature import Columns
+from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.stages import Reject
+from streamer.pipeline.validate import EventValidator
+
+
+@dataclass(frozen=True, slots=True)
+class RowMessage:
+    """A table row where the stages expect a consumed message: its coordinates, and the row as JSON bytes."""
+
+    source: str
+    index: int
+    row: int
+    payload: dict[str, Any]
+
+    def topic(self) -> str:
+        return self.source
+
+    def partition(self) -> int:
+        return self.index
+
+    def offset(self) -> int:
+        return self.row
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> bytes:
+        return as_json(self.payload)
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def headers(self) -> None:
+        return None
+
+
+class TableSource:
+    """The rows of ``location``: a Parquet file or folder (local or ``s3://``), or an Iceberg table's name."""
+
+    def __init__(self, lake: LakeConfig, location: str, validator: EventValidator,
+                 stack: Callable[[list[Any]], Columns], batch_rows: int) -> None:
+        self.lake, self.location, self.batch_rows = lake, location, batch_rows
+        self.validator, self.stack = validator, stack
+        self._parts = self._find()
+
+    def _find(self) -> list[tuple[str, Any]]:
+        """``(name, how to read it)`` per partition of the source."""
+        if "/" in self.location or self.location.endswith(".parquet"):
+            fs, path = filesystem(self.lake, self.location)
+            info = fs.get_file_info(path)
+            if info.type == pafs.FileType.NotFound:
+                raise ConfigError("--from", f"no file or folder at {self.location}")
+            if info.type == pafs.FileType.File:
+                files = [path]
+            else:
+                found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+                files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")
+                               and not any(part.startswith(("_", ".")) for part in f.path[len(path):].split("/")))
+                if not files:
+                    raise ConfigError("--from", f"no Parquet files under {self.location}")
+            return [(f, (fs, f)) for f in files]
+        from streamer.lake.places import identifier, open_catalog
+
+        table = open_catalog(self.lake).load_table(identifier(self.lake, self.location))
+        snap = table.current_snapshot()
+        return [(f"{identifier(self.lake, self.location)}@{snap.snapshot_id if snap else 0}", table)]
+
+    def plan(self) -> Ranges:
+        """Every row of the source: ``[0, rows)`` per partition."""
+        out: Ranges = {}
+        for i, (name, how) in enumerate(self._parts):
+            out[(name, i)] = (0, self._count(how))
+        return out
+
+    def _count(self, how: Any) -> int:
+        if isinstance(how, tuple):
+            fs, path = how
+            with fs.open_input_file(path) as f:
+                return int(pq.ParquetFile(f).metadata.num_rows)
+        snap = how.current_snapshot()
+        return 0 if snap is None else int(snap.summary.get("total-records", "0"))
+
+    def chunks(self, resume: Resume) -> Iterator[Chunk]:
+        for i, (name, how) in enumerate(self._parts):
+            start, end = resume.bounds[(name, i)]
+            at = max(resume.reached.get((name, i), start), start)
+            if at >= end:
+                continue
+            row = 0
+            for batch in self._batches(how, at):
+                first, row = row, row + batch.num_rows
+                if row <= at:
+                    continue
+                if first < at:
+                    batch = batch.slice(at - first)
+                    first = at
+                yield self._chunk(name, i, first, batch)
+
+    def _batches(self, how: Any, skip: int) -> Iterator[pa.RecordBatch]:
+        if isinstance(how, tuple):
+            fs, path = how
+            yield from ds.dataset(path, filesystem=fs, format="parquet").to_batches(batch_size=self.batch_rows)
+            return
+        yield from how.scan().to_arrow_batch_reader()
+
+    def _chunk(self, name: str, index: int, first: int, batch: pa.RecordBatch) -> Chunk:
+        payloads = _millis(batch).to_pylist()
+        items = [RowMessage(name, index, first + j, p) for j, p in enumerate(payloads)]
+        good: list[int] = []
+        records = []
+        rejects: list[Reject] = []
+        validator = self.validator
+        for j, (m, payload) in enumerate(zip(items, payloads, strict=True)):
+            try:
+                records.append(validator.to_record(payload, name, index, m.row, None, 0))
+            except RecordError as exc:
+                rejects.append((detach(exc), m))
+                continue
+            good.append(j)
+        kept = [items[j] for j in good]
+        source = Messages(kept, [name] * len(kept), np.full(len(kept), index, np.int64),
+                          np.array([m.row for m in kept], np.int64))
+        rows = Rows.from_records(records, source, self.stack)
+        return Chunk(rows, rejects, {(name, index): first + batch.num_rows})
+
+
+def _millis(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Timestamp columns as integers of milliseconds (an event's times are)."""
+    cols = [c.cast(pa.timestamp("ms", tz=c.type.tz)).cast(pa.int64()) if pa.types.is_timestamp(c.type) else c
+            for c in batch.columns]
+    return pa.RecordBatch.from_arrays(cols, names=batch.schema.names)
