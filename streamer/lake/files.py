@@ -1,8 +1,9 @@
 """Parquet files of one commit, one per event day, written as rows come and closed at a target size.
 
 Rows are grouped by the UTC day of ``event_time`` and appended to that day's open file in row
-groups of about :data:`ROW_GROUP_ROWS` rows (a reader skips row groups by their statistics; many
-tiny ones cost it), so memory holds at most one row group per open day, however long the run. A
+groups of up to :data:`ROW_GROUP_ROWS` rows, or a quarter of the target size in memory (a reader
+skips row groups by their statistics; many tiny ones cost it), so memory holds at most one row
+group per open day, however long the run. A
 file is *full* when the bytes written reach the target: the caller commits then, and a commit
 closes every open file. The files' names are the caller's, decided before anything is written,
 so a run that resumes after a crash writes the same names again over what was never committed.
@@ -35,6 +36,7 @@ class _Open:
     writer: pq.ParquetWriter
     pending: list[pa.Table] = field(default_factory=list)
     pending_rows: int = 0
+    pending_bytes: int = 0
 
 
 class DayFiles:
@@ -86,7 +88,8 @@ class DayFiles:
             f = self._open[day] = _Open(path, stream, pq.ParquetWriter(stream, self.schema, compression="zstd"))
         f.pending.append(part)
         f.pending_rows += part.num_rows
-        if f.pending_rows >= ROW_GROUP_ROWS:
+        f.pending_bytes += part.nbytes
+        if f.pending_rows >= ROW_GROUP_ROWS or f.pending_bytes >= self.target // 4:
             self._flush(f)
 
     @staticmethod
@@ -94,4 +97,4 @@ class DayFiles:
         if f.pending_rows:
             f.writer.write_table(pa.concat_tables(f.pending), row_group_size=max(f.pending_rows, 1))
             f.pending.clear()
-            f.pending_rows = 0
+            f.pending_rows = f.pending_bytes = 0
