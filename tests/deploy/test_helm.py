@@ -49,9 +49,12 @@ BACKFILL = ["--set", "backfill.enabled=true", "--set", "backfill.runId=churn-202
             "--set", "backfill.lake.warehouse=s3://lake/warehouse", "--set", "backfill.lake.catalog=rest",
             "--set", "backfill.lake.catalogUri=http://iceberg-rest:8181",
             "--set", "backfill.lake.s3.endpoint=http://seaweedfs-s3:8333",
-            "--set", "secretEnv[0].name=LAKE_S3_ACCESS_KEY_ID", "--set", "secretEnv[0].secret=lake-s3",
-            "--set", "secretEnv[0].key=access-key-id", "--set", "secretEnv[1].name=LAKE_S3_SECRET_ACCESS_KEY",
-            "--set", "secretEnv[1].secret=lake-s3", "--set", "secretEnv[1].key=secret-access-key"]
+            "--set", "secretEnv[0].name=KAFKA_SASL_PASSWORD", "--set", "secretEnv[0].secret=kafka",
+            "--set", "secretEnv[0].key=password",
+            "--set", "backfill.secretEnv[0].name=LAKE_S3_ACCESS_KEY_ID",
+            "--set", "backfill.secretEnv[0].secret=lake-s3", "--set", "backfill.secretEnv[0].key=access-key-id",
+            "--set", "backfill.secretEnv[1].name=LAKE_S3_SECRET_ACCESS_KEY",
+            "--set", "backfill.secretEnv[1].secret=lake-s3", "--set", "backfill.secretEnv[1].key=secret-access-key"]
 # A backfill into a Parquet dataset on a shared claim, three shards one at a time, GPU.
 PARQUET = ["--set", "backfill.enabled=true", "--set", "backfill.runId=r7", "--set", "backfill.shards=3",
            "--set", "backfill.parallelism=1", "--set", "backfill.parquet=/lake/scores",
@@ -274,6 +277,9 @@ def test_the_backfill_job_gives_each_indexed_pod_its_shard_of_one_run() -> None:
         "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     assert env["LAKE_S3_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == \
         {"name": "lake-s3", "key": "secret-access-key"}
+    assert env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kafka", "key": "password"}
+    (processor,) = docs["StatefulSet/scorer"]["spec"]["template"]["spec"]["containers"]
+    assert "LAKE_S3_SECRET_ACCESS_KEY" not in {e["name"] for e in processor["env"]}  # the backfill's only
     # A config error (exit 2) fails its index at once; an eviction is not counted as a failure.
     rules = job["podFailurePolicy"]["rules"]
     assert rules[0]["action"] == "FailIndex" and rules[0]["onExitCodes"]["values"] == [2]
@@ -287,10 +293,10 @@ def test_the_backfill_job_gives_each_indexed_pod_its_shard_of_one_run() -> None:
                               "s3": {"endpoint": "http://seaweedfs-s3:8333", "region": "us-east-1",
                                      "access_key_id": "${LAKE_S3_ACCESS_KEY_ID}",
                                      "secret_access_key": "${LAKE_S3_SECRET_ACCESS_KEY}"}}
-    # The processors' config is untouched: a backfill never rolls the StatefulSet.
+    # The processors' config and pods are untouched: a backfill never rolls the StatefulSet.
     assert "lake" not in yaml.safe_load(docs["ConfigMap/scorer-config"]["data"]["config.yaml"])
-    live = objects(render(*BACKFILL[2:]))["StatefulSet/scorer"]["spec"]["template"]["metadata"]["annotations"]
-    assert docs["StatefulSet/scorer"]["spec"]["template"]["metadata"]["annotations"] == live
+    live = objects(render(*BACKFILL[2:]))["StatefulSet/scorer"]["spec"]["template"]
+    assert docs["StatefulSet/scorer"]["spec"]["template"] == live
 
 
 def test_a_parquet_backfill_on_a_claim_runs_its_shards_as_configured() -> None:

@@ -22,7 +22,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "streamer.secretEnv" -}}
-{{- range .Values.secretEnv }}
+{{- include "streamer.secretEnvFrom" .Values.secretEnv }}
+{{- end -}}
+
+{{/* env entries from a list of {name, secret, key} */}}
+{{- define "streamer.secretEnvFrom" -}}
+{{- range . }}
 - name: {{ .name }}
   valueFrom:
     secretKeyRef:
