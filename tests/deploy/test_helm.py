@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
+from streamer import config_sections
 from streamer.config_file import load_config
 from streamer.observe.drift import write_profile
 
@@ -42,8 +43,27 @@ FULL = ["--set", "keda.enabled=true", "--set", "gpu.enabled=true", "--set", "ser
         "--set", "files.models.configMap=fraud-model",
         "--set", "files.schemas.download.image=curlimages/curl:8.11.0",
         "--set", "files.schemas.download.command={sh,-c,curl -fsSo $TARGET_DIR/feature_event.avsc $SCHEMA_URL}"]
+# A backfill into an Iceberg table on S3 through a REST catalog, the S3 keys from a Secret.
+BACKFILL = ["--set", "backfill.enabled=true", "--set", "backfill.runId=churn-2026-12",
+            "--set", "backfill.from=2026-11-01T00:00:00Z", "--set", "backfill.table=churn_scores",
+            "--set", "backfill.lake.warehouse=s3://lake/warehouse", "--set", "backfill.lake.catalog=rest",
+            "--set", "backfill.lake.catalogUri=http://iceberg-rest:8181",
+            "--set", "backfill.lake.s3.endpoint=http://seaweedfs-s3:8333",
+            "--set", "secretEnv[0].name=KAFKA_SASL_PASSWORD", "--set", "secretEnv[0].secret=kafka",
+            "--set", "secretEnv[0].key=password",
+            "--set", "backfill.secretEnv[0].name=LAKE_S3_ACCESS_KEY_ID",
+            "--set", "backfill.secretEnv[0].secret=lake-s3", "--set", "backfill.secretEnv[0].key=access-key-id",
+            "--set", "backfill.secretEnv[1].name=LAKE_S3_SECRET_ACCESS_KEY",
+            "--set", "backfill.secretEnv[1].secret=lake-s3", "--set", "backfill.secretEnv[1].key=secret-access-key"]
+# A backfill into a Parquet dataset on a shared claim, three shards one at a time, GPU.
+PARQUET = ["--set", "backfill.enabled=true", "--set", "backfill.runId=r7", "--set", "backfill.shards=3",
+           "--set", "backfill.parallelism=1", "--set", "backfill.parquet=/lake/scores",
+           "--set", "backfill.volume.claimName=lake", "--set", "gpu.enabled=true",
+           "--set", "files.models.configMap=fraud-model"]
 VARIANTS = {"default": [], "keda with auth, gpu, servicemonitor, exactly-once, registry, secrets, "
-            "pull secrets, model and schema volumes": FULL}
+            "pull secrets, model and schema volumes": FULL,
+            "backfill into an iceberg table on s3": BACKFILL,
+            "backfill into parquet on a claim, gpu": PARQUET}
 
 
 def tool(path: Path) -> str:
@@ -239,3 +259,95 @@ def test_the_lag_exporter_reads_the_rendered_config_with_its_pods_env_and_no_mod
     assert cfg.input.group_id == "streamer-fraud" and cfg.input.topics == ("features",)
     with pytest.raises(ConfigError, match=r"no (schema|model) file at /app/"):  # the processors' loader needs them
         load_config(path, env=env)
+
+
+def test_the_backfill_job_gives_each_indexed_pod_its_shard_of_one_run() -> None:
+    docs = objects(render(*BACKFILL))
+    job = docs["Job/scorer-backfill-churn-2026-12"]["spec"]
+    assert (job["completionMode"], job["completions"], job["parallelism"], job["backoffLimitPerIndex"]) == \
+        ("Indexed", 2, 2, 2)
+    pod = job["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (container,) = pod["containers"]
+    assert container["args"] == ["replay", "--config", "/etc/streamer/config.yaml",
+                                 "--from", "2026-11-01T00:00:00Z", "--to", "latest", "--run-id", "churn-2026-12",
+                                 "--to-table", "churn_scores", "--shard", "$(JOB_COMPLETION_INDEX)/2"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert env["LAKE_S3_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == \
+        {"name": "lake-s3", "key": "secret-access-key"}
+    assert env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kafka", "key": "password"}
+    (processor,) = docs["StatefulSet/scorer"]["spec"]["template"]["spec"]["containers"]
+    assert "LAKE_S3_SECRET_ACCESS_KEY" not in {e["name"] for e in processor["env"]}  # the backfill's only
+    # A config error (exit 2) fails its index at once; an eviction is not counted as a failure.
+    rules = job["podFailurePolicy"]["rules"]
+    assert rules[0]["action"] == "FailIndex" and rules[0]["onExitCodes"]["values"] == [2]
+    assert rules[1] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    (config_volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    assert config_volume["configMap"]["name"] == "scorer-backfill-churn-2026-12-config"
+    config = yaml.safe_load(docs["ConfigMap/scorer-backfill-churn-2026-12-config"]["data"]["config.yaml"])
+    assert config["lake"] == {"warehouse": "s3://lake/warehouse", "catalog": "rest",
+                              "catalog_uri": "http://iceberg-rest:8181", "namespace": "streamer",
+                              "target_file_mb": 128,
+                              "s3": {"endpoint": "http://seaweedfs-s3:8333", "region": "us-east-1",
+                                     "access_key_id": "${LAKE_S3_ACCESS_KEY_ID}",
+                                     "secret_access_key": "${LAKE_S3_SECRET_ACCESS_KEY}"}}
+    # The processors' config and pods are untouched: a backfill never rolls the StatefulSet.
+    assert "lake" not in yaml.safe_load(docs["ConfigMap/scorer-config"]["data"]["config.yaml"])
+    live = objects(render(*BACKFILL[2:]))["StatefulSet/scorer"]["spec"]["template"]
+    assert docs["StatefulSet/scorer"]["spec"]["template"] == live
+
+
+def test_a_parquet_backfill_on_a_claim_runs_its_shards_as_configured() -> None:
+    docs = objects(render(*PARQUET))
+    job = docs["Job/scorer-backfill-r7"]["spec"]
+    assert (job["completions"], job["parallelism"]) == (3, 1)
+    (container,) = job["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--to-parquet") + 1] == "/lake/scores" and "--to-table" not in args
+    assert args[args.index("--shard") + 1] == "$(JOB_COMPLETION_INDEX)/3"
+    assert {"name": "lake", "mountPath": "/lake"} in container["volumeMounts"]
+    assert {"name": "lake", "persistentVolumeClaim": {"claimName": "lake"}} in job["template"]["spec"]["volumes"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1 and container["image"].endswith("-gpu")
+    config = yaml.safe_load(docs["ConfigMap/scorer-backfill-r7-config"]["data"]["config.yaml"])
+    assert "s3" not in config["lake"] and "warehouse" not in config["lake"]
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    (["--set", "backfill.table=t"], "backfill.runId is required with backfill.enabled"),
+    (["--set", "backfill.runId=r", "--set", "backfill.table=t", "--set", "backfill.parquet=s3://b/p"],
+     "set exactly one of backfill.table (an Iceberg table) and backfill.parquet"),
+    (["--set", "backfill.runId=r"], "set exactly one of backfill.table (an Iceberg table) and backfill.parquet"),
+    (["--set", "backfill.runId=Run_1", "--set", "backfill.parquet=s3://b/p"], 'backfill.runId "Run_1"'),
+    (["--set", "backfill.runId=r", "--set", "backfill.parquet=s3://b/p", "--set", "backfill.from=2h"],
+     'backfill.from "2h": a duration is measured from each pod\'s start'),
+    (["--set", "backfill.runId=r", "--set", "backfill.parquet=s3://b/p", "--set", "backfill.shards=7"],
+     "backfill.shards (7) must be between 1 and input.partitions (6)"),
+    (["--set", "backfill.runId=r", "--set", "backfill.parquet=/data/scores"],
+     'backfill.parquet "/data/scores": the Job\'s pods share no disk'),
+    (["--set", "backfill.runId=r", "--set", "backfill.table=t", "--set", "backfill.lake.warehouse=s3://b/w"],
+     "backfill.lake.catalogUri is required with backfill.table and catalog sql"),
+    (["--set", "backfill.runId=r", "--set", "backfill.table=t"], "backfill.lake.warehouse is required"),
+], ids=["no run id", "table and parquet", "no target", "run id not a name", "a duration",
+        "idle shards", "a folder no pod shares", "a catalog per pod", "no warehouse"])
+def test_the_chart_refuses_a_backfill_it_cannot_run_once(values: list[str], message: str) -> None:
+    result = helm("template", "s", str(CHART), "--set", "backfill.enabled=true", *values, check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(not hasattr(config_sections, "LakeConfig"),
+                    reason="the lake: section is read by LakeConfig (streamer/config_sections.py)")
+def test_the_backfill_config_loads_with_streamers_own_loader(tmp_path: Path) -> None:
+    local = ["--set", f"input.schema={ROOT / 'streamer' / 'schemas' / 'feature_event.avsc'}",
+             "--set", f"output.schema={ROOT / 'streamer' / 'schemas' / 'prediction.avsc'}",
+             "--set", f"model.path={ROOT / 'models' / 'fraud_mlp.onnx'}"]
+    docs = objects(render(*BACKFILL, *local))
+    path = tmp_path / "config.yaml"
+    path.write_text(docs["ConfigMap/scorer-backfill-churn-2026-12-config"]["data"]["config.yaml"])
+    cfg = load_config(path, env={"POD_NAME": "scorer-backfill-churn-2026-12-0-x7k2p",
+                                 "LAKE_S3_ACCESS_KEY_ID": "key", "LAKE_S3_SECRET_ACCESS_KEY": "secret"})
+    lake = cfg.lake
+    assert (str(lake.warehouse), lake.catalog, lake.namespace, lake.target_file_mb) == \
+        ("s3://lake/warehouse", "rest", "streamer", 128)
+    assert "secret" not in repr(lake)  # the S3 keys print as ***

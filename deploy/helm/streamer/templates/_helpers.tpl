@@ -22,7 +22,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "streamer.secretEnv" -}}
-{{- range .Values.secretEnv }}
+{{- include "streamer.secretEnvFrom" .Values.secretEnv }}
+{{- end -}}
+
+{{/* env entries from a list of {name, secret, key} */}}
+{{- define "streamer.secretEnvFrom" -}}
+{{- range . }}
 - name: {{ .name }}
   valueFrom:
     secretKeyRef:
@@ -115,4 +120,212 @@ initContainers:
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* The streamer config every pod reads (config.yaml of the ConfigMaps), without the lake: section */}}
+{{- define "streamer.config" -}}
+kafka:
+  bootstrap.servers: {{ .Values.kafka.bootstrapServers | quote }}
+  client.id: streamer
+  group.instance.id: ${POD_NAME}
+  session.timeout.ms: {{ .Values.kafka.sessionTimeoutMs }}
+  {{- range $key, $value := .Values.kafka.properties }}
+  {{ $key }}: {{ $value | quote }}
+  {{- end }}
+input:
+  topics: [{{ .Values.input.topic | quote }}]
+  group_id: {{ .Values.input.groupId | quote }}
+  format: {{ .Values.input.format }}
+  schema: {{ .Values.input.schema | quote }}
+  {{- with .Values.input.registry }}
+  registry:
+    url: {{ .url | quote }}
+    {{- with .basicAuthUserInfo }}
+    basic_auth_user_info: {{ . | quote }}
+    {{- end }}
+  {{- end }}
+model:
+  path: {{ .Values.model.path | quote }}
+  name: {{ .Values.model.name | quote }}
+  version: {{ .Values.model.version | quote }}
+  providers: [{{ if .Values.gpu.enabled }}cuda, {{ end }}cpu]
+  {{- with .Values.model.driftProfile }}
+  drift_profile: {{ . | quote }}
+  drift_window_rows: {{ $.Values.model.driftWindowRows | int }}
+  {{- end }}
+  reload_check_ms: {{ .Values.model.reloadCheckMs | int }}
+  {{- with .Values.model.fallbackScores }}
+  fallback_scores: [{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s | float64 }}{{ end }}]
+  {{- end }}
+  {{- with .Values.model.fallbackPath }}
+  fallback_path: {{ . | quote }}
+  {{- end }}
+  timeout_ms: {{ .Values.model.timeoutMs | int }}
+  breaker_failures: {{ .Values.model.breakerFailures | int }}
+batching:
+  max_size: {{ .Values.batching.maxSize }}
+  max_wait_ms: {{ .Values.batching.maxWaitMs }}
+output:
+  topic: {{ .Values.output.topic | quote }}
+  schema: {{ .Values.output.schema | quote }}
+  ack_timeout_ms: {{ .Values.output.ackTimeoutMs }}
+processing:
+  guarantee: {{ .Values.processing.guarantee }}
+  commit_interval_ms: {{ .Values.processing.commitIntervalMs }}
+metrics:
+  enabled: true
+  host: 0.0.0.0
+  port: {{ .Values.metrics.port }}
+{{- with .Values.shadow.challengers }}
+shadow:
+  challengers:
+    {{- range . }}
+    - {path: {{ .path | quote }}, name: {{ .name | quote }}, version: {{ .version | toString | quote }}}
+    {{- end }}
+  {{- with $.Values.shadow.topic }}
+  topic: {{ . | quote }}
+  {{- end }}
+  flip_threshold: {{ $.Values.shadow.flipThreshold | float64 }}
+{{- end }}
+{{- end -}}
+
+{{/* What every pod that scores runs as: non-root, the files' group */}}
+{{- define "streamer.podSecurityContext" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 10001
+  runAsGroup: 10001
+  fsGroup: 10001
+{{- end -}}
+
+{{- define "streamer.containerSecurityContext" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+{{- end -}}
+
+{{/* resources (a dict) with the GPU limit added when gpu.enabled; called with (dict "root" $ "resources" ...) */}}
+{{- define "streamer.resources" -}}
+{{- $resources := deepCopy .resources }}
+{{- if .root.Values.gpu.enabled }}
+{{- $_ := set $resources "limits" (merge (dict "nvidia.com/gpu" .root.Values.gpu.count) ($resources.limits | default dict)) }}
+{{- end -}}
+resources:
+  {{- toYaml $resources | nindent 2 }}
+{{- end -}}
+
+{{/* The config (a ConfigMap named .config), /tmp and the model and schema volumes; called with (dict "root" $ "config" NAME) */}}
+{{- define "streamer.volumes" -}}
+volumes:
+  - name: config
+    configMap:
+      name: {{ .config }}
+  - name: tmp
+    emptyDir: {}
+  {{- with include "streamer.fileVolumes" .root | trim }}{{ . | nindent 2 }}{{ end }}
+  {{- with .extra }}{{ toYaml . | nindent 2 }}{{ end }}
+{{- end -}}
+
+{{- define "streamer.volumeMounts" -}}
+volumeMounts:
+  - name: config
+    mountPath: /etc/streamer
+    readOnly: true
+  - name: tmp
+    mountPath: /tmp
+  {{- with include "streamer.fileMounts" .root | trim }}{{ . | nindent 2 }}{{ end }}
+  {{- with .extra }}{{ toYaml . | nindent 2 }}{{ end }}
+{{- end -}}
+
+{{/* nodeSelector (with the GPU's when gpu.enabled), tolerations and affinity */}}
+{{- define "streamer.placement" -}}
+{{- $selector := merge (dict) .Values.nodeSelector (ternary .Values.gpu.nodeSelector (dict) .Values.gpu.enabled) }}
+{{- with $selector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The backfill Job's name: one Job per run id, so the same runId is the same Job */}}
+{{- define "streamer.backfill.name" -}}
+{{- printf "%s-backfill-%s" (include "streamer.fullname" .) (toString .Values.backfill.runId) -}}
+{{- end -}}
+
+{{/* Refuse a backfill that cannot run as one exactly-once run over pods that share no disk */}}
+{{- define "streamer.backfill.check" -}}
+{{- $b := .Values.backfill }}
+{{- $runId := toString $b.runId }}
+{{- if not $b.runId }}
+{{- fail "backfill.runId is required with backfill.enabled: every pod of the Job writes under it (the same runId continues a backfill, a new one starts another)" }}
+{{- end }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $runId) }}
+{{- fail (printf "backfill.runId %q: lowercase letters, digits and '-' only (it names the Job)" $runId) }}
+{{- end }}
+{{- $name := include "streamer.backfill.name" . }}
+{{- if gt (len $name) 63 }}
+{{- fail (printf "backfill.runId: the Job's name %s is longer than 63 characters" $name) }}
+{{- end }}
+{{- if eq (ternary 1 0 (not (empty $b.table))) (ternary 1 0 (not (empty $b.parquet))) }}
+{{- fail "backfill: set exactly one of backfill.table (an Iceberg table) and backfill.parquet (a Parquet dataset)" }}
+{{- end }}
+{{- range $key := list "from" "to" }}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?(ms|s|m|h|d)$" (toString (index $b $key)) }}
+{{- fail (printf "backfill.%s %q: a duration is measured from each pod's start, so shards would replay different ranges; give an ISO-8601 time, earliest, latest or partition:offset pairs" $key (toString (index $b $key))) }}
+{{- end }}
+{{- end }}
+{{- if or (lt (int $b.shards) 1) (gt (int $b.shards) (int .Values.input.partitions)) }}
+{{- fail (printf "backfill.shards (%v) must be between 1 and input.partitions (%v): a shard past the partitions has nothing to read" $b.shards .Values.input.partitions) }}
+{{- end }}
+{{- if not (has $b.lake.catalog (list "sql" "rest")) }}
+{{- fail (printf "backfill.lake.catalog %q: sql or rest" (toString $b.lake.catalog)) }}
+{{- end }}
+{{- if and $b.table (not $b.lake.warehouse) }}
+{{- fail "backfill.lake.warehouse is required with backfill.table: s3://bucket/prefix or a folder on backfill.volume" }}
+{{- end }}
+{{- $shared := printf "%s/" (trimSuffix "/" $b.volume.mountPath) }}
+{{- range $key, $where := dict "lake.warehouse" (ternary $b.lake.warehouse "" (not (empty $b.table))) "parquet" $b.parquet }}
+{{- if and $where (not (hasPrefix "s3://" $where)) (not (and $b.volume.claimName (hasPrefix $shared $where))) }}
+{{- fail (printf "backfill.%s %q: the Job's pods share no disk; give s3://... or a folder under backfill.volume.mountPath (%s) with backfill.volume.claimName set" $key $where $b.volume.mountPath) }}
+{{- end }}
+{{- end }}
+{{- if and $b.table (eq $b.lake.catalog "sql") (not $b.lake.catalogUri) }}
+{{- fail "backfill.lake.catalogUri is required with backfill.table and catalog sql: the default SQLite file would lie in each pod's read-only config folder, one catalog per pod" }}
+{{- end }}
+{{- if and (eq $b.lake.catalog "rest") (not $b.lake.catalogUri) }}
+{{- fail "backfill.lake.catalogUri is required with catalog rest: the REST catalog's URL" }}
+{{- end }}
+{{- end -}}
+
+{{/* The config's lake: section for the backfill's pods */}}
+{{- define "streamer.backfill.lake" -}}
+{{- $b := .Values.backfill }}
+{{- $lake := $b.lake -}}
+lake:
+  {{- with $lake.warehouse }}
+  warehouse: {{ . | quote }}
+  {{- end }}
+  catalog: {{ $lake.catalog }}
+  {{- with $lake.catalogUri }}
+  catalog_uri: {{ . | quote }}
+  {{- end }}
+  namespace: {{ $lake.namespace | quote }}
+  target_file_mb: {{ $lake.targetFileMb | int }}
+  {{- if or (hasPrefix "s3://" (toString $lake.warehouse)) (hasPrefix "s3://" (toString $b.parquet)) }}
+  s3:
+    {{- with $lake.s3.endpoint }}
+    endpoint: {{ . | quote }}
+    {{- end }}
+    region: {{ $lake.s3.region | quote }}
+    access_key_id: {{ $lake.s3.accessKeyId | quote }}
+    secret_access_key: {{ $lake.s3.secretAccessKey | quote }}
+  {{- end }}
 {{- end -}}
