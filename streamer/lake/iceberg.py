@@ -222,8 +222,8 @@ def _check(table: Any, ident: str, schema: pa.Schema) -> None:
     added = [n for n in want if n not in have]
     if added:
         log.info("table %s: adding the columns %s (a schema evolution)", ident, added)
-        with table.update_schema() as update:
-            update.union_by_name(schema)
+        with table.update_schema() as update:  # added columns take null: the table's older rows have none
+            update.union_by_name(pa.schema([f.with_nullable(True) if f.name in added else f for f in schema]))
 
 
 def _quoted(text: str) -> str:
