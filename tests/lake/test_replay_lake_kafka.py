@@ -14,7 +14,7 @@ from streamer.commands.replay import ReplayFinishedError, When
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
 from tests.conftest import Topics, make_config
-from tests.integration.test_replay_kafka import T0, produce_stamped
+from tests.integration.test_replay_kafka import produce_stamped
 
 pytestmark = pytest.mark.kafka
 DAY_MS = 86_400_000
@@ -53,3 +53,43 @@ def test_replay_into_an_iceberg_table_reads_back_in_duckdb(bootstrap: str, topic
     with pytest.raises(ReplayFinishedError):
         run_lake_replay(cfg, When("earliest"), When("latest"), Target(table="scores"), run_id="r1",
                         progress=io.StringIO())
+
+
+def lake_config_file(tmp_path: Path, bootstrap: str, topics: Topics, **lake: object) -> Path:
+    """The fault suite's config file (the example's, on these topics) with a lake: section."""
+    import yaml
+
+    from tests.support.faults import write_config
+
+    path = write_config(tmp_path / "config.yaml", bootstrap=bootstrap, input_topic=topics.input,
+                        output_topic=topics.output, group=topics.group, guarantee="at_least_once")
+    doc = yaml.safe_load(path.read_text())
+    doc["lake"] = {"warehouse": str(tmp_path / "lake"), **lake}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.timeout(300)
+def test_two_workers_write_the_same_rows_as_one(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+    from streamer.cli import main
+    from streamer.config_file import load_config
+    from streamer.lake.places import open_catalog
+
+    path = lake_config_file(tmp_path, bootstrap, topics, target_file_mb=1)
+    cfg = load_config(path)
+    produce_stamped(bootstrap, make_config(bootstrap, topics), topics.input, 0, 60_000, step_ms=5000)
+    assert main(["replay", "--config", str(path), "--from", "earliest", "--to-table", "two", "--workers", "2",
+                 "--run-id", "w"]) == 0
+    run_lake_replay(cfg, When("earliest"), When("latest"), Target(table="one"), run_id="w", progress=io.StringIO())
+    catalog = open_catalog(cfg.lake)
+    one, two = (catalog.load_table(f"streamer.{t}") for t in ("one", "two"))
+    shards = {s.summary.get("streamer.shard") for s in two.metadata.snapshots if s.summary.get("streamer.run-id")}
+    assert shards == {"0-of-2", "1-of-2"}
+    cols = "source_partition, source_offset, event_id, scores, run_id"
+    con_sql = (f"SELECT count(*) FROM ((SELECT {cols} FROM {{A}} EXCEPT SELECT {cols} FROM {{B}}) UNION ALL "
+               f"(SELECT {cols} FROM {{B}} EXCEPT SELECT {cols} FROM {{A}}))")
+    scan = "iceberg_scan('{}')"
+    sql = con_sql.replace("{A}", scan.format(one.metadata_location)).replace("{B}", scan.format(two.metadata_location))
+    assert iceberg(one.metadata_location, sql) == [(0,)]
+    assert iceberg(two.metadata_location, "SELECT count(*), count(DISTINCT (source_partition, source_offset)) FROM {T}"
+                   ) == [(60_000, 60_000)]
