@@ -5,8 +5,10 @@ a free port of 127.0.0.1 (their gRPC ports too, which otherwise default to the H
 with the Iceberg REST and Lance ports of the gateway switched off. Two flags keep it fit for a
 test: ``-master.volumeSizeLimitMB=64`` with ``-volume.max=0`` (every bucket is a collection that
 grows seven volumes; at the default 30 GB a volume, the default limit of eight volumes runs out
-at the second bucket) and ``-volume.preStopSeconds=0`` (otherwise a stop waits ten seconds and
-more for heartbeats nobody needs). It answers in about three seconds.
+at the second bucket) and ``-volume.preStopSeconds=0`` (the volume server's ten seconds of
+draining help no test). It answers in three to seven seconds on a busy two-core machine. A stop
+is SIGTERM, then SIGKILL after three seconds: the filer's graceful gRPC stop waits on its own
+streams for half a minute, and the data is throwaway.
 
 The gateway gets an identity config (``-s3.config=<workdir>/s3.json``) holding the one key pair of
 ``ObjectStore``. Without one it takes plain and header-signed requests from anyone, but it checks
@@ -46,7 +48,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -145,19 +147,18 @@ def seaweedfs(workdir: Path) -> Iterator[ObjectStore]:
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
     log_file = workdir / "weed.log"
-    store = ObjectStore(endpoint="")
+    ports = {flag: _free_port() for flag in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+                                             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")}
+    store = ObjectStore(endpoint=f"http://127.0.0.1:{ports['s3.port']}")
     identities = workdir / "s3.json"
     identities.write_text(json.dumps({"identities": [{
         "name": "streamer-test",
         "credentials": [{"accessKey": store.access_key_id, "secretKey": store.secret_access_key}],
         "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-    ports = {flag: _free_port() for flag in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-                                             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")}
     command = [str(weed_binary()), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                *(f"-{flag}={port}" for flag, port in ports.items()),
                "-s3", f"-s3.config={identities}", "-s3.port.iceberg=0", "-s3.port.lance=0",
                "-master.volumeSizeLimitMB=64", "-volume.max=0", "-volume.preStopSeconds=0"]
-    store = replace(store, endpoint=f"http://127.0.0.1:{ports['s3.port']}")
     master_url = f"http://127.0.0.1:{ports['master.port']}"
     with log_file.open("ab") as out:
         proc = subprocess.Popen(command, cwd=workdir, stdout=out, stderr=subprocess.STDOUT)
