@@ -19,6 +19,7 @@ from streamer.kafka.topics import create_topics
 from streamer.observe.stats import Stats
 from streamer.processor import Processor
 from tests.support import faults
+from tests.support.objectstore import ObjectStore, seaweedfs
 from tests.support.schema_registry import SchemaRegistry
 from tests.support.schema_registry import schema_registry as running_registry
 
@@ -42,6 +43,14 @@ def schema_registry() -> Iterator[SchemaRegistry]:
     for the session; tests keep apart by subject (their topics are fresh). Fails loudly if none starts."""
     with running_registry() as registry:
         yield registry
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """A real S3 store (SeaweedFS, tests/support/objectstore.py) for the session, started by the
+    first test that asks for it; tests keep apart by bucket. Fails loudly if none starts."""
+    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as store:
+        yield store
 
 
 @pytest.fixture(scope="session")
