@@ -28,9 +28,9 @@ def catalog_uri(lake: LakeConfig) -> str:
 def io_properties(lake: LakeConfig) -> dict[str, str]:
     """pyiceberg's FileIO properties for the object store (none for a local warehouse)."""
     s3 = lake.s3
-    props = {"s3.region": s3.region}
-    if s3.endpoint:
-        props["s3.endpoint"] = s3.endpoint
+    props = {"s3.region": s3.region, "s3.connect-timeout": "10", "s3.request-timeout": "30"}
+    if s3.endpoint:  # a store of one's own: buckets by path, not by host name
+        props.update({"s3.endpoint": s3.endpoint, "s3.force-virtual-addressing": "false"})
     if s3.access_key_id is not None and s3.secret_access_key is not None:
         props["s3.access-key-id"] = s3.access_key_id.value
         props["s3.secret-access-key"] = s3.secret_access_key.value
