@@ -223,7 +223,8 @@ def _check(table: Any, ident: str, schema: pa.Schema) -> None:
     if added:
         log.info("table %s: adding the columns %s (a schema evolution)", ident, added)
         with table.update_schema() as update:
-            update.union_by_name(schema)
+            for name in added:  # optional: the rows already in the table have no value (Iceberg v2 refuses required)
+                update.add_column(name, want[name].field_type, doc=want[name].doc)
 
 
 def _quoted(text: str) -> str:
