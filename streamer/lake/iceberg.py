@@ -222,8 +222,9 @@ def _check(table: Any, ident: str, schema: pa.Schema) -> None:
     added = [n for n in want if n not in have]
     if added:
         log.info("table %s: adding the columns %s (a schema evolution)", ident, added)
-        with table.update_schema() as update:  # added columns take null: the table's older rows have none
-            update.union_by_name(pa.schema([f.with_nullable(True) if f.name in added else f for f in schema]))
+        with table.update_schema() as update:
+            for name in added:  # optional: the rows already in the table have no value (Iceberg v2 refuses required)
+                update.add_column(name, want[name].field_type, doc=want[name].doc)
 
 
 def _quoted(text: str) -> str:

@@ -5,7 +5,7 @@ Layout under PATH (a folder or ``s3://bucket/prefix``)::
     event_date=2026-12-01/<run>-<shard>-<commit>-<n>.parquet   the predictions
     _streamer/<run>/<shard>/plan.json                           the run's bounds
     _streamer/<run>/<shard>/<commit>.json                       a commit: its files and the range it covers
-    _SUCCESS                                                    written last: every committed file
+    _SUCCESS                                                    written last: every committed file of PATH
 
 File names are fixed by run, shard and commit number, and a commit is its log entry, written
 after its files: a run that starts again with the same id reads its entries, deletes the files
@@ -118,8 +118,9 @@ class ParquetSink:
                 if plan is None or not Resume(ranges_of(plan.decode()), reached, len(entries)).done:
                     return  # another shard is still writing: it writes _SUCCESS when it ends
                 files += [f for e in entries for f in e["files"]]
-        root = len(self.root) + 1
-        self._write(f"{self.root}/_SUCCESS", json.dumps({"files": sorted(f[root:] for f in files)}).encode())
+        root = f"{self.root}/"  # the rejects' files are in PATH_rejects, a dataset of their own
+        self._write(f"{self.root}/_SUCCESS", json.dumps(
+            {"files": sorted(f[len(root):] for f in files if f.startswith(root))}).encode())
 
     # ---- the log --------------------------------------------------------------------------
 
