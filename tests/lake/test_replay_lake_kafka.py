@@ -93,3 +93,33 @@ def test_two_workers_write_the_same_rows_as_one(bootstrap: str, topics: Topics, 
     assert iceberg(one.metadata_location, sql) == [(0,)]
     assert iceberg(two.metadata_location, "SELECT count(*), count(DISTINCT (source_partition, source_offset)) FROM {T}"
                    ) == [(60_000, 60_000)]
+
+
+@pytest.mark.timeout(300)
+def test_the_same_backfill_to_an_s3_store(bootstrap: str, topics: Topics, tmp_path: Path, object_store: object) -> None:
+    """A table whose warehouse is s3:// and a Parquet dataset on s3://, through a real S3 store (SeaweedFS),
+    read back by DuckDB over S3."""
+    from streamer.config import S3Config, Secret
+    from streamer.lake.places import open_catalog
+    from tests.support import duck
+    from tests.support.objectstore import ObjectStore
+
+    assert isinstance(object_store, ObjectStore)
+    bucket = object_store.bucket(f"lake-{topics.group[-8:]}")
+    s3 = S3Config(endpoint=object_store.endpoint, region=object_store.region,
+                  access_key_id=Secret(object_store.access_key_id),
+                  secret_access_key=Secret(object_store.secret_access_key))
+    cfg = replace(make_config(bootstrap, topics), lake=LakeConfig(
+        warehouse=Location(f"{bucket}/warehouse"), catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}", s3=s3))
+    produce_stamped(bootstrap, cfg, topics.input, 0, 2000, step_ms=60_000)
+    for target in (Target(table="scores"), Target(parquet=f"{bucket}/scores")):
+        summary = run_lake_replay(cfg, When("earliest"), When("latest"), target, run_id="s3", progress=io.StringIO())
+        assert summary.counts.predictions == 2000
+    table = open_catalog(cfg.lake).load_table("streamer.scores")
+    assert table.metadata_location.startswith(f"{bucket}/warehouse/")
+    con = duck.connect(object_store)
+    for source in (f"iceberg_scan('{table.metadata_location}')",
+                   f"read_parquet('{bucket}/scores/**/*.parquet', hive_partitioning = true)"):
+        assert con.execute(f"SELECT count(*), count(DISTINCT (source_partition, source_offset)) FROM {source}"
+                           ).fetchall() == [(2000, 2000)]
+    assert object_store.arrow_filesystem().get_file_info(f"{bucket[5:]}/scores/_SUCCESS").size > 0
