@@ -60,10 +60,14 @@ class LakeSummary:
     def lines(self) -> list[str]:
         c = self.counts
         left = self.resume.left()
+        counts = f"predictions {c.predictions} + rejects {c.rejects}"
+        if self.verb == "replay":  # a topic's offsets: commit markers take some
+            counts = (f"offsets in range {left} = {counts} + without an event "
+                      f"{max(left - c.predictions - c.rejects, 0)} (transaction markers, aborted records)")
+        else:
+            counts = f"rows {left} = {counts}"
         return [f"{self.verb} {self.run_id} {'resumed and ' if self.resume.resumed else ''}finished into {self.sink}",
-                f"{'offsets' if self.verb == 'replay' else 'rows'} in range {left} = predictions {c.predictions} "
-                f"+ rejects {c.rejects} + without an event {max(left - c.predictions - c.rejects, 0)} "
-                f"(transaction markers, aborted records)",
+                counts,
                 f"{c.commits} commits, throughput {c.rows / max(self.seconds, 1e-9):,.0f} rows/s, "
                 f"{self.seconds:.1f} s in all"]
 
