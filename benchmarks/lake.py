@@ -159,6 +159,7 @@ class RssSampler:
     def __init__(self, every_s: float = 0.5) -> None:
         self.every_s = every_s
         self.samples: list[tuple[float, int]] = []  # (monotonic time, bytes)
+        self.arrow: list[int] = []  # bytes held by pyarrow's memory pool at each sample
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
 
@@ -168,18 +169,22 @@ class RssSampler:
             return int(f.read().split()[1]) * PAGE
 
     def __enter__(self) -> RssSampler:
-        self.samples.append((time.monotonic(), self.rss()))
+        self._take()
         self._thread.start()
         return self
 
     def __exit__(self, *_: Any) -> None:
         self._done.set()
         self._thread.join()
-        self.samples.append((time.monotonic(), self.rss()))
+        self._take()
 
     def _sample(self) -> None:
         while not self._done.wait(self.every_s):
-            self.samples.append((time.monotonic(), self.rss()))
+            self._take()
+
+    def _take(self) -> None:
+        self.samples.append((time.monotonic(), self.rss()))
+        self.arrow.append(pa.total_allocated_bytes())
 
     def at(self, share: float) -> int:
         """The sample nearest to ``share`` of the time sampled."""
@@ -204,7 +209,8 @@ def rss_run(args: argparse.Namespace, bootstrap: str, scratch: Path) -> None:
           + ", ".join(f"at {share:.0%} {b / mb:,.0f} MB" for share, b in shares.items())
           + f"; max from 10% on {late / mb:,.0f} MB = {late / shares[0.1]:.2f}x RSS@10% (target <= 1.2x)")
     if args.samples:
-        print("rss samples (s, MB): " + " ".join(f"{t - start:.1f},{b / mb:.0f}" for t, b in rss.samples))
+        print("rss samples (s, RSS MB, of it pyarrow's pool MB): " + " ".join(
+            f"{t - start:.1f},{b / mb:.0f},{a / mb:.0f}" for (t, b), a in zip(rss.samples, rss.arrow, strict=True)))
 
 
 def main() -> None:
