@@ -187,6 +187,13 @@ def model_only(cfg: Config, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
+def replay_run(cfg: Config) -> float:
+    """(g): `streamer replay` of the whole input to ``<output topic>.backfill``; events/s from the
+    first event read to the last output acknowledged."""
+    return run_replay(cfg, When("earliest"), run_id=cfg.input.group_id, output_topic=f"{cfg.output.topic}.backfill",
+                      progress=io.StringIO()).stats.events_per_s()
+
+
 class AckClock:
     """When the broker has acknowledged ``n`` outputs: the end of a processor figure's window.
 
@@ -796,9 +803,7 @@ def main() -> None:
             "f": lambda c: processor_run(replace(c, processing=replace(
                 c.processing, guarantee="exactly_once", transactional_id=f"bench-{c.input.group_id}")),
                 args.events),
-            "g": lambda c: run_replay(c, When("earliest"), run_id=c.input.group_id,
-                                      output_topic=f"{c.output.topic}.backfill",
-                                      progress=io.StringIO()).stats.events_per_s(),
+            "g": replay_run,
         }
         if not args.no_faust and "h" in wanted:
             from faust_peer import run_faust  # benchmarks/: needs the bench extra (faust-streaming)
