@@ -29,27 +29,24 @@ from streamer.errors import ConfigError
 from streamer.lake.columns import REJECTS, describe
 from streamer.lake.files import DayFiles
 from streamer.lake.places import identifier, open_catalog
-from streamer.lake.sink import Ranges, Resume, Shard, ranges_of, ranges_text
+from streamer.lake.sink import FilesSink, Ranges, Resume, Shard, ranges_of, ranges_text
 
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20
 RUN = "streamer.run-id"
 
 
-class IcebergSink:
+class IcebergSink(FilesSink):
     """Writes a run's predictions into an Iceberg table of the configured catalog."""
 
     def __init__(self, lake: LakeConfig, table: str, schema: pa.Schema) -> None:
+        super().__init__()
         self.lake, self.ident = lake, identifier(lake, table)
         self.name = f"table {self.ident}"
         catalog = open_catalog(lake)
         self.table = ensure_table(catalog, self.ident, schema, "event_time")
         self.rejects = ensure_table(catalog, f"{self.ident}_rejects", REJECTS, "rejected_at")
         self.schema = schema
-        self._run, self._shard, self._seq = "", Shard(), 0
-        self._files: DayFiles | None = None
-        self._rejected: DayFiles | None = None
-        self._n = 0
 
     # ---- the plan -------------------------------------------------------------------------
 
@@ -117,24 +114,10 @@ class IcebergSink:
 
         def files(table: Any, schema: pa.Schema, day_of: str) -> DayFiles:
             fs, folder = filesystem(self.lake, table.location())
-            return DayFiles(fs, f"{folder}/data", schema, target, f"{day_of}_day", self._file_name, day_of)
+            return DayFiles(fs, f"{folder}/data", schema, target, f"{day_of}_day", self._name, day_of)
 
         self._files = files(self.table, self.schema, "event_time")
         self._rejected = files(self.rejects, REJECTS, "rejected_at")
-
-    def _file_name(self) -> str:
-        self._n += 1
-        return f"{self._run}-{self._shard}-{self._seq:06d}-{self._n}"
-
-    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
-        assert self._files is not None and self._rejected is not None
-        if predictions is not None:
-            self._files.write(predictions)
-        if rejects is not None:
-            self._rejected.write(rejects)
-
-    def due(self) -> bool:
-        return self._files is not None and self._files.full()
 
     def commit(self, covered: Ranges) -> None:
         assert self._files is not None and self._rejected is not None

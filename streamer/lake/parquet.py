@@ -28,22 +28,20 @@ from streamer.config import LakeConfig
 from streamer.lake.columns import REJECTS
 from streamer.lake.files import DayFiles
 from streamer.lake.places import filesystem
-from streamer.lake.sink import Ranges, Resume, Shard, ranges_of, ranges_text
+from streamer.lake.sink import FilesSink, Ranges, Resume, Shard, ranges_of, ranges_text
 
 log = logging.getLogger(__name__)
 LOG = "_streamer"
 
 
-class ParquetSink:
+class ParquetSink(FilesSink):
     """Writes a run's predictions as a Parquet dataset at ``location``."""
 
     def __init__(self, lake: LakeConfig, location: str, schema: pa.Schema) -> None:
+        super().__init__()
         self.fs, self.root = filesystem(lake, location)
         self.name = f"parquet {location}"
         self.schema, self.target = schema, lake.target_file_mb * 1024 * 1024
-        self._run, self._shard, self._seq, self._n = "", Shard(), 0, 0
-        self._files: DayFiles | None = None
-        self._rejected: DayFiles | None = None
         self._bounds: Ranges = {}
 
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
@@ -79,20 +77,6 @@ class ParquetSink:
         self._rejected = DayFiles(self.fs, f"{self.root}_rejects", REJECTS, self.target, "rejected_date",
                                   self._name, "rejected_at")
         return resume
-
-    def _name(self) -> str:
-        self._n += 1
-        return f"{self._run}-{self._shard}-{self._seq:06d}-{self._n}"
-
-    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
-        assert self._files is not None and self._rejected is not None
-        if predictions is not None:
-            self._files.write(predictions)
-        if rejects is not None:
-            self._rejected.write(rejects)
-
-    def due(self) -> bool:
-        return self._files is not None and self._files.full()
 
     def commit(self, covered: Ranges) -> None:
         assert self._files is not None and self._rejected is not None

@@ -15,6 +15,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from streamer.lake.files import DayFiles
+
 Position = tuple[str, int]  # (topic, partition), or (source, file index) for a table's rows
 Ranges = dict[Position, tuple[int, int]]  # [from, to) per position
 
@@ -90,3 +92,27 @@ def ranges_of(text: str) -> Ranges:
         topic, _, partition = key.rpartition(":")
         out[(topic, int(partition))] = (int(a), int(b))
     return out
+
+
+class FilesSink:
+    """What both sinks share: a run's open prediction and reject files (files.py), named by run,
+    shard, commit number and a count, so that a resumed run writes the same names again."""
+
+    def __init__(self) -> None:
+        self._run, self._shard, self._seq, self._n = "", Shard(), 0, 0
+        self._files: DayFiles | None = None
+        self._rejected: DayFiles | None = None
+
+    def _name(self) -> str:
+        self._n += 1
+        return f"{self._run}-{self._shard}-{self._seq:06d}-{self._n}"
+
+    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
+        assert self._files is not None and self._rejected is not None
+        if predictions is not None:
+            self._files.write(predictions)
+        if rejects is not None:
+            self._rejected.write(rejects)
+
+    def due(self) -> bool:
+        return self._files is not None and self._files.full()
