@@ -8,10 +8,12 @@ last offset seen (transaction markers take offsets too), reached its end.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streamer.config import Config
 from streamer.kafka import clients
@@ -21,7 +23,9 @@ from streamer.lake.run import Chunk
 from streamer.lake.sink import Resume
 from streamer.pipeline.stages import Stages
 
+log = logging.getLogger(__name__)
 POLL_S = 0.5
+IDLE_S = 10.0  # no message for this long with partitions left: ask the broker where they stand
 
 
 class TopicSource:
@@ -40,15 +44,27 @@ class TopicSource:
         try:
             consumer.assign([TopicPartition(t, p, start[(t, p)]) for t, p in sorted(todo)])
             n = self.cfg.input.consume_max_messages
+            last = time.monotonic()
+            where = dict(start)
             while todo:
                 messages = consume_batch(consumer, n, POLL_S)
+                if messages:
+                    last = time.monotonic()
+                elif time.monotonic() - last > IDLE_S:
+                    done = self._idle(consumer, todo, where, bounds)
+                    last = time.monotonic()
+                    if done:
+                        consumer.incremental_unassign([TopicPartition(t, p) for t, p in sorted(done)])
+                        todo -= done
+                        yield Chunk(self.stages.empty, [], {tp: bounds[tp][1] for tp in done})
+                    continue
                 chunk = consumed(messages).within(todo, lambda tp, offsets: offsets >= bounds[tp][1])
                 rows, rejects = self.stages.decode(chunk)
                 reached = {}
                 for tp in consumer.position([TopicPartition(t, p) for t, p in sorted(todo)]):
                     key = (tp.topic, tp.partition)
                     if tp.offset >= 0:
-                        reached[key] = min(tp.offset, bounds[key][1])
+                        reached[key] = where[key] = min(tp.offset, bounds[key][1])
                 done = {tp for tp, at in reached.items() if at >= bounds[tp][1]}
                 if done:
                     consumer.incremental_unassign([TopicPartition(t, p) for t, p in sorted(done)])
@@ -57,3 +73,25 @@ class TopicSource:
                     yield Chunk(rows, rejects, reached)
         finally:
             consumer.close()
+
+    @staticmethod
+    def _idle(consumer: Any, todo: set[tuple[str, int]], where: dict[tuple[str, int], int],
+              bounds: dict[tuple[str, int], tuple[int, int]]) -> set[tuple[str, int]]:
+        """Partitions left whose range has nothing more to read (their end is past what the broker
+        holds: records deleted by retention, or aborted ones at the end); the others are asked for
+        again from where they stand."""
+        done = set()
+        for t, p in sorted(todo):
+            _, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)
+            if where[(t, p)] >= min(high, bounds[(t, p)][1]):
+                log.warning("%s[%d]: nothing more to read at %d (broker's end %d, range's end %d)", t, p,
+                            where[(t, p)], high, bounds[(t, p)][1])
+                done.add((t, p))
+            else:
+                log.warning("%s[%d]: no records for %.0f s at %d of [%d, %d); reading it again from there",
+                            t, p, IDLE_S, where[(t, p)], *bounds[(t, p)])
+                try:
+                    consumer.seek(TopicPartition(t, p, where[(t, p)]))
+                except KafkaException as exc:  # not fetching yet: it is asked for anyway
+                    log.warning("%s[%d]: %s", t, p, exc)
+        return done
