@@ -162,7 +162,10 @@ def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None 
     cfg, runner, served, columns = lake_house(cfg)
     contract = runner.contract
     validator = EventValidator(cfg.input, contract.n_features, contract, cfg.output.include)
-    source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE)
+    from streamer.lake.arrow_fields import ArrowFields
+
+    source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE,
+                         ArrowFields.compile(cfg.input, contract, cfg.output.include))
     sink = open_sink(cfg, target, columns)
     resume = sink.resume(run_id, Shard(), source.plan(), force)
     return _run("score", run_id, sink, served, columns, source, resume, batch_size, progress)

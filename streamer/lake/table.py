@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError, RecordError, detach
+from streamer.lake.arrow_fields import ArrowFields
 from streamer.lake.columns import as_json
 from streamer.lake.places import filesystem
 from streamer.lake.run import Chunk
@@ -34,12 +35,14 @@ from streamer.pipeline.validate import EventValidator
 
 @dataclass(frozen=True, slots=True)
 class RowMessage:
-    """A table row where the stages expect a consumed message: its coordinates, and the row as JSON bytes."""
+    """A table row where the stages expect a consumed message: its coordinates, and the row as JSON
+    bytes (built only when asked for: a reject's original)."""
 
     source: str
     index: int
     row: int
-    payload: dict[str, Any]
+    batch: pa.RecordBatch
+    at: int  # the row's place in ``batch``
 
     def topic(self) -> str:
         return self.source
@@ -53,8 +56,11 @@ class RowMessage:
     def key(self) -> None:
         return None
 
+    def payload(self) -> dict[str, Any]:
+        return dict(self.batch.slice(self.at, 1).to_pylist()[0])
+
     def value(self) -> bytes:
-        return as_json(self.payload)
+        return as_json(self.payload())
 
     def timestamp(self) -> tuple[int, int]:
         return (0, 0)
@@ -67,9 +73,10 @@ class TableSource:
     """The rows of ``location``: a Parquet file or folder (local or ``s3://``), or an Iceberg table's name."""
 
     def __init__(self, lake: LakeConfig, location: str, validator: EventValidator,
-                 stack: Callable[[list[Any]], Columns], batch_rows: int) -> None:
+                 stack: Callable[[list[Any]], Columns], batch_rows: int, fast: ArrowFields | None = None) -> None:
         self.lake, self.location, self.batch_rows = lake, location, batch_rows
         self.validator, self.stack = validator, stack
+        self.fast = fast
         self._parts = self._find()
 
     def _find(self) -> list[tuple[str, Any]]:
@@ -133,24 +140,38 @@ class TableSource:
         yield from how.scan().to_arrow_batch_reader()
 
     def _chunk(self, name: str, index: int, first: int, batch: pa.RecordBatch) -> Chunk:
-        payloads = _millis(batch).to_pylist()
-        items = [RowMessage(name, index, first + j, p) for j, p in enumerate(payloads)]
+        batch = _millis(batch)
+        n = batch.num_rows
+        items = [RowMessage(name, index, first + j, batch, j) for j in range(n)]
+        fast: list[Rows] = []
+        at: list[np.ndarray] = []
+        slow = np.arange(n)
+        if self.fast is not None:
+            cols = self.fast.decode(batch)
+            fast.append(Rows(self._messages(name, index, [items[j] for j in cols.rows.tolist()]), cols.event_ids,
+                             cols.entity_ids, cols.event_times, cast(Columns, cols.features), cols.passthrough))
+            at.append(cols.rows)
+            slow = cols.fallback
         good: list[int] = []
         records = []
         rejects: list[Reject] = []
-        validator = self.validator
-        for j, (m, payload) in enumerate(zip(items, payloads, strict=True)):
+        for j in slow.tolist():
+            m = items[j]
             try:
-                records.append(validator.to_record(payload, name, index, m.row, None, 0))
+                records.append(self.validator.to_record(m.payload(), name, index, m.row, None, 0))
             except RecordError as exc:
                 rejects.append((detach(exc), m))
                 continue
             good.append(j)
-        kept = [items[j] for j in good]
-        source = Messages(kept, [name] * len(kept), np.full(len(kept), index, np.int64),
-                          np.array([m.row for m in kept], np.int64))
-        rows = Rows.from_records(records, source, self.stack)
-        return Chunk(rows, rejects, {(name, index): first + batch.num_rows})
+        at.append(np.array(good, np.intp))
+        fast.append(Rows.from_records(records, self._messages(name, index, [items[j] for j in good]), self.stack))
+        rows = fast[0] if len(fast) == 1 else Rows.join(fast).take(np.argsort(np.concatenate(at), kind="stable"))
+        return Chunk(rows, rejects, {(name, index): first + n})
+
+    @staticmethod
+    def _messages(name: str, index: int, items: list[RowMessage]) -> Messages:
+        return Messages(items, [name] * len(items), np.full(len(items), index, np.int64),
+                        np.array([m.row for m in items], np.int64))
 
 
 def _millis(batch: pa.RecordBatch) -> pa.RecordBatch:
