@@ -20,6 +20,14 @@ pytestmark = pytest.mark.kafka
 DAY_MS = 86_400_000
 
 
+def recent(n: int, step_ms: int) -> int:
+    """The first stamp of ``n`` events ``step_ms`` apart that end now: a broker's retention (by
+    record time) would delete older ones while the test reads them."""
+    import time
+
+    return int(time.time() * 1000) - n * step_ms
+
+
 def lake_config(bootstrap: str, topics: Topics, tmp_path: Path, target_file_mb: int = 1) -> Config:
     cfg = make_config(bootstrap, topics)
     return replace(cfg, lake=LakeConfig(warehouse=Location(str(tmp_path / "lake")), target_file_mb=target_file_mb))
@@ -38,7 +46,8 @@ def iceberg(metadata: str, sql: str) -> list[tuple]:
 
 def test_replay_into_an_iceberg_table_reads_back_in_duckdb(bootstrap: str, topics: Topics, tmp_path: Path) -> None:
     cfg = lake_config(bootstrap, topics, tmp_path)
-    produce_stamped(bootstrap, cfg, topics.input, 0, 3000, step_ms=DAY_MS // 1000)  # 1000 events a day
+    produce_stamped(bootstrap, cfg, topics.input, 0, 3000, step_ms=DAY_MS // 1000,
+                    base_ms=recent(3000, DAY_MS // 1000))  # 1000 events a day
     summary = run_lake_replay(cfg, When("earliest"), When("latest"), Target(table="scores"), run_id="r1",
                               progress=io.StringIO())
     assert (summary.counts.predictions, summary.counts.rejects) == (3000, 0)
@@ -77,7 +86,8 @@ def test_two_workers_write_the_same_rows_as_one(bootstrap: str, topics: Topics, 
 
     path = lake_config_file(tmp_path, bootstrap, topics, target_file_mb=1)
     cfg = load_config(path)
-    produce_stamped(bootstrap, make_config(bootstrap, topics), topics.input, 0, 60_000, step_ms=5000)
+    produce_stamped(bootstrap, make_config(bootstrap, topics), topics.input, 0, 60_000, step_ms=5000,
+                    base_ms=recent(60_000, 5000))
     assert main(["replay", "--config", str(path), "--from", "earliest", "--to-table", "two", "--workers", "2",
                  "--run-id", "w"]) == 0
     run_lake_replay(cfg, When("earliest"), When("latest"), Target(table="one"), run_id="w", progress=io.StringIO())
@@ -111,7 +121,7 @@ def test_the_same_backfill_to_an_s3_store(bootstrap: str, topics: Topics, tmp_pa
                   secret_access_key=Secret(object_store.secret_access_key))
     cfg = replace(make_config(bootstrap, topics), lake=LakeConfig(
         warehouse=Location(f"{bucket}/warehouse"), catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}", s3=s3))
-    produce_stamped(bootstrap, cfg, topics.input, 0, 2000, step_ms=60_000)
+    produce_stamped(bootstrap, cfg, topics.input, 0, 2000, step_ms=60_000, base_ms=recent(2000, 60_000))
     for target in (Target(table="scores"), Target(parquet=f"{bucket}/scores")):
         summary = run_lake_replay(cfg, When("earliest"), When("latest"), target, run_id="s3", progress=io.StringIO())
         assert summary.counts.predictions == 2000

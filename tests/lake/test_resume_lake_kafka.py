@@ -19,7 +19,7 @@ from streamer.commands.replay import When
 from streamer.config_file import load_config
 from tests.conftest import Topics, make_config
 from tests.integration.test_replay_kafka import produce_stamped
-from tests.lake.test_replay_lake_kafka import iceberg
+from tests.lake.test_replay_lake_kafka import iceberg, recent
 from tests.support.faults import write_config
 
 pytestmark = pytest.mark.kafka
@@ -42,7 +42,8 @@ def test_sigkill_midway_then_resume_leaves_every_offset_once(bootstrap: str, top
     doc["lake"] = {"warehouse": str(tmp_path / "lake"), "target_file_mb": 1}
     config.write_text(yaml.safe_dump(doc))
     cfg = load_config(config)
-    produce_stamped(bootstrap, make_config(bootstrap, topics), topics.input, 0, EVENTS, step_ms=1000)
+    produce_stamped(bootstrap, make_config(bootstrap, topics), topics.input, 0, EVENTS, step_ms=1000,
+                    base_ms=recent(EVENTS, 1000))
 
     from streamer.lake.places import open_catalog
 
@@ -72,7 +73,8 @@ def test_parquet_killed_and_resumed_has_each_offset_once_and_success_last(
     config.write_text(yaml.safe_dump(doc))
     cfg = load_config(config)
     n = EVENTS
-    produce_stamped(bootstrap, make_config(bootstrap, topics), topics.input, 0, n, step_ms=1000)
+    produce_stamped(bootstrap, make_config(bootstrap, topics), topics.input, 0, n, step_ms=1000,
+                    base_ms=recent(n, 1000))
     out = tmp_path / "scores"
     log = out / "_streamer" / "kill"
 
