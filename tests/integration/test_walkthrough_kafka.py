@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from streamer.config_file import load_config
 from streamer.kafka.deadletter import header
 from streamer.wiring import build_processor, input_codec
 from tests.conftest import ROOT, Topics, read_all, run_until_outputs
+from tests.support.pages import marked_blocks, run_block
 
 pytestmark = pytest.mark.kafka
 
@@ -44,7 +43,6 @@ DOC = ROOT / "docs" / "bring_your_own_model.md"
 CONFIG = ROOT / "deploy" / "config" / "byom.yaml"
 BIN = Path(sys.executable).parent  # the venv's bin: python and the streamer script
 # ```<language> walkthrough-<step>  ...  ``` at the start of lines
-BLOCK = re.compile(r"^```(\w+) (walkthrough-[\w-]+)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 STEPS = {"walkthrough-train": "python", "walkthrough-inspect": "sh", "walkthrough-inspect-output": "text",
          "walkthrough-config": "yaml", "walkthrough-schema": "sh", "walkthrough-schema-fields": "text",
          "walkthrough-check": "sh", "walkthrough-produce": "sh", "walkthrough-run": "sh", "walkthrough-read": "sh",
@@ -53,23 +51,7 @@ N_MORE = 100  # events the test adds to the page's three
 
 
 def doc_blocks() -> dict[str, str]:
-    """The page's marked blocks by marker; each marker once, each in the language it is shown in."""
-    found: dict[str, str] = {}
-    for language, marker, body in BLOCK.findall(DOC.read_text()):
-        assert marker not in found, f"{marker} appears twice in {DOC.name}"
-        assert STEPS.get(marker) == language, (marker, language)
-        found[marker] = body
-    assert set(found) == set(STEPS), f"missing from {DOC.name}: {sorted(set(STEPS) - set(found))}"
-    return found
-
-
-def run_block(language: str, code: str, cwd: Path, env: dict[str, str], timeout_s: float = 60.0) -> str:
-    """Run a Python or shell block as a user would, from ``cwd``; returns its stdout (fails on rc != 0)."""
-    argv = [sys.executable, "-c", code] if language == "python" else ["bash", "-euo", "pipefail", "-c", code]
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
-                          check=False)
-    assert done.returncode == 0, f"{language} block failed (rc {done.returncode}):\n{code}\n{done.stderr[-3000:]}"
-    return done.stdout
+    return marked_blocks(DOC, "walkthrough", STEPS)
 
 
 def excerpt_lines(excerpt: str) -> list[str]:

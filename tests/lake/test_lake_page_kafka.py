@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -28,12 +26,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.support.pages import marked_blocks, run_block
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
 DOC = ROOT / "docs" / "lake.md"
 BIN = Path(sys.executable).parent  # the venv's bin: python and the streamer script
-BLOCK = re.compile(r"^```(\w+) (lake-[\w-]+)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 STEPS = {"lake-config": "yaml", "lake-produce": "sh", "lake-replay": "sh", "lake-replay-output": "text",
          "lake-labels": "sh", "lake-query": "python", "lake-query-output": "text", "lake-export": "python",
          "lake-score": "sh", "lake-score-output": "text", "lake-read": "python", "lake-read-output": "text"}
@@ -45,22 +43,7 @@ for module in (duckdb_extension_avro, duckdb_extension_iceberg):
 
 
 def doc_blocks() -> dict[str, str]:
-    """The page's marked blocks by marker; each once, in the language it is shown in, in this order."""
-    found: dict[str, str] = {}
-    for language, marker, body in BLOCK.findall(DOC.read_text()):
-        assert marker not in found, f"{marker} appears twice in {DOC.name}"
-        assert STEPS.get(marker) == language, (marker, language)
-        found[marker] = body
-    assert list(found) == list(STEPS), f"{DOC.name}'s steps, in order: {list(found)}"
-    return found
-
-
-def run_block(language: str, code: str, cwd: Path, env: dict[str, str], timeout_s: float = 60.0) -> str:
-    """Run a Python or shell block as a user would, from ``cwd``; its stdout (fails on rc != 0)."""
-    argv = [sys.executable, "-c", code] if language == "python" else ["bash", "-euo", "pipefail", "-c", code]
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
-    assert done.returncode == 0, f"{language} block failed (rc {done.returncode}):\n{code}\n{done.stderr[-3000:]}"
-    return done.stdout
+    return marked_blocks(DOC, "lake", STEPS, ordered=True)
 
 
 def assert_printed(excerpt: str, printed: str) -> None:
