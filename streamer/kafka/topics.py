@@ -61,32 +61,13 @@ def create(admin: TopicAdmin, topics: Mapping[str, int], *, replication_factor: 
 
     ``replication_factor=-1`` takes the broker's default, and so do partitions of -1. A topic that another client creates
     at the same time is fine (the broker answers TOPIC_ALREADY_EXISTS, checked by error code);
-    any other refusal raises :class:`BrokerError` naming the topic.
+    any other refusal raises :class:`BrokerError` naming the topic (:func:`create_each`, stopping
+    at the first topic refused).
     """
-    try:
-        existing = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        raise BrokerError(f"cannot list topics to create {sorted(topics)}: {exc.args[0]}") from exc
-    wanted = {name: count for name, count in topics.items() if name not in existing}
-    if not wanted:
-        return
-    futures = admin.create_topics([NewTopic(name, count, replication_factor=replication_factor,
-                                            config=dict(config or {}))
-                                   for name, count in wanted.items()],
-                                  operation_timeout=timeout_s, request_timeout=timeout_s)
-    created: dict[str, int] = {}
-    for name, future in futures.items():
-        try:
-            future.result(timeout=timeout_s)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue  # a concurrent creator won: its partition count stands
-            raise BrokerError(f"cannot create topic {name!r}: {err}") from exc
-        except TimeoutError as exc:
-            raise BrokerError(f"cannot create topic {name!r}: no answer in {timeout_s:.0f}s") from exc
-        created[name] = wanted[name]
-    _await_leaders(admin, created, timeout_s)
+    for outcome in create_each(admin, topics, replication_factor=replication_factor, config=config,
+                               timeout_s=timeout_s):
+        if outcome.state == "failed":
+            raise BrokerError(f"cannot create topic {outcome.topic!r}: {outcome.reason}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +110,8 @@ def create_each(admin: TopicAdmin, topics: Mapping[str, int], *, replication_fac
     _await_leaders(admin, {n: c for n, c in wanted.items() if n not in failed and n not in existing}, timeout_s)
     listed = admin.list_topics(timeout=timeout_s).topics
     return [Outcome(name, "failed", reason=failed[name]) if name in failed else
-            Outcome(name, "exists" if name in existing else "created", len(listed[name].partitions))
+            Outcome(name, "exists" if name in existing else "created",
+                    len(listed[name].partitions) if name in listed else 0)  # 0: a racer's, not listed yet
             for name in topics]
 
 
