@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 from streamer.errors import STAGES
 
@@ -29,6 +30,19 @@ exit codes: 0 done, 2 fix the config or the input file, 3 restart it (a broker o
 `streamer COMMAND --help` describes one command; docs/ is the reference (make docs builds it)."""
 
 CONFIG = "the YAML config file (docs/configuration.md lists every key)"
+
+
+def actions(parent: argparse.ArgumentParser, dest: str,
+            metavar: str = "ACTION") -> Callable[[str, str, str], argparse.ArgumentParser]:
+    """A command's actions (``dlq inspect``, ``topics create``): each added by name, summary, description."""
+    sub = parent.add_subparsers(dest=dest, required=True, metavar=metavar)
+    return lambda name, summary, description: sub.add_parser(name, help=summary, description=description)
+
+
+def run_flags(cmd: argparse.ArgumentParser) -> None:
+    """A resumable run's flags (replay, score)."""
+    cmd.add_argument("--run-id", help="resume or name a run (default: a new one)")
+    cmd.add_argument("--force", action="store_true", help="run a finished run id again, replacing what it wrote")
 
 
 def lake_targets(cmd: argparse.ArgumentParser) -> None:
@@ -57,19 +71,19 @@ def parser() -> argparse.ArgumentParser:
                       help="a single broker, or a three-node cluster with replication 3 (default 1)")
 
     dev = command("dev", "tools for a development machine")
-    dev_kafka = dev.add_subparsers(dest="dev_command", required=True, metavar="TOOL").add_parser(
-        "kafka", help="run a Kafka broker in the foreground until Ctrl+C",
-        description="Run the project's Apache Kafka broker (KRaft, one node) in the foreground on "
-                    "127.0.0.1:PORT until Ctrl+C. Its data stays in the data folder across restarts.")
+    dev_kafka = actions(dev, "dev_command", "TOOL")(
+        "kafka", "run a Kafka broker in the foreground until Ctrl+C",
+        "Run the project's Apache Kafka broker (KRaft, one node) in the foreground on "
+        "127.0.0.1:PORT until Ctrl+C. Its data stays in the data folder across restarts.")
     dev_kafka.add_argument("--data", default=".cache/dev-kafka",
                            help="its data folder, kept across restarts (default .cache/dev-kafka)")
     dev_kafka.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (default 9092)")
 
     topics = command("topics", "manage the topics a config reads and writes")
-    create = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION").add_parser(
-        "create", help="create the input, output and dead-letter topics (and the shadow topic)",
-        description="Create the input, output and dead-letter topics a config names (and the shadow "
-                    "topic when shadow scoring is on). A topic that exists already is reported, not an error.")
+    create = actions(topics, "topics_command")(
+        "create", "create the input, output and dead-letter topics (and the shadow topic)",
+        "Create the input, output and dead-letter topics a config names (and the shadow "
+        "topic when shadow scoring is on). A topic that exists already is reported, not an error.")
     create.add_argument("--config", required=True, help=CONFIG)
     create.add_argument("--partitions", type=int, default=3, help="partitions of each topic created (default 3)")
     create.add_argument("--replication", type=int, default=1, help="replication factor (default 1)")
@@ -115,8 +129,7 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--output-topic", help="default: <output.topic>.backfill")
     rp.add_argument("--model", help="score with another ONNX model file")
     rp.add_argument("--model-version", help="the version the predictions carry")
-    rp.add_argument("--run-id", help="resume or name a run (default: a new one)")
-    rp.add_argument("--force", action="store_true", help="run a finished run id again")
+    run_flags(rp)
     rp.add_argument("--batch-size", type=int,
                     help="rows per model call (default: 4096, or batching.max_size when larger)")
     rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
@@ -137,22 +150,21 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--from", dest="from_", required=True, metavar="PATH|TABLE",
                     help="a Parquet file, a folder of them (local or s3://), or an Iceberg table's name")
     lake_targets(sc)
-    sc.add_argument("--run-id", help="resume or name a run (default: a new one)")
-    sc.add_argument("--force", action="store_true", help="run a finished run id again, replacing its rows")
+    run_flags(sc)
     sc.add_argument("--batch-size", type=int, help="rows per model call (default 8192)")
 
     dlq = command("dlq", "read dead letters, or send them back to their input topic")
-    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
-    inspect = dlq_sub.add_parser("inspect", help="one line per dead letter",
-                                 description="One line per dead letter, oldest first: time, place in the "
-                                             "dead-letter topic, stage, original topic, partition and offset, "
-                                             "key, event id, whether it was redriven, attempt, reason.")
+    dlq_action = actions(dlq, "dlq_command")
+    inspect = dlq_action("inspect", "one line per dead letter",
+                         "One line per dead letter, oldest first: time, place in the "
+                         "dead-letter topic, stage, original topic, partition and offset, "
+                         "key, event id, whether it was redriven, attempt, reason.")
     inspect.add_argument("--config", required=True, help=CONFIG)
     inspect.add_argument("--limit", type=int, help="stop after this many")
-    redrive = dlq_sub.add_parser("redrive", help="send dead letters back to their original topic",
-                                 description="Send dead letters back to their original topic: the original "
-                                             "key, value and headers, unchanged, with the redrive count raised. "
-                                             "Fix the producer or the model first. A later run skips letters already sent back.")
+    redrive = dlq_action("redrive", "send dead letters back to their original topic",
+                         "Send dead letters back to their original topic: the original "
+                         "key, value and headers, unchanged, with the redrive count raised. "
+                         "Fix the producer or the model first. A later run skips letters already sent back.")
     redrive.add_argument("--config", required=True, help=CONFIG)
     redrive.add_argument("--stage", choices=STAGES, help="only the letters of this stage")
     redrive.add_argument("--offset", action="append", default=[], type=_place, metavar="PARTITION:OFFSET",
@@ -163,10 +175,10 @@ def parser() -> argparse.ArgumentParser:
     redrive.add_argument("--limit", type=int, help="stop after this many")
 
     model = command("model", "look at a model before serving it")
-    inspect_model = model.add_subparsers(dest="model_command", required=True, metavar="ACTION").add_parser(
-        "inspect", help="its inputs and outputs, a starting config, and the prediction schema it gives",
-        description="Print an ONNX model's inputs and outputs, a starting config for it, and the prediction "
-                    "schema that config gives.")
+    inspect_model = actions(model, "model_command")(
+        "inspect", "its inputs and outputs, a starting config, and the prediction schema it gives",
+        "Print an ONNX model's inputs and outputs, a starting config for it, and the prediction "
+        "schema that config gives.")
     inspect_model.add_argument("path", help="the .onnx file")
     schema = command("schema", "print the prediction schema a config gives (its model checked)")
     schema.add_argument("--config", required=True, help=CONFIG)
