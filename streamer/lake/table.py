@@ -117,13 +117,14 @@ class TableSource:
         return 0 if snap is None else int(snap.summary.get("total-records", "0"))
 
     def chunks(self, resume: Resume) -> Iterator[Chunk]:
-        for i, (name, how) in enumerate(self._parts):
-            start, end = resume.bounds[(name, i)]
+        """The rows of the run's plan: the files, or the table snapshot, it was planned on (a resumed
+        run reads what it started on, whatever was added since)."""
+        for (name, i), (start, end) in sorted(resume.bounds.items(), key=lambda item: item[0][1]):
             at = max(resume.reached.get((name, i), start), start)
             if at >= end:
                 continue
             row = 0
-            for batch in self._batches(how, at):
+            for batch in self._batches(name):
                 first, row = row, row + batch.num_rows
                 if row <= at:
                     continue
@@ -132,12 +133,20 @@ class TableSource:
                     first = at
                 yield self._chunk(name, i, first, batch)
 
-    def _batches(self, how: Any, skip: int) -> Iterator[pa.RecordBatch]:
-        if isinstance(how, tuple):
-            fs, path = how
+    def _batches(self, name: str) -> Iterator[pa.RecordBatch]:
+        parts = dict(self._parts)
+        if name in parts and isinstance(parts[name], tuple):
+            fs, path = parts[name]
             yield from ds.dataset(path, filesystem=fs, format="parquet").to_batches(batch_size=self.batch_rows)
             return
-        yield from how.scan().to_arrow_batch_reader()
+        ident, _, snapshot = name.rpartition("@")
+        if not ident or not snapshot.isdigit():  # a file of the plan that is not there any more
+            raise ConfigError("--from", f"{name} was planned for this run and is gone")
+        from streamer.lake.places import open_catalog
+
+        table = open_catalog(self.lake).load_table(ident)
+        if int(snapshot):
+            yield from table.scan(snapshot_id=int(snapshot)).to_arrow_batch_reader()
 
     def _chunk(self, name: str, index: int, first: int, batch: pa.RecordBatch) -> Chunk:
         batch = _millis(batch)

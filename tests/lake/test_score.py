@@ -34,14 +34,23 @@ def config(tmp_path: Path) -> Config:
     return replace(cfg, lake=LakeConfig(warehouse=Location(str(tmp_path / "lake")), target_file_mb=1))
 
 
-def events(n: int, bad: dict[int, dict]) -> pa.Table:
+def events(n: int, bad: dict[int, dict], step_ms: int = 60_000) -> pa.Table:
     """``n`` feature events; those at the indices of ``bad`` altered as given (rows that cannot be scored)."""
     rows = []
     for i, e in enumerate(synthetic_events(n, 32, seed=7)):
-        rows.append({**e, "event_id": f"evt-{i}", "event_time": T0 + i * 60_000, **bad.get(i, {})})
+        rows.append({**e, "event_id": f"evt-{i}", "event_time": T0 + i * step_ms, **bad.get(i, {})})
     return pa.Table.from_pylist(rows, schema=pa.schema([
         ("event_id", pa.string()), ("entity_id", pa.string()), ("event_time", pa.int64()),
         ("features", pa.list_(pa.float32()))]))
+
+
+def many(n: int) -> pa.Table:
+    """``n`` valid events, built in numpy: 10 a second."""
+    features = np.random.default_rng(3).standard_normal((n, 32), dtype=np.float32)
+    return pa.table({"event_id": [f"evt-{i}" for i in range(n)], "entity_id": [f"acct-{i % 97}" for i in range(n)],
+                     "event_time": T0 + np.arange(n, dtype=np.int64) * 100,
+                     "features": pa.FixedSizeListArray.from_arrays(features.ravel(), 32).cast(pa.list_(pa.float32()))},
+                    schema=events(1, {}).schema)
 
 
 def test_score_a_parquet_file_into_a_table_with_its_rejects(tmp_path: Path) -> None:
@@ -111,3 +120,32 @@ def test_score_from_the_command_line_prints_counts_that_add_up(tmp_path: Path, c
                  "--to-parquet", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert code == 0 and "rows 300 = predictions 299 + rejects 1" in out
+
+
+def test_a_resumed_score_reads_the_snapshot_it_was_planned_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that fails mid-way resumes on its planned snapshot: rows appended to the source since are
+    not in the run, and each planned row is scored once."""
+    cfg = replace(config(tmp_path), lake=replace(config(tmp_path).lake, target_file_mb=1))
+    from streamer.lake.iceberg import IcebergSink
+    from streamer.lake.places import open_catalog
+
+    source = open_catalog(cfg.lake).create_table("streamer.events", schema=events(1, {}).schema)
+    source.append(many(300_000))
+    commit, made = IcebergSink.commit, []
+
+    def failing(self: IcebergSink, covered: object) -> None:
+        if made:
+            raise RuntimeError("the run dies here")
+        made.append(covered)
+        commit(self, covered)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(IcebergSink, "commit", failing)
+    with pytest.raises(RuntimeError):
+        run_score(cfg, "events", Target(table="scored"), run_id="s", batch_size=4096, progress=io.StringIO())
+    monkeypatch.setattr(IcebergSink, "commit", commit)
+    source.append(many(500))  # after the plan: not this run's
+    summary = run_score(cfg, "events", Target(table="scored"), run_id="s", progress=io.StringIO())
+    assert summary.resume.resumed
+    scored = open_catalog(cfg.lake).load_table("streamer.scored")
+    assert iceberg(scored.metadata_location, "SELECT count(*), count(DISTINCT source_offset) FROM {T}") == [
+        (300_000, 300_000)]
