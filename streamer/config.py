@@ -243,7 +243,9 @@ class LakeConfig:
 
     warehouse: Location = Location("lake")  # the tables' folder, or s3://bucket/prefix
     catalog: Literal["sql", "rest"] = "sql"  # sql: embedded, no server (SQLite by default); rest: an Iceberg REST catalog
-    catalog_uri: str | None = None  # sql: a SQLAlchemy URL (None: SQLite in the warehouse, or ./lake-catalog.db for s3://); rest: its URL
+    catalog_uri: Secret | None = None  # sql: a SQLAlchemy URL (null: SQLite in the warehouse, or ./lake-catalog.db for s3://); rest: its URL. A secret: a URL may hold a password
+    catalog_token: Secret | None = None  # rest: a bearer token for the catalog
+    catalog_credential: Secret | None = None  # rest: OAuth2 client credentials, CLIENT_ID:CLIENT_SECRET
     namespace: str = "streamer"  # the namespace of tables named without one
     target_file_mb: int = 128  # rows are written in files of about this size (a run's last files are smaller)
     s3: S3Config = field(default_factory=S3Config)  # the object store of s3:// locations
@@ -251,7 +253,7 @@ class LakeConfig:
     def __post_init__(self) -> None:
         check_types(self, "lake")
         above(0, "lake.target_file_mb", self.target_file_mb)
-        if self.catalog == "rest" and not self.catalog_uri:
+        if self.catalog == "rest" and (self.catalog_uri is None or not self.catalog_uri.value):
             raise ConfigError("lake.catalog_uri", "is required for catalog 'rest' (the catalog's URL)")
         if not self.namespace or "." in self.namespace:
             raise ConfigError("lake.namespace", f"must be one non-empty name without dots, got {self.namespace!r}")

@@ -56,6 +56,14 @@ class FileError(ConfigError):
         self.field = field
 
 
+class ReplayFinishedError(ConfigError):
+    """The run id has already covered its whole range (a replay) or its rows (a score): running it
+    again cannot help (exit 2) unless it is forced or another run id is given."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("--run-id", reason)
+
+
 class RecordError(StreamerError):
     """A single input record could not be processed at one stage of the pipeline.
 

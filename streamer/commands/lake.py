@@ -61,9 +61,11 @@ class LakeSummary:
         c = self.counts
         left = self.resume.left()
         counts = f"predictions {c.predictions} + rejects {c.rejects}"
-        if self.verb == "replay":  # a topic's offsets: commit markers take some
+        if self.verb == "replay":  # a topic's offsets: commit markers take some, retention may delete some
+            if c.gone:
+                counts += f" + deleted by retention before they were read {c.gone}"
             counts = (f"offsets in range {left} = {counts} + without an event "
-                      f"{max(left - c.predictions - c.rejects, 0)} (transaction markers, aborted records)")
+                      f"{max(left - c.predictions - c.rejects - c.gone, 0)} (transaction markers, aborted records)")
         else:
             counts = f"rows {left} = {counts}"
         return [f"{self.verb} {self.run_id} {'resumed and ' if self.resume.resumed else ''}finished into {self.sink}",

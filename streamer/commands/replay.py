@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer, TopicPartition
 
 from streamer.config import Config
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, ReplayFinishedError
 from streamer.house import Bounds, Scope
 from streamer.kafka import clients
 from streamer.kafka.topics import partitions
@@ -37,14 +37,6 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # Rows per model call of a replay unless --batch-size: nobody waits on a backfill's latency, so
 # it batches for throughput (a larger batching.max_size in the config is kept).
 REPLAY_BATCH_SIZE = 4096
-
-
-class ReplayFinishedError(ConfigError):
-    """The run id has already covered its whole range: running it again cannot help (exit 2)
-    unless it is forced or another run id is given."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__("--run-id", reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@ group per open day, however long the run. A
 file is *full* when the bytes written reach the target: the caller commits then, and a commit
 closes every open file. The files' names are the caller's, decided before anything is written,
 so a run that resumes after a crash writes the same names again over what was never committed.
+With ``staged``, a file is written under its name plus that suffix and renamed when it closes:
+a Parquet dataset's readers never see a file being written.
 
 Worked example: a commit whose rows fall on 2026-12-01 and 2026-12-02 leaves two files,
 ``<folder>/<partition>=2026-12-01/<name>-0.parquet`` and ``.../<partition>=2026-12-02/<name>-0.parquet``.
@@ -26,6 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 ROW_GROUP_ROWS = 128 * 1024
+MAX_OPEN_DAYS = 16  # a commit comes when this many days have files open: memory holds a row group each
 _DAY_US = 86_400_000_000
 
 
@@ -43,9 +46,10 @@ class DayFiles:
     """The open files of one commit in ``folder`` (of ``fs``), partitioned as ``<partition>=<day>``."""
 
     def __init__(self, fs: pafs.FileSystem, folder: str, schema: pa.Schema, target_bytes: int,
-                 partition: str, name: Callable[[], str], time_column: str = "event_time") -> None:
+                 partition: str, name: Callable[[], str], time_column: str = "event_time", staged: str = "") -> None:
         self.fs, self.folder, self.schema, self.target = fs, folder, schema, target_bytes
         self.partition, self.name, self.time_column = partition, name, time_column
+        self.staged = staged  # a suffix the files are written under, dropped when they close
         self._open: dict[int, _Open] = {}
         self._closed: list[str] = []
         self.rows = 0
@@ -63,8 +67,8 @@ class DayFiles:
         self.rows += table.num_rows
 
     def full(self) -> bool:
-        """A file reached the target size: time to commit."""
-        return any(f.stream.tell() >= self.target for f in self._open.values())
+        """A file reached the target size (or too many days are open): time to commit."""
+        return len(self._open) >= MAX_OPEN_DAYS or any(f.stream.tell() >= self.target for f in self._open.values())
 
     def close(self) -> list[str]:
         """Close every file; the paths written since the last close, in the order they were opened."""
@@ -72,6 +76,8 @@ class DayFiles:
             self._flush(f)
             f.writer.close()
             f.stream.close()
+            if self.staged:
+                self.fs.move(f.path + self.staged, f.path)
             self._closed.append(f.path)
         self._open.clear()
         done, self._closed, self.rows = self._closed, [], 0
@@ -84,7 +90,7 @@ class DayFiles:
             folder = f"{self.folder}/{self.partition}={text}"
             self.fs.create_dir(folder, recursive=True)
             path = f"{folder}/{self.name()}.parquet"
-            stream = self.fs.open_output_stream(path)
+            stream = self.fs.open_output_stream(path + self.staged)
             f = self._open[day] = _Open(path, stream, pq.ParquetWriter(stream, self.schema, compression="zstd"))
         f.pending.append(part)
         f.pending_rows += part.num_rows

@@ -6,9 +6,12 @@ lack, or has with another type, refuses the run naming the column; a column the 
 (a new model output) is added, an Iceberg schema evolution. Rejected rows go to
 ``<table>_rejects``, committed just before the predictions of the same range.
 
-Each snapshot's summary carries ``streamer.run-id``, ``streamer.shard``, ``streamer.seq`` and
-``streamer.offsets`` (the ``[from, to)`` it covers per partition); the run's bounds are a table
-property (``streamer.run.<run id>.<shard>``). Files are written first, under names fixed by run,
+Each snapshot's summary carries ``streamer.run-id``, ``streamer.shard``, ``streamer.seq``,
+``streamer.offsets`` (the ``[from, to)`` it covers per partition), ``streamer.reached`` (the
+positions the run reached so far, so that its latest snapshot alone says where to resume, older
+ones expired or not), ``streamer.attempt`` and ``streamer.commit`` (the ids of the run's plan and
+of the commit). The run's bounds and attempt are a table property (``streamer.run.<run id>.<shard>``);
+``--force`` deletes the shard's rows and starts a new attempt. Files are written first, under names fixed by run,
 shard and commit number, then added in one commit; a commit that loses a race with another
 writer (``--workers``, a Kubernetes Job's pods) is tried again on the table as it is then, up to
 :data:`COMMIT_TRIES` times. A crash before a commit leaves files no snapshot names: invisible
@@ -17,15 +20,18 @@ to readers, and written again under the same names when the run resumes.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
+import uuid
+import warnings
 from typing import Any
 
 import pyarrow as pa
 
 from streamer.config import LakeConfig
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, ReplayFinishedError
 from streamer.lake.columns import REJECTS, describe
 from streamer.lake.files import DayFiles
 from streamer.lake.places import identifier, open_catalog
@@ -34,6 +40,8 @@ from streamer.lake.sink import FilesSink, Ranges, Resume, Shard, ranges_of, rang
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20
 RUN = "streamer.run-id"
+ATTEMPT = "streamer.attempt"  # a run id's plan: a new one after --force
+COMMIT = "streamer.commit"  # one commit's own id
 
 
 class IcebergSink(FilesSink):
@@ -47,46 +55,60 @@ class IcebergSink(FilesSink):
         self.table = ensure_table(catalog, self.ident, schema, "event_time")
         self.rejects = ensure_table(catalog, f"{self.ident}_rejects", REJECTS, "rejected_at")
         self.schema = schema
+        self._attempt, self._reached = "", dict[tuple[str, int], int]()
 
     # ---- the plan -------------------------------------------------------------------------
 
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
-        from streamer.commands.replay import ReplayFinishedError
-
         self._run, self._shard = run_id, shard
         key = f"streamer.run.{run_id}.{shard}"
+        self._same_shards(run_id, shard)
         saved = self.table.properties.get(key)
         if saved is not None and force:
-            self._forget_run()
+            self._forget_run(key, ranges_of(json.loads(saved)["bounds"]))
             saved = None
         if saved is None:
             if plan is None:
                 raise ConfigError("--run-id", f"run {run_id!r} has no saved plan in {self.name}")
-            self._retry(lambda: self.table.transaction().set_properties({key: ranges_text(plan)}).commit_transaction())
-            bounds = plan
+            # a new attempt: what an earlier one of the same run id committed (--force) is not its progress
+            saved = json.dumps({"bounds": ranges_text(plan), "attempt": uuid.uuid4().hex[:12]})
+            self._retry(lambda: self.table.transaction().set_properties({key: saved}).commit_transaction())
+            fresh = True
         else:
-            bounds = ranges_of(saved)
+            fresh = False
+        planned = json.loads(saved)
+        self._attempt = planned["attempt"]
         reached, seq = self._progress()
-        resume = Resume(bounds, reached, seq)
-        if saved is not None and resume.done:
+        resume = Resume(ranges_of(planned["bounds"]), reached, seq)
+        if not fresh and resume.done:
             raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
                                       "pass --force to run it again")
         self._drop_rejects_past(resume)
-        self._seq = seq
+        self._seq, self._reached = seq, dict(reached)
         self._open()
         return resume
 
+    def _same_shards(self, run_id: str, shard: Shard) -> None:
+        """A run resumes in the shards it was planned in: other counts would score partitions twice."""
+        counts = {k.rsplit("-of-", 1)[-1] for k in self.table.properties if k.startswith(f"streamer.run.{run_id}.")}
+        if counts - {str(shard.count)}:
+            raise ConfigError("--shard" if shard.count > 1 else "--workers",
+                              f"run {run_id!r} was planned in {' and '.join(sorted(counts))} shards in {self.name}, "
+                              f"not {shard.count}: resume it with the same count")
+
     def _progress(self) -> tuple[dict[tuple[str, int], int], int]:
-        reached: dict[tuple[str, int], int] = {}
-        seq = 0
+        """The attempt's position in each partition and its next commit's number, from its latest
+        snapshot (each carries the positions reached so far: older ones may be expired)."""
+        latest = None
         for snap in self.table.metadata.snapshots:
             s = snap.summary
-            if s is None or s.get(RUN) != self._run or s.get("streamer.shard") != str(self._shard):
-                continue
-            seq = max(seq, int(s.get("streamer.seq", "0")) + 1)
-            for tp, (_, to) in ranges_of(s.get("streamer.offsets", "{}")).items():
-                reached[tp] = max(reached.get(tp, to), to)
-        return reached, seq
+            if s is not None and s.get(ATTEMPT) == self._attempt and s.get("streamer.shard") == str(self._shard):
+                if latest is None or int(s.get("streamer.seq", "0")) > int(latest.get("streamer.seq", "0")):
+                    latest = s
+        if latest is None:
+            return {}, 0
+        reached = {tp: to for tp, (_, to) in ranges_of(latest.get("streamer.reached", "{}")).items()}
+        return reached, int(latest.get("streamer.seq", "0")) + 1
 
     def _drop_rejects_past(self, resume: Resume) -> None:
         """Rejects committed for a range whose predictions never were (a crash between the two commits)."""
@@ -98,11 +120,12 @@ class IcebergSink(FilesSink):
                            for (t, p), (s, _) in sorted(resume.bounds.items()))
         self._retry(lambda: self.rejects.delete(f"run_id == {_quoted(self._run)} AND ({past})"), self.rejects)
 
-    def _forget_run(self) -> None:
-        """``--force``: the run's rows and plan go, and it starts again."""
+    def _forget_run(self, key: str, bounds: Ranges) -> None:
+        """``--force``: this shard's rows of the run (and rejects) and its plan go; it starts again."""
+        mine = " OR ".join(f"(source_topic == {_quoted(t)} AND source_partition == {p})" for t, p in sorted(bounds))
         for table in (self.table, self.rejects):
-            self._retry(lambda t=table: t.delete(f"run_id == {_quoted(self._run)}"), table)
-        key = f"streamer.run.{self._run}.{self._shard}"
+            if mine:
+                self._retry(lambda t=table: t.delete(f"run_id == {_quoted(self._run)} AND ({mine})"), table)
         self._retry(lambda: self.table.transaction().remove_properties(key).commit_transaction())
         self.table.refresh()
 
@@ -121,8 +144,11 @@ class IcebergSink(FilesSink):
 
     def commit(self, covered: Ranges) -> None:
         assert self._files is not None and self._rejected is not None
+        self._reached.update({tp: to for tp, (_, to) in covered.items()})
         props = {RUN: self._run, "streamer.shard": str(self._shard), "streamer.seq": str(self._seq),
-                 "streamer.offsets": ranges_text(covered)}
+                 "streamer.offsets": ranges_text(covered), ATTEMPT: self._attempt,
+                 "streamer.reached": ranges_text({tp: (to, to) for tp, to in self._reached.items()}),
+                 COMMIT: uuid.uuid4().hex}
         rejected = self._rejected.close()
         if rejected:
             self._add(self.rejects, rejected, props)
@@ -146,9 +172,8 @@ class IcebergSink(FilesSink):
 
     @staticmethod
     def _committed(table: Any, props: dict[str, str]) -> bool:
-        return any(s.summary is not None and s.summary.get(RUN) == props[RUN]
-                   and s.summary.get("streamer.shard") == props["streamer.shard"]
-                   and s.summary.get("streamer.seq") == props["streamer.seq"] for s in table.metadata.snapshots)
+        """This very commit is in the table (its id: a try whose answer was lost)."""
+        return any(s.summary is not None and s.summary.get(COMMIT) == props[COMMIT] for s in table.metadata.snapshots)
 
     def _retry(self, act: Any, table: Any = None) -> None:
         """``act``, tried again on the refreshed table while another writer wins the commit race."""
@@ -157,7 +182,9 @@ class IcebergSink(FilesSink):
         table = table if table is not None else self.table
         for attempt in range(COMMIT_TRIES):
             try:
-                act()
+                with warnings.catch_warnings():  # a delete of rows that are not there is fine here
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                    act()
                 return
             except CommitFailedException as exc:
                 if attempt == COMMIT_TRIES - 1:
@@ -170,7 +197,7 @@ class IcebergSink(FilesSink):
 def ensure_table(catalog: Any, ident: str, schema: pa.Schema, day_of: str) -> Any:
     """The table ``ident``: made from ``schema``, partitioned by day of ``day_of``; or the one
     there, refused when it cannot take these rows, evolved when the rows add columns."""
-    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
     from pyiceberg.transforms import DayTransform
 
     try:
@@ -185,7 +212,7 @@ def ensure_table(catalog: Any, ident: str, schema: pa.Schema, day_of: str) -> An
         try:
             with table.update_spec() as spec:
                 spec.add_field(day_of, DayTransform(), f"{day_of}_day")
-        except Exception:  # noqa: BLE001 - another worker partitioned it first: load what it made
+        except CommitFailedException:  # another worker partitioned it first: load what it made
             table = catalog.load_table(ident)
     return table
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from streamer.config import LakeConfig
+from streamer.errors import ConfigError, ReplayFinishedError
 from streamer.lake.columns import REJECTS
 from streamer.lake.files import DayFiles
 from streamer.lake.places import filesystem
@@ -32,6 +33,7 @@ from streamer.lake.sink import FilesSink, Ranges, Resume, Shard, ranges_of, rang
 
 log = logging.getLogger(__name__)
 LOG = "_streamer"
+STAGED = ".inprogress"  # a file being written: readers of *.parquet skip it; renamed when its commit comes
 
 
 class ParquetSink(FilesSink):
@@ -45,13 +47,12 @@ class ParquetSink(FilesSink):
         self._bounds: Ranges = {}
 
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
-        from streamer.commands.replay import ReplayFinishedError
-        from streamer.errors import ConfigError
 
         self._run, self._shard = run_id, shard
         folder = f"{self.root}/{LOG}/{run_id}/{shard}"
-        if force:
-            self._delete(self._run_files(), folder)
+        if force:  # the log first: a crash midway leaves files no entry names, deleted when it runs again
+            self._delete([], folder)
+            self._delete(self._run_files(), None)
         saved = self._read(f"{folder}/plan.json")
         if saved is None:
             if plan is None:
@@ -73,9 +74,9 @@ class ParquetSink(FilesSink):
         committed = {f for e in entries for f in e["files"]}
         self._delete([f for f in self._run_files() if f not in committed], None)  # a crash's files
         self._seq, self._bounds = resume.seq, bounds
-        self._files = DayFiles(self.fs, self.root, self.schema, self.target, "event_date", self._name)
+        self._files = DayFiles(self.fs, self.root, self.schema, self.target, "event_date", self._name, staged=STAGED)
         self._rejected = DayFiles(self.fs, f"{self.root}_rejects", REJECTS, self.target, "rejected_date",
-                                  self._name, "rejected_at")
+                                  self._name, "rejected_at", staged=STAGED)
         return resume
 
     def commit(self, covered: Ranges) -> None:
@@ -126,7 +127,7 @@ class ParquetSink(FilesSink):
         found = [f for root in (self.root, f"{self.root}_rejects")
                  for f in self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))]
         return [f.path for f in found if f.type == pafs.FileType.File and f.base_name.startswith(prefix)
-                and f.base_name.endswith(".parquet")]
+                and f.base_name.endswith((".parquet", STAGED))]
 
     def _delete(self, files: list[str], folder: str | None) -> None:
         for f in files:
@@ -140,7 +141,7 @@ class ParquetSink(FilesSink):
         try:
             with self.fs.open_input_stream(path) as f:
                 return bytes(f.read())
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:  # any other error is raised: a log entry that cannot be read is not absent
             return None
 
     def _write(self, path: str, data: bytes) -> None:

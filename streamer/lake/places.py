@@ -18,8 +18,8 @@ from streamer.errors import ConfigError
 
 
 def catalog_uri(lake: LakeConfig) -> str:
-    if lake.catalog_uri:
-        return lake.catalog_uri
+    if lake.catalog_uri is not None and lake.catalog_uri.value:
+        return lake.catalog_uri.value
     if lake.warehouse.remote:
         return f"sqlite:///{Path('lake-catalog.db').resolve()}"
     return f"sqlite:///{Path(lake.warehouse) / 'catalog.db'}"
@@ -44,23 +44,30 @@ def open_catalog(lake: LakeConfig) -> Any:
 
     warehouse = str(lake.warehouse) if lake.warehouse.remote else Path(lake.warehouse).as_uri()
     props = {"warehouse": warehouse, **io_properties(lake)}
-    if lake.catalog == "rest":
-        catalog: Any = RestCatalog("streamer", uri=lake.catalog_uri or "", **props)
-    else:
-        if not lake.warehouse.remote:
-            Path(lake.warehouse).mkdir(parents=True, exist_ok=True)
-        try:
+    secrets = [s for s in (lake.catalog_uri, lake.catalog_token, lake.catalog_credential, lake.s3.secret_access_key)
+               if s is not None]
+    try:
+        if lake.catalog == "rest":
+            rest = {k: v.value for k, v in (("token", lake.catalog_token), ("credential", lake.catalog_credential))
+                    if v is not None}
+            catalog: Any = RestCatalog("streamer", uri=catalog_uri(lake), **props, **rest)
+        else:
+            if not lake.warehouse.remote:
+                Path(lake.warehouse).mkdir(parents=True, exist_ok=True)
             catalog = SqlCatalog("streamer", uri=catalog_uri(lake), **props)
-        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's many errors: the key is what matters
-            raise ConfigError("lake.catalog_uri", f"cannot open the SQL catalog: {exc}") from exc
-    catalog.create_namespace_if_not_exists(lake.namespace)
+        catalog.create_namespace_if_not_exists(lake.namespace)
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's and HTTP's many errors: the key is what matters
+        reason = str(exc)
+        for secret in secrets:
+            reason = secret.hide_in(reason)
+        raise ConfigError("lake.catalog_uri", f"cannot open the {lake.catalog} catalog: {reason}") from None
     return catalog
 
 
-def identifier(lake: LakeConfig, name: str) -> str:
+def identifier(lake: LakeConfig, name: str, key: str = "--to-table") -> str:
     """``namespace.table``: a name without a namespace goes to ``lake.namespace``."""
     if not name or name.startswith(".") or name.endswith("."):
-        raise ConfigError("--to-table", f"{name!r} is not a table name")
+        raise ConfigError(key, f"{name!r} is not a table name")
     return name if "." in name else f"{lake.namespace}.{name}"
 
 

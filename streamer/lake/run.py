@@ -33,6 +33,7 @@ class Chunk:
     rows: Rows
     rejects: list[Reject]
     reached: dict[Position, int]
+    gone: int = 0  # positions of the range the source no longer holds (a topic's retention deleted them)
 
 
 class Source(Protocol):
@@ -49,6 +50,7 @@ class LakeCounts:
     predictions: int = 0
     rejects: int = 0
     commits: int = 0
+    gone: int = 0
     started: float = field(default_factory=time.monotonic)
 
     def per_s(self) -> float:
@@ -74,6 +76,7 @@ class LakeRun:
             self._reject(chunk.rejects)
             self._score(self._batcher.add(chunk.rows))
             self.counts.rows += len(chunk.rows) + len(chunk.rejects)
+            self.counts.gone += chunk.gone
             for pos, to in chunk.reached.items():
                 covered[pos] = (since.get(pos, resume.bounds[pos][0]), to)
             if self.sink.due():

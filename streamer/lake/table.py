@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -81,7 +82,7 @@ class TableSource:
 
     def _find(self) -> list[tuple[str, Any]]:
         """``(name, how to read it)`` per partition of the source."""
-        if "/" in self.location or self.location.endswith(".parquet"):
+        if "/" in self.location or self.location.endswith(".parquet") or Path(self.location).exists():
             fs, path = filesystem(self.lake, self.location)
             info = fs.get_file_info(path)
             if info.type == pafs.FileType.NotFound:
@@ -95,9 +96,15 @@ class TableSource:
                 if not files:
                     raise ConfigError("--from", f"no Parquet files under {self.location}")
             return [(f, (fs, f)) for f in files]
+        from pyiceberg.exceptions import NoSuchTableError
+
         from streamer.lake.places import identifier, open_catalog
 
-        table = open_catalog(self.lake).load_table(identifier(self.lake, self.location))
+        try:
+            table = open_catalog(self.lake).load_table(identifier(self.lake, self.location, "--from"))
+        except NoSuchTableError as exc:
+            raise ConfigError("--from", f"{self.location!r} is no file or folder here, nor a table of the "
+                                        f"catalog ({exc})") from exc
         snap = table.current_snapshot()
         return [(f"{identifier(self.lake, self.location)}@{snap.snapshot_id if snap else 0}", table)]
 

@@ -42,6 +42,13 @@ class TopicSource:
             return
         consumer: Any = Consumer(clients.consumer_config(self.cfg, **{"enable.auto.commit": False}))
         try:
+            gone = self._deleted(consumer, todo, start, bounds)
+            if gone:
+                done = {tp for tp in todo if start[tp] >= bounds[tp][1]}
+                todo -= done
+                yield Chunk(self.stages.empty, [], {tp: start[tp] for tp in bounds}, gone)
+            if not todo:
+                return
             consumer.assign([TopicPartition(t, p, start[(t, p)]) for t, p in sorted(todo)])
             n = self.cfg.input.consume_max_messages
             last = time.monotonic()
@@ -73,6 +80,22 @@ class TopicSource:
                     yield Chunk(rows, rejects, reached)
         finally:
             consumer.close()
+
+    @staticmethod
+    def _deleted(consumer: Any, todo: set[tuple[str, int]], start: dict[tuple[str, int], int],
+                 bounds: dict[tuple[str, int], tuple[int, int]]) -> int:
+        """Offsets of the range the broker deleted (retention) before the run read them: counted,
+        logged, and ``start`` moved past them."""
+        gone = 0
+        for t, p in sorted(todo):
+            low, _ = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+            if low > start[(t, p)]:
+                lost = min(low, bounds[(t, p)][1]) - start[(t, p)]
+                log.warning("%s[%d]: offsets %d..%d of the range were deleted by the broker (retention) before "
+                            "this run read them: %d events not scored", t, p, start[(t, p)], low - 1, lost)
+                gone += lost
+                start[(t, p)] = min(low, bounds[(t, p)][1])
+        return gone
 
     @staticmethod
     def _idle(consumer: Any, todo: set[tuple[str, int]], where: dict[tuple[str, int], int],

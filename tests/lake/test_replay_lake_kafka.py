@@ -120,7 +120,7 @@ def test_the_same_backfill_to_an_s3_store(bootstrap: str, topics: Topics, tmp_pa
                   access_key_id=Secret(object_store.access_key_id),
                   secret_access_key=Secret(object_store.secret_access_key))
     cfg = replace(make_config(bootstrap, topics), lake=LakeConfig(
-        warehouse=Location(f"{bucket}/warehouse"), catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}", s3=s3))
+        warehouse=Location(f"{bucket}/warehouse"), catalog_uri=Secret(f"sqlite:///{tmp_path / 'catalog.db'}"), s3=s3))
     produce_stamped(bootstrap, cfg, topics.input, 0, 2000, step_ms=60_000, base_ms=recent(2000, 60_000))
     for target in (Target(table="scores"), Target(parquet=f"{bucket}/scores")):
         summary = run_lake_replay(cfg, When("earliest"), When("latest"), target, run_id="s3", progress=io.StringIO())
@@ -133,3 +133,28 @@ def test_the_same_backfill_to_an_s3_store(bootstrap: str, topics: Topics, tmp_pa
         assert con.execute(f"SELECT count(*), count(DISTINCT (source_partition, source_offset)) FROM {source}"
                            ).fetchall() == [(2000, 2000)]
     assert object_store.arrow_filesystem().get_file_info(f"{bucket[5:]}/scores/_SUCCESS").size > 0
+
+
+def test_offsets_the_broker_deleted_before_the_run_read_them_are_counted_not_hidden(
+        bootstrap: str, topics: Topics) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from streamer.lake.sink import Resume
+    from streamer.lake.topic import TopicSource
+    from streamer.pipeline.stages import Stages
+    from streamer.wiring import checked_runner, input_codec, output_codec
+    from tests.support.faults import end_offsets
+
+    cfg = make_config(bootstrap, topics)
+    produce_stamped(bootstrap, cfg, topics.input, 0, 900, base_ms=recent(900, 1000))
+    ends = end_offsets(bootstrap, topics.input)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topics.input, 0, 100)], request_timeout=30).values():
+        future.result(timeout=30)  # retention's effect, on cue: offsets 0..99 of partition 0 are gone
+    runner = checked_runner(cfg)
+    source = TopicSource(cfg, Stages.serving(input_codec(cfg), output_codec(cfg, runner), cfg, runner))
+    resume = Resume({(topics.input, p): (0, end) for p, end in ends.items()}, {}, 0)
+    chunks = list(source.chunks(resume))
+    assert sum(c.gone for c in chunks) == 100
+    assert sum(len(c.rows) for c in chunks) == 800
