@@ -208,7 +208,12 @@ def ensure_table(catalog: Any, ident: str, schema: pa.Schema, day_of: str) -> An
         except TableAlreadyExistsError:  # another worker made it first
             table = catalog.load_table(ident)
     _check(table, ident, schema)
-    if not table.spec().fields:
+    spec = table.spec()
+    if spec.fields and [(str(f.transform), table.schema().find_field(f.source_id).name) for f in spec.fields] != [
+            ("day", day_of)]:
+        raise ConfigError("--to-table", f"table {ident} is partitioned by {spec}, not by day({day_of}): "
+                                        "its files could not be added; name another table")
+    if not spec.fields:
         try:
             with table.update_spec() as spec:
                 spec.add_field(day_of, DayTransform(), f"{day_of}_day")

@@ -17,7 +17,6 @@ from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -121,7 +120,7 @@ class TableSource:
             with fs.open_input_file(path) as f:
                 return int(pq.ParquetFile(f).metadata.num_rows)
         snap = how.current_snapshot()
-        return 0 if snap is None else int(snap.summary.get("total-records", "0"))
+        return 0 if snap is None else int(how.scan(snapshot_id=snap.snapshot_id).count())  # deletes applied
 
     def chunks(self, resume: Resume) -> Iterator[Chunk]:
         """The rows of the run's plan: the files, or the table snapshot, it was planned on (a resumed
@@ -130,8 +129,8 @@ class TableSource:
             at = max(resume.reached.get((name, i), start), start)
             if at >= end:
                 continue
-            row = 0
-            for batch in self._batches(name):
+            batches, row = self._batches(name, at)
+            for batch in batches:
                 first, row = row, row + batch.num_rows
                 if row <= at:
                     continue
@@ -140,20 +139,28 @@ class TableSource:
                     first = at
                 yield self._chunk(name, i, first, batch)
 
-    def _batches(self, name: str) -> Iterator[pa.RecordBatch]:
+    def _batches(self, name: str, at: int) -> tuple[Iterator[pa.RecordBatch], int]:
+        """A partition's batches from the row group that holds row ``at`` (a Parquet file; a table's
+        snapshot from its first row), and the row number of the first."""
         parts = dict(self._parts)
         if name in parts and isinstance(parts[name], tuple):
             fs, path = parts[name]
-            yield from ds.dataset(path, filesystem=fs, format="parquet").to_batches(batch_size=self.batch_rows)
-            return
+            file = pq.ParquetFile(fs.open_input_file(path))
+            first, group = 0, 0
+            meta = file.metadata
+            while group < meta.num_row_groups and first + meta.row_group(group).num_rows <= at:
+                first += meta.row_group(group).num_rows
+                group += 1
+            return file.iter_batches(self.batch_rows, row_groups=range(group, meta.num_row_groups)), first
         ident, _, snapshot = name.rpartition("@")
         if not ident or not snapshot.isdigit():  # a file of the plan that is not there any more
             raise ConfigError("--from", f"{name} was planned for this run and is gone")
         from streamer.lake.places import open_catalog
 
         table = open_catalog(self.lake).load_table(ident)
-        if int(snapshot):
-            yield from table.scan(snapshot_id=int(snapshot)).to_arrow_batch_reader()
+        if not int(snapshot):
+            return iter(()), 0
+        return iter(table.scan(snapshot_id=int(snapshot)).to_arrow_batch_reader()), 0
 
     def _chunk(self, name: str, index: int, first: int, batch: pa.RecordBatch) -> Chunk:
         batch = _millis(batch)

@@ -159,3 +159,15 @@ def test_a_catalog_that_cannot_be_opened_names_the_key_and_never_its_password(tm
         open_catalog(bad)
     assert "hunter2" not in str(caught.value) and caught.value.__cause__ is None
     assert "hunter2" not in repr(bad)
+
+
+def test_a_table_partitioned_another_way_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    from pyiceberg.transforms import IdentityTransform
+
+    from streamer.lake.places import open_catalog
+
+    table = open_catalog(lake(tmp_path)).create_table("streamer.by_run", schema=SCHEMA)
+    with table.update_spec() as spec:
+        spec.add_field("run_id", IdentityTransform(), "run")
+    with pytest.raises(ConfigError, match="table streamer.by_run is partitioned by"):
+        IcebergSink(lake(tmp_path), "by_run", SCHEMA)
