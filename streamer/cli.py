@@ -202,11 +202,32 @@ def _model(args: argparse.Namespace) -> int:
     from streamer.commands import model
 
     if args.command == "model":
+        if args.model_command == "optimize":
+            return _optimize(args)
         print(model.inspect(Path(args.path)))
         return 0
     from streamer.config_file import load_config
 
     print(model.schema(load_config(args.config)))
+    return 0
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streamer.model.optimize import calibration_rows, optimize
+
+    calibration = None
+    if args.calibrate_from:
+        from streamer.config_file import load_config
+
+        if not args.config:
+            raise ConfigError("--config", "is required with --calibrate-from: it names the input topics and the contract")
+        if args.calibrate_rows < 1:
+            raise ConfigError("--calibrate-rows", f"must be >= 1, got {args.calibrate_rows}")
+        calibration = calibration_rows(load_config(args.config), args.calibrate_from, args.calibrate_rows)
+    done = optimize(Path(args.path), Path(args.out), level=args.level, int8=args.int8, calibration=calibration)
+    print("\n".join(done.lines()))
     return 0
 
 

@@ -175,11 +175,27 @@ def parser() -> argparse.ArgumentParser:
     redrive.add_argument("--limit", type=int, help="stop after this many")
 
     model = command("model", "look at a model before serving it")
-    inspect_model = actions(model, "model_command")(
+    model_action = actions(model, "model_command")
+    inspect_model = model_action(
         "inspect", "its inputs and outputs, a starting config, and the prediction schema it gives",
         "Print an ONNX model's inputs and outputs, a starting config for it, and the prediction "
         "schema that config gives.")
     inspect_model.add_argument("path", help="the .onnx file")
+    opt = model_action(
+        "optimize", "a faster candidate: ONNX Runtime's optimized graph saved, optionally INT8",
+        "Save ONNX Runtime's optimized graph of a model, and with --int8 quantize it to INT8 "
+        "(dynamic; static with --calibrate-from, calibrated on rows of the input topics). The file records "
+        "its parent's digest and the options in its metadata. A candidate to prove on history, not to serve unproven.")
+    opt.add_argument("path", help="the .onnx file")
+    opt.add_argument("--out", required=True, help="the candidate's file")
+    opt.add_argument("--level", default="extended", choices=("basic", "extended", "all"),
+                     help="graph optimizations (default extended; all adds layouts tied to this machine's CPU)")
+    opt.add_argument("--int8", action="store_true", help="quantize to INT8 (dynamic unless --calibrate-from)")
+    opt.add_argument("--calibrate-from", metavar="START..END",
+                     help="static INT8, calibrated on rows of this range of the config's input topics (replay's "
+                          "forms: 2h..latest, earliest..latest); needs --config")
+    opt.add_argument("--calibrate-rows", type=int, default=10_000, help="rows to calibrate on (default 10000)")
+    opt.add_argument("--config", help=f"{CONFIG}; for --calibrate-from")
     schema = command("schema", "print the prediction schema a config gives (its model checked)")
     schema.add_argument("--config", required=True, help=CONFIG)
 
