@@ -69,6 +69,9 @@ def write_config(path: Path, *, bootstrap: str, input_topic: str, output_topic: 
     return path
 
 
+STARTED = "kafka settings: "  # `streamer run` logs it once its signal handlers are in place (cli._run)
+
+
 class ChildProcessor:
     """`streamer run` in a child process that can be killed, stopped and continued.
 
@@ -84,6 +87,7 @@ class ChildProcessor:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ChildProcessor:
+        self._runs = self._started_runs() + 1
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", *self.module, "run", "--config",
                                           str(self.config), *self.args], env=self.env, stdout=out,
@@ -101,12 +105,19 @@ class ChildProcessor:
             self.proc.wait()
 
     def terminate(self, timeout_s: float = 60) -> int:
-        """SIGTERM and wait for the graceful exit; returns the exit code."""
+        """SIGTERM and wait for the graceful exit; returns the exit code. A process still starting
+        (Python importing, no handler yet: the signal would kill it) is given its handlers first."""
         assert self.proc is not None
+        proc = self.proc
+        wait_until(lambda: self._started_runs() >= self._runs or proc.poll() is not None, timeout_s,
+                   f"{self.log.name} to show the run started (its signal handlers in place)", self.tail)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout_s)
+
+    def _started_runs(self) -> int:
+        return self.log.read_text(errors="replace").count(STARTED) if self.log.exists() else 0
 
     @property
     def alive(self) -> bool:
