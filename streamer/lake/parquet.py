@@ -44,7 +44,6 @@ class ParquetSink(FilesSink):
         self.fs, self.root = filesystem(lake, location)
         self.name = f"parquet {location}"
         self.schema, self.target = schema, lake.target_file_mb * 1024 * 1024
-        self._bounds: Ranges = {}
 
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
 
@@ -62,18 +61,14 @@ class ParquetSink(FilesSink):
             bounds = plan
         else:
             bounds = ranges_of(saved.decode())
-        reached: dict[tuple[str, int], int] = {}
         entries = self._entries(folder)
-        for entry in entries:
-            for tp, (_, to) in ranges_of(json.dumps(entry["offsets"])).items():
-                reached[tp] = max(reached.get(tp, to), to)
-        resume = Resume(bounds, reached, len(entries))
+        resume = Resume(bounds, _reached(entries), len(entries))
         if saved is not None and resume.done:
             raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
                                       "pass --force to run it again")
         committed = {f for e in entries for f in e["files"]}
         self._delete([f for f in self._run_files() if f not in committed], None)  # a crash's files
-        self._seq, self._bounds = resume.seq, bounds
+        self._seq = resume.seq
         self._files = DayFiles(self.fs, self.root, self.schema, self.target, "event_date", self._name, staged=STAGED)
         self._rejected = DayFiles(self.fs, f"{self.root}_rejects", REJECTS, self.target, "rejected_date",
                                   self._name, "rejected_at", staged=STAGED)
@@ -96,11 +91,7 @@ class ParquetSink(FilesSink):
             for shard in self.fs.get_file_info(pafs.FileSelector(run.path, recursive=False)):
                 plan = self._read(f"{shard.path}/plan.json")
                 entries = self._entries(shard.path)
-                reached: dict[tuple[str, int], int] = {}
-                for e in entries:
-                    for tp, (_, to) in ranges_of(json.dumps(e["offsets"])).items():
-                        reached[tp] = max(reached.get(tp, to), to)
-                if plan is None or not Resume(ranges_of(plan.decode()), reached, len(entries)).done:
+                if plan is None or not Resume(ranges_of(plan.decode()), _reached(entries), len(entries)).done:
                     return  # another shard is still writing: it writes _SUCCESS when it ends
                 files += [f for e in entries for f in e["files"]]
         root = f"{self.root}/"  # the rejects' files are in PATH_rejects, a dataset of their own
@@ -154,3 +145,12 @@ class ParquetSink(FilesSink):
             return
         with self.fs.open_output_stream(path) as f:
             f.write(data)
+
+
+def _reached(entries: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
+    """The position each partition reached in a shard's committed log entries."""
+    reached: dict[tuple[str, int], int] = {}
+    for entry in entries:
+        for tp, (_, to) in ranges_of(json.dumps(entry["offsets"])).items():
+            reached[tp] = max(reached.get(tp, to), to)
+    return reached

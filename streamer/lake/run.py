@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
-
-import numpy as np
 
 from streamer.lake.columns import PredictionColumns, rejects_table
 from streamer.lake.sink import Position, Ranges, Resume, Sink
 from streamer.pipeline.batcher import Batch, MicroBatcher
 from streamer.pipeline.records import Rows, Stamp
 from streamer.pipeline.serving import Serving
-from streamer.pipeline.stages import Reject, poison_reject
+from streamer.pipeline.stages import Reject, without_poison
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +49,6 @@ class LakeCounts:
     rejects: int = 0
     commits: int = 0
     gone: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-    def per_s(self) -> float:
-        return self.rows / max(time.monotonic() - self.started, 1e-9)
 
 
 class LakeRun:
@@ -101,13 +95,7 @@ class LakeRun:
             rows = batch.rows
             out = self.serving.score(rows)  # ModelBrokenError: the run fails, resumable
             stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.run_id, out.degraded, out.digest)
-            scores = out.scores
-            rejects: list[Reject] = []
-            if out.poison:
-                keep = np.ones(len(rows), bool)
-                keep[list(out.poison)] = False
-                rejects = [poison_reject(out.poison[i], rows.source.items[i]) for i in sorted(out.poison)]
-                rows, scores = rows.take(keep), scores[np.flatnonzero(keep)]
+            _, rows, scores, rejects = without_poison(rows, out.scores, out.poison)
             self.sink.write(self.columns.table(rows, scores, stamp), rejects_table(self.run_id, rejects) if rejects else None)
             self.counts.predictions += len(rows)
             self.counts.rejects += len(rejects)

@@ -188,14 +188,10 @@ class Stages:
                      stamp: Stamp) -> tuple[Rows, list[bytes], list[Reject]]:
         """The columnar encoder; the rows it refuses (and the poison rows) one by one by the
         reference. The kept rows are taken once, for the encoder and for the caller."""
-        keep = np.ones(len(rows), bool)
-        keep[list(poison)] = False
-        kept = np.flatnonzero(keep)
-        part = rows if len(kept) == len(rows) else rows.take(kept)
-        values = self._fast_values(part, scores if len(kept) == len(rows) else scores[kept], stamp)
+        kept, part, part_scores, poisoned = without_poison(rows, scores, poison)
+        values = self._fast_values(part, part_scores, stamp)
         if None not in values:  # every kept row encoded: the poison rows are the only rejects
-            items = rows.source.items
-            return part, cast(list[bytes], values), [poison_reject(poison[i], items[i]) for i in sorted(poison)]
+            return part, cast(list[bytes], values), poisoned
         out_rows: list[int] = []
         out_values: list[bytes] = []
         rejects: list[Reject] = []
@@ -258,6 +254,19 @@ def stamp_fields(stamp: Stamp) -> dict[str, Any]:
     writes them (the stamp's, and what it leaves out)."""
     record = SourceRecord("", 0, 0, None, "", "", 0, 0, None)
     return {k: v for k, v in prediction_fields(record, {}, stamp).items() if k not in ROW_FIELDS}
+
+
+def without_poison(rows: Rows, scores: Columns,
+                   poison: dict[int, InferenceError]) -> tuple[np.ndarray, Rows, Columns, list[Reject]]:
+    """The rows the model scored (their indices, the rows and their scores, taken once) and a
+    reject for each row it failed on alone, in row order."""
+    keep = np.ones(len(rows), bool)
+    keep[list(poison)] = False
+    kept = np.flatnonzero(keep)
+    if len(kept) == len(rows):
+        return kept, rows, scores, []
+    items = rows.source.items
+    return kept, rows.take(kept), scores[kept], [poison_reject(poison[i], items[i]) for i in sorted(poison)]
 
 
 def poison_reject(failure: InferenceError, message: Any) -> Reject:
