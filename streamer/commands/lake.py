@@ -20,8 +20,10 @@ from typing import TextIO
 
 from confluent_kafka import Consumer, TopicPartition
 
+from streamer.commands.replay import When, resolve
 from streamer.config import Config, ShadowConfig
 from streamer.errors import ConfigError
+from streamer.formats.codec import Codec
 from streamer.kafka import clients
 from streamer.kafka.topics import partitions
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
@@ -95,20 +97,33 @@ def parse_shard(text: str | None) -> Shard:
     return Shard(int(m.group(1)), int(m.group(2)))
 
 
-def lake_house(cfg: Config, model_path: Path | None = None,
-               model_version: str | None = None) -> tuple[Config, ModelRunner, Serving, PredictionColumns]:
-    """The model, its serving and the prediction columns, for one run (no shadow, no reloads)."""
+@dataclass(frozen=True, slots=True)
+class LakeHouse:
+    """What one run scores with: its config (no shadow, no reloads), the model, its serving, the
+    output codec (the stages' encoder, built once: an avro-confluent one asks the registry) and
+    the prediction columns."""
+
+    cfg: Config
+    runner: ModelRunner
+    serving: Serving
+    encoder: Codec
+    columns: PredictionColumns
+
+
+def lake_house(cfg: Config, model_path: Path | None = None, model_version: str | None = None) -> LakeHouse:
+    """The house of one run, its model checked as at start-up."""
     from streamer.wiring import checked_runner, output_codec, prediction_schema, serving
 
     cfg = replace(cfg, shadow=ShadowConfig(),
                   model=replace(cfg.model, path=model_path or cfg.model.path,
                                 version=model_version or cfg.model.version, reload_check_ms=0))
     runner = checked_runner(cfg)
-    served = serving(cfg, runner, None, output_codec(cfg, runner))
+    encoder = output_codec(cfg, runner)
+    served = serving(cfg, runner, None, encoder)
     if model_version is not None:
         served.relabel(model_version)
     columns = PredictionColumns(prediction_arrow_schema(prediction_schema(cfg, runner)), cfg.output.include)
-    return cfg, runner, served, columns
+    return LakeHouse(cfg, runner, served, encoder, columns)
 
 
 def open_sink(cfg: Config, target: Target, columns: PredictionColumns) -> Sink:
@@ -122,11 +137,8 @@ def open_sink(cfg: Config, target: Target, columns: PredictionColumns) -> Sink:
     return ParquetSink(cfg.lake, target.parquet, columns.schema)
 
 
-def replay_plan(cfg: Config, start: object, end: object, shard: Shard) -> Ranges:
+def replay_plan(cfg: Config, start: When, end: When, shard: Shard) -> Ranges:
     """The range's ``[start, end)`` offsets of this shard's partitions, as of now."""
-    from streamer.commands.replay import When, resolve
-
-    assert isinstance(start, When) and isinstance(end, When)
     consumer = Consumer(clients.consumer_config(cfg))
     try:
         tps = [TopicPartition(t, p) for t in cfg.input.topics for p in partitions(consumer, t, 30)
@@ -136,50 +148,50 @@ def replay_plan(cfg: Config, start: object, end: object, shard: Shard) -> Ranges
         consumer.close()
 
 
-def run_lake_replay(cfg: Config, start: object, end: object, target: Target, *, run_id: str | None = None,
+def run_lake_replay(cfg: Config, start: When, end: When, target: Target, *, run_id: str | None = None,
                     shard: Shard = Shard(), force: bool = False, batch_size: int | None = None,
                     model_path: Path | None = None, model_version: str | None = None,
                     progress: TextIO | None = None) -> LakeSummary:
     """Score the range into ``target`` exactly once under ``run_id`` (resumed when it has progress there)."""
     from streamer.lake.topic import TopicSource
     from streamer.pipeline.stages import Stages
-    from streamer.wiring import input_codec, output_codec
+    from streamer.wiring import input_codec
 
     run_id = new_run_id(run_id)
     cfg = replace(cfg, input=replace(cfg.input, group_id=f"{cfg.input.group_id}.replay.{run_id}"))
-    cfg, runner, served, columns = lake_house(cfg, model_path, model_version)
-    sink = open_sink(cfg, target, columns)
+    house = lake_house(cfg, model_path, model_version)
+    cfg = house.cfg
+    sink = open_sink(cfg, target, house.columns)
     resume = sink.resume(run_id, shard, replay_plan(cfg, start, end, shard), force)
-    stages = Stages.serving(input_codec(cfg), output_codec(cfg, runner), cfg, runner)
-    return _run("replay", run_id, sink, served, columns, TopicSource(cfg, stages), resume, batch_size, progress)
+    stages = Stages.serving(input_codec(cfg), house.encoder, cfg, house.runner)
+    return _run("replay", run_id, sink, house, TopicSource(cfg, stages), resume, batch_size, progress)
 
 
 def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None = None, force: bool = False,
               batch_size: int | None = None, progress: TextIO | None = None) -> LakeSummary:
     """Score every row of ``location`` (Parquet files, a dataset, an Iceberg table) into ``target``."""
+    from streamer.lake.arrow_fields import ArrowFields
     from streamer.lake.table import TableSource
     from streamer.pipeline.validate import EventValidator
 
     run_id = new_run_id(run_id)
-    cfg, runner, served, columns = lake_house(cfg)
-    contract = runner.contract
+    house = lake_house(cfg)
+    cfg, contract = house.cfg, house.runner.contract
     validator = EventValidator(cfg.input, contract.n_features, contract, cfg.output.include)
-    from streamer.lake.arrow_fields import ArrowFields
-
     source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE,
                          ArrowFields.compile(cfg.input, contract, cfg.output.include))
-    sink = open_sink(cfg, target, columns)
+    sink = open_sink(cfg, target, house.columns)
     resume = sink.resume(run_id, Shard(), source.plan(), force)
-    return _run("score", run_id, sink, served, columns, source, resume, batch_size, progress)
+    return _run("score", run_id, sink, house, source, resume, batch_size, progress)
 
 
-def _run(verb: str, run_id: str, sink: Sink, served: Serving, columns: PredictionColumns, source: Source,
-         resume: Resume, batch_size: int | None, progress: TextIO | None) -> LakeSummary:
+def _run(verb: str, run_id: str, sink: Sink, house: LakeHouse, source: Source, resume: Resume,
+         batch_size: int | None, progress: TextIO | None) -> LakeSummary:
     from streamer.commands.replay import _Progress
 
     bar = _Progress(resume.left(), progress or sys.stderr)
     started = time.monotonic()
-    lake = LakeRun(sink, served, columns, run_id, batch_size or BATCH_SIZE, lambda c: bar.update(c.rows))
+    lake = LakeRun(sink, house.serving, house.columns, run_id, batch_size or BATCH_SIZE, lambda c: bar.update(c.rows))
     counts = lake.run(source, resume)
     bar.close(counts.rows)
     return LakeSummary(verb, run_id, sink.name, resume, counts, time.monotonic() - started)
