@@ -1,0 +1,1 @@
+"""Champion against candidate on a replayed range: both scored, compared, reported and gated."""
