@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 
 from streamer.commands.replay import When, resolve
@@ -27,7 +28,7 @@ from streamer.formats.codec import Codec
 from streamer.kafka import clients
 from streamer.kafka.topics import partitions
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
-from streamer.lake.run import LakeCounts, LakeRun, Source
+from streamer.lake.run import LakeCounts, LakeRun, Predictions, Source
 from streamer.lake.sink import Ranges, Resume, Shard, Sink
 from streamer.model.runner import ModelRunner
 from streamer.pipeline.serving import Serving
@@ -110,14 +111,16 @@ class LakeHouse:
     columns: PredictionColumns
 
 
-def lake_house(cfg: Config, model_path: Path | None = None, model_version: str | None = None) -> LakeHouse:
-    """The house of one run, its model checked as at start-up."""
+def lake_house(cfg: Config, model_path: Path | None = None, model_version: str | None = None, *,
+               key: str = "model.path", like: ModelRunner | None = None) -> LakeHouse:
+    """The house of one run, its model checked as at start-up (refused on ``key``), with
+    ``like``'s signature when given."""
     from streamer.wiring import checked_runner, output_codec, prediction_schema, serving
 
     cfg = replace(cfg, shadow=ShadowConfig(),
                   model=replace(cfg.model, path=model_path or cfg.model.path,
                                 version=model_version or cfg.model.version, reload_check_ms=0))
-    runner = checked_runner(cfg)
+    runner = checked_runner(cfg, model_path, key, like)
     encoder = output_codec(cfg, runner)
     served = serving(cfg, runner, None, encoder)
     if model_version is not None:
@@ -126,15 +129,16 @@ def lake_house(cfg: Config, model_path: Path | None = None, model_version: str |
     return LakeHouse(cfg, runner, served, encoder, columns)
 
 
-def open_sink(cfg: Config, target: Target, columns: PredictionColumns) -> Sink:
+def open_sink(cfg: Config, target: Target, schema: pa.Schema) -> Sink:
+    """The sink of ``target``, for rows of ``schema``."""
     if target.table is not None:
         from streamer.lake.iceberg import IcebergSink
 
-        return IcebergSink(cfg.lake, target.table, columns.schema)
+        return IcebergSink(cfg.lake, target.table, schema)
     from streamer.lake.parquet import ParquetSink
 
     assert target.parquet is not None
-    return ParquetSink(cfg.lake, target.parquet, columns.schema)
+    return ParquetSink(cfg.lake, target.parquet, schema)
 
 
 def replay_plan(cfg: Config, start: When, end: When, shard: Shard) -> Ranges:
@@ -161,7 +165,7 @@ def run_lake_replay(cfg: Config, start: When, end: When, target: Target, *, run_
     cfg = replace(cfg, input=replace(cfg.input, group_id=f"{cfg.input.group_id}.replay.{run_id}"))
     house = lake_house(cfg, model_path, model_version)
     cfg = house.cfg
-    sink = open_sink(cfg, target, house.columns)
+    sink = open_sink(cfg, target, house.columns.schema)
     resume = sink.resume(run_id, shard, replay_plan(cfg, start, end, shard), force)
     stages = Stages.serving(input_codec(cfg), house.encoder, cfg, house.runner)
     return _run("replay", run_id, sink, house, TopicSource(cfg, stages), resume, batch_size, progress)
@@ -180,7 +184,7 @@ def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None 
     validator = EventValidator(cfg.input, contract.n_features, contract, cfg.output.include)
     source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE,
                          ArrowFields.compile(cfg.input, contract, cfg.output.include))
-    sink = open_sink(cfg, target, house.columns)
+    sink = open_sink(cfg, target, house.columns.schema)
     resume = sink.resume(run_id, Shard(), source.plan(), force)
     return _run("score", run_id, sink, house, source, resume, batch_size, progress)
 
@@ -191,7 +195,8 @@ def _run(verb: str, run_id: str, sink: Sink, house: LakeHouse, source: Source, r
 
     bar = _Progress(resume.left(), progress or sys.stderr)
     started = time.monotonic()
-    lake = LakeRun(sink, house.serving, house.columns, run_id, batch_size or BATCH_SIZE, lambda c: bar.update(c.rows))
+    lake = LakeRun(sink, Predictions(house.serving, house.columns, run_id), run_id, batch_size or BATCH_SIZE,
+                   lambda c: bar.update(c.rows))
     counts = lake.run(source, resume)
     bar.close(counts.rows)
     return LakeSummary(verb, run_id, sink.name, resume, counts, time.monotonic() - started)

@@ -2,8 +2,8 @@
 
 One loop for both sources, a topic's range (topic.py) and a table's rows (table.py), on the
 stream's parts: the same decode and validation, the same batcher (its ``max_size`` flush; a run's
-rows never wait on a clock), the same serving (breaker, fallback, the model's version and digest
-in every row). A commit first scores every row read so far, so the range it records is wholly
+rows never wait on a clock), and a scorer: one model's serving (breaker, fallback, the model's
+version and digest in every row), or a champion and a candidate side by side (evaluate/pair.py). A commit first scores every row read so far, so the range it records is wholly
 written: predictions, and rejects (rows that cannot be decoded, validated or scored) with their
 reason and original bytes. A model that cannot score at all fails the run; the same run id
 resumes it from its last commit.
@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import pyarrow as pa
 
 from streamer.lake.columns import PredictionColumns, rejects_table
 from streamer.lake.sink import Position, Ranges, Resume, Sink
@@ -51,19 +53,45 @@ class LakeCounts:
     gone: int = 0
 
 
+class Scorer(Protocol):
+    """Turns a batch of rows into the sink's rows: a table of the rows it scored, and a reject
+    for each row it could not score alone."""
+
+    def warm_up(self) -> None: ...
+
+    def score(self, rows: Rows) -> tuple[pa.Table, list[Reject]]: ...
+
+
+class Predictions:
+    """The lake's scorer: one model's predictions (breaker, the model's version and digest), a
+    row of the prediction schema each."""
+
+    def __init__(self, serving: Serving, columns: PredictionColumns, run_id: str) -> None:
+        self.serving, self.columns, self.run_id = serving, columns, run_id
+
+    def warm_up(self) -> None:
+        self.serving.warm_up()
+
+    def score(self, rows: Rows) -> tuple[pa.Table, list[Reject]]:
+        out = self.serving.score(rows)  # ModelBrokenError: the run fails, resumable
+        stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.run_id, out.degraded, out.digest)
+        _, rows, scores, rejects = without_poison(rows, out.scores, out.poison)
+        return self.columns.table(rows, scores, stamp), rejects
+
+
 class LakeRun:
     """Scores a source into a sink under one run id."""
 
-    def __init__(self, sink: Sink, serving: Serving, columns: PredictionColumns, run_id: str,
+    def __init__(self, sink: Sink, scorer: Scorer, run_id: str,
                  batch_size: int, on_progress: Callable[[LakeCounts], Any] = lambda c: None) -> None:
-        self.sink, self.serving, self.columns, self.run_id = sink, serving, columns, run_id
+        self.sink, self.scorer, self.run_id = sink, scorer, run_id
         self._batcher: MicroBatcher[Rows] = MicroBatcher(batch_size, 1 << 30, join=Rows.join)
         self.counts = LakeCounts()
         self._on_progress = on_progress
 
     def run(self, source: Source, resume: Resume) -> LakeCounts:
         """Read ``source`` from ``resume``'s positions to its bounds, committing as files fill."""
-        self.serving.warm_up()
+        self.scorer.warm_up()
         covered: Ranges = {}
         since = dict(resume.reached)
         for chunk in source.chunks(resume):
@@ -92,12 +120,9 @@ class LakeRun:
 
     def _score(self, batches: list[Batch[Rows]]) -> None:
         for batch in batches:
-            rows = batch.rows
-            out = self.serving.score(rows)  # ModelBrokenError: the run fails, resumable
-            stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.run_id, out.degraded, out.digest)
-            _, rows, scores, rejects = without_poison(rows, out.scores, out.poison)
-            self.sink.write(self.columns.table(rows, scores, stamp), rejects_table(self.run_id, rejects) if rejects else None)
-            self.counts.predictions += len(rows)
+            table, rejects = self.scorer.score(batch.rows)
+            self.sink.write(table, rejects_table(self.run_id, rejects) if rejects else None)
+            self.counts.predictions += table.num_rows
             self.counts.rejects += len(rejects)
 
     def _reject(self, rejects: list[Reject]) -> None:
