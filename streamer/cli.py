@@ -35,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args) if args.command == "replay" else _lake(args)
         if args.command in ("model", "schema"):
             return _model(args)
+        if args.command == "evaluate":
+            return _evaluate(args)
         if args.command in ("produce", "tail"):
             return _files(args)
         if args.command == "check":
@@ -194,6 +196,30 @@ def _replay(args: argparse.Namespace) -> int:
               f"fix the model or the schemas, then run it again with --force", file=sys.stderr)
         return EXIT_CONFIG
     return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streamer.commands.evaluate import Evaluation, Outputs, evaluate, parse_within
+    from streamer.commands.replay import parse_when
+    from streamer.config_file import load_config
+    from streamer.evaluate.labels import LabelsFrom
+
+    labels_from = None
+    if args.labels_from:
+        labels_from = LabelsFrom(args.labels_from, args.labels_key, args.labels_column, args.labels_time,
+                                 parse_within(args.labels_within))
+    cfg = load_config(args.config)
+    start, end = parse_when(args.from_, "--from"), parse_when(args.to or "latest", "--to")
+    ev = Evaluation(Path(args.candidate), start, end, report=Path(args.report) if args.report else None,
+                    candidate_version=args.candidate_version, labels=args.labels, labels_from=labels_from,
+                    threshold=args.threshold, require=args.require,
+                    outputs=Outputs(args.to_topic, args.to_table, args.to_parquet), batch_size=args.batch_size,
+                    min_events=args.min_events, bootstrap=args.bootstrap)
+    result = evaluate(cfg, ev)
+    print("\n".join(result.lines))
+    return result.exit_code
 
 
 def _model(args: argparse.Namespace) -> int:

@@ -153,6 +153,48 @@ def parser() -> argparse.ArgumentParser:
     run_flags(sc)
     sc.add_argument("--batch-size", type=int, help="rows per model call (default 8192)")
 
+    ev = command("evaluate", "prove a candidate model against the champion on a replayed range",
+                 " Reads the range once, in its own consumer group, and scores every batch with the config's "
+                 "model (the champion) and the candidate. Writes both predictions side by side (champion_* and "
+                 "candidate_* columns), a report (report.html, self-contained, and report.json with every figure) "
+                 "and judges --require. Exit 0: every condition holds; 5: one failed or could not be computed "
+                 "(the report is written either way); 2: the candidate cannot serve the config.")
+    ev.add_argument("--config", required=True, help=CONFIG)
+    ev.add_argument("--candidate", required=True, metavar="PATH", help="the candidate's .onnx file")
+    ev.add_argument("--candidate-version", help="the version its predictions carry (default: the file's name)")
+    ev.add_argument("--from", dest="from_", required=True, metavar="WHEN", help="as replay: 7d, an ISO-8601 time, "
+                    "earliest, or partition:offset,...")
+    ev.add_argument("--to", metavar="WHEN", help="same forms (default: the end offsets when the run starts)")
+    known = ev.add_mutually_exclusive_group()
+    known.add_argument("--labels", metavar="FIELD", help="the outcome is this field of the event (0/1, true/false)")
+    known.add_argument("--labels-from", metavar="PATH|TABLE",
+                       help="outcomes from a CSV or Parquet file, a folder, or an Iceberg table of lake.catalog")
+    ev.add_argument("--labels-key", choices=("event_id", "entity_id"),
+                    help="what --labels-from joins on (default: event_id when it has the column)")
+    ev.add_argument("--labels-column", default="label", help="the outcome's column in --labels-from (default label)")
+    ev.add_argument("--labels-time", metavar="COLUMN",
+                    help="on entity_id: the outcome's time; an event takes its entity's first outcome at or "
+                         "after it (default label_time)")
+    ev.add_argument("--labels-within", metavar="DURATION",
+                    help="on entity_id: only an outcome this soon after the event (7d, 12h)")
+    ev.add_argument("--threshold", type=float,
+                    help="a decision is score >= this (default shadow.flip_threshold, 0.5)")
+    ev.add_argument("--require", metavar="CONDITIONS",
+                    help='the gate, e.g. "auc_delta>=-0.005,agreement>=0.99,p99_abs_delta<=0.02" '
+                         "(docs/evaluate.md lists the metrics)")
+    ev.add_argument("--report", metavar="DIR", help="the report's folder (default evaluation-<run id>)")
+    side = ev.add_mutually_exclusive_group()
+    side.add_argument("--to-topic", metavar="TOPIC", help="the side-by-side predictions to this topic "
+                                                          "(made like output.topic when missing)")
+    side.add_argument("--to-table", metavar="NAME", help="... into this Iceberg table of lake.catalog")
+    side.add_argument("--to-parquet", metavar="PATH", help="... into this Parquet dataset (default: "
+                                                           "predictions/ in the report's folder)")
+    ev.add_argument("--batch-size", type=int, help="rows per model call (default batching.max_size, the "
+                                                   "stream's batches: the latency is the stream's)")
+    ev.add_argument("--min-events", type=int, default=100,
+                    help="fewer compared events (or labeled ones) make the metrics missing (default 100)")
+    ev.add_argument("--bootstrap", type=int, default=200, help="resamples of the 95%% intervals (default 200)")
+
     dlq = command("dlq", "read dead letters, or send them back to their input topic")
     dlq_action = actions(dlq, "dlq_command")
     inspect = dlq_action("inspect", "one line per dead letter",

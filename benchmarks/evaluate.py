@@ -1,0 +1,87 @@
+"""Figure (m): the heavy model made INT8, against itself in FP32, proven by `streamer evaluate`.
+
+    python benchmarks/evaluate.py [--events N] [--batch B] [--repeat R]
+
+The heavy model (models/fraud_encoder.onnx, a small transformer encoder) is quantized with
+`streamer model optimize --int8` (dynamic). ``--events`` demo events go to a topic of a broker
+started here, and `streamer evaluate` replays them ``--repeat`` times with the FP32 model as the
+champion and the INT8 file as the candidate, on the stream's batches (``--batch`` rows, the
+example config's 256 by default). Each run times both models' calls on the same batches, so the
+ratio is measured within one run: INT8 events/s over FP32 events/s (rows over the model calls'
+wall time), and CPU per event. The agreement of the two models' decisions (score >= 0.5) and
+the p99 and largest |delta score| come from the same report. Medians over the runs are printed,
+and the last line is the figure. A benchmark, not a test: comparable only within one run on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from throughput import PINNED  # benchmarks/: also puts the project on sys.path
+
+from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events
+from streamer.commands.evaluate import Evaluation, Outputs, evaluate
+from streamer.commands.replay import When
+from streamer.config import LakeConfig
+from streamer.config_check import Location
+from streamer.dev.broker import kafka_cluster
+from streamer.kafka.topics import create_topics
+from streamer.model.optimize import optimize
+from streamer.wiring import input_codec
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ROOT / "models" / "fraud_encoder.onnx"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=100_000, help="events replayed per run (default 100,000)")
+    ap.add_argument("--batch", type=int, default=256, help="rows per model call (default 256, the stream's)")
+    ap.add_argument("--repeat", type=int, default=3, help="evaluate runs; medians are printed (default 3)")
+    args = ap.parse_args()
+    with kafka_cluster() as bootstrap, tempfile.TemporaryDirectory() as scratch:
+        PINNED.client_side()
+        work = Path(scratch)
+        done = optimize(HEAVY, work / "fraud_encoder.int8.onnx", int8=True)
+        base = demo_config(bootstrap, uuid.uuid4().hex[:6], args.batch)
+        cfg = replace(base, model=replace(base.model, path=HEAVY, name="fraud_encoder", providers=("cpu",)),
+                      lake=LakeConfig(warehouse=Location(str(work / "lake"))))
+        create_topics(bootstrap, {cfg.input.topics[0]: 3})
+        produce_events(bootstrap, cfg.input.topics[0],
+                       encoded_events(input_codec(cfg), synthetic_events(args.events, 32, seed=5)))
+        runs = []
+        for i in range(args.repeat):
+            started = time.monotonic()
+            result = evaluate(cfg, Evaluation(done.out, When("earliest"), When("latest"), work / f"report-{i}",
+                                              candidate_version="int8", batch_size=args.batch,
+                                              outputs=Outputs(parquet=str(work / f"sides-{i}"))),
+                              progress=io.StringIO())
+            m = json.loads(Path(result.json).read_text())["metrics"]
+            runs.append(m)
+            print(f"  run {i + 1}: FP32 {m['champion_events_per_s']:,.0f} events/s "
+                  f"({m['champion_cpu_us_per_event']:.1f} us CPU/event, p99 batch {m['champion_p99_batch_ms']:.2f} ms), "
+                  f"INT8 {m['candidate_events_per_s']:,.0f} events/s ({m['candidate_cpu_us_per_event']:.1f} us, "
+                  f"p99 batch {m['candidate_p99_batch_ms']:.2f} ms), {time.monotonic() - started:.0f} s", flush=True)
+
+        def med(key: str) -> float:
+            return statistics.median(r[key] for r in runs)
+
+        last = runs[-1]
+        print(f"heavy model {HEAVY.stat().st_size:,} bytes FP32, {done.out.stat().st_size:,} bytes INT8 (dynamic); "
+              f"{args.events:,} events, batches of {args.batch}, {args.repeat} runs")
+        print(f"(m) INT8 {med('candidate_events_per_s'):,.0f} vs FP32 {med('champion_events_per_s'):,.0f} events/s = "
+              f"{med('speedup'):.2f}x; CPU {med('candidate_cpu_us_per_event'):.1f} vs "
+              f"{med('champion_cpu_us_per_event'):.1f} us/event; agreement {last['agreement']:.4f}, "
+              f"p99 |delta score| {last['p99_abs_delta']:.4f}, max {last['max_abs_delta']:.4f}")
+
+
+if __name__ == "__main__":
+    main()
