@@ -118,7 +118,7 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     cfg = _evaluation_config(cfg, run_id, ev.labels)
     champion = lake_house(cfg)
     candidate = _candidate(cfg, ev, champion.runner)
-    pair = PairColumns(prediction_schema(cfg, champion.runner), champion.runner.contract.output_names())
+    pair = PairColumns(prediction_schema(cfg, champion.runner), champion.runner.contract.output_names)
     threshold = cfg.shadow.flip_threshold if ev.threshold is None else ev.threshold
     scorer = PairScorer(champion.serving, candidate.serving, champion.columns, pair, run_id, threshold,
                         Outcomes(cfg.output.include, ev.labels))

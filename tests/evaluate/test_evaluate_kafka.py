@@ -17,9 +17,9 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from streamer.cli import main
+from streamer.commands.demo import produce_events
 from streamer.commands.evaluate import Evaluation, Outputs, evaluate
 from streamer.commands.replay import When, parse_when
-from streamer.commands.demo import produce_events
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
 from streamer.errors import EXIT_GATE
