@@ -115,13 +115,13 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     started, began = dt.datetime.now(dt.UTC), time.monotonic()
     run_id = new_run_id("eval-" + started.strftime("%Y%m%dT%H%M%S-") + f"{int(time.time_ns()) % 65536:04x}")
     ev = replace(ev, report=ev.report or Path(f"evaluation-{run_id}"))
-    cfg = _evaluation_config(cfg, run_id, ev.labels)
+    cfg = _evaluation_config(cfg, run_id)
     champion = lake_house(cfg)
     candidate = _candidate(cfg, ev, champion.runner)
-    pair = PairColumns(prediction_schema(cfg, champion.runner), champion.runner.contract.output_names)
+    pair = PairColumns(prediction_schema(cfg, champion.runner), [f["name"] for f in champion.runner.contract.avro_fields()])
     threshold = cfg.shadow.flip_threshold if ev.threshold is None else ev.threshold
     scorer = PairScorer(champion.serving, candidate.serving, champion.columns, pair, run_id, threshold,
-                        Outcomes(cfg.output.include, ev.labels))
+                        Outcomes(input_codec(cfg), ev.labels))
     sink = _open_outputs(cfg, ev, pair)
     plan = replay_plan(cfg, ev.start, ev.end, Shard())
     resume = sink.resume(run_id, Shard(), plan, False)
@@ -149,16 +149,10 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     return Result(html, js, lines, EXIT_GATE if failed else 0)
 
 
-def _evaluation_config(cfg: Config, run_id: str, label_field: str | None) -> Config:
-    """The run's config: its own consumer group, no fallback (a degraded score compares nothing),
-    the label field carried as a pass-through field."""
-    include = cfg.output.include
-    if label_field is not None and label_field not in include:
-        include = (*include, label_field)
+def _evaluation_config(cfg: Config, run_id: str) -> Config:
+    """The run's config: its own consumer group, and no fallback (a degraded score compares nothing)."""
     model: ModelConfig = replace(cfg.model, fallback_path=None, fallback_scores=None)
-    return replace(cfg, input=replace(cfg.input, group_id=f"{cfg.input.group_id}.evaluate.{run_id}"),
-                   output=replace(cfg.output, include=include, schema=None if include != cfg.output.include
-                                  else cfg.output.schema), model=model)
+    return replace(cfg, input=replace(cfg.input, group_id=f"{cfg.input.group_id}.evaluate.{run_id}"), model=model)
 
 
 def _candidate(cfg: Config, ev: Evaluation, champion: ModelRunner) -> LakeHouse:

@@ -21,8 +21,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from streamer.errors import ConfigError
 from streamer.evaluate.observations import ModelTiming, Observations
+from streamer.formats.codec import Codec
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
+from streamer.model.contract import field_value
 from streamer.model.outputs import decision_scores
 from streamer.model.signature import Columns
 from streamer.pipeline.isolate import Scored
@@ -71,16 +74,28 @@ def _plain(field: Mapping[str, Any]) -> dict[str, Any]:
 
 class Outcomes:
     """Where a row's outcome is read while it is scored: a field of the event (``--labels FIELD``,
-    carried as an ``output.include`` field), or nowhere (joined from a file afterwards, or none)."""
+    a dotted path), read from the row's original message with the input codec; or nowhere
+    (joined from a file afterwards, or none given)."""
 
-    def __init__(self, include: Sequence[str], field: str | None) -> None:
-        self.index = list(include).index(field) if field is not None else None
+    def __init__(self, codec: Codec | None = None, field: str | None = None) -> None:
+        self.codec, self.field = codec, field
+
+    @property
+    def given(self) -> bool:
+        return self.field is not None
 
     def of(self, rows: Rows) -> np.ndarray | None:
-        if self.index is None:
+        if self.codec is None or self.field is None:
             return None
-        j = self.index
-        return np.array([outcome(row[j]) for row in rows.passthrough or ()], np.float64)
+        out = np.empty(len(rows), np.float64)
+        for i, message in enumerate(rows.source.items):
+            value = field_value(self.codec.decode(message.value()), self.field)
+            try:
+                out[i] = outcome(value)
+            except ValueError as exc:
+                raise ConfigError("--labels", f"the event at {message.topic()}[{message.partition()}] offset "
+                                              f"{message.offset()}: {exc}") from exc
+        return out
 
 
 def outcome(value: Any) -> float:
@@ -166,6 +181,6 @@ class PairScorer:
         times, champion, candidate, field = (np.concatenate(c) for c in zip(*parts, strict=True))
         labels = self._labels or [(np.zeros(0, str), np.zeros(0, str))]
         mine, theirs = (np.concatenate(c) for c in zip(*labels, strict=True))
-        if outcomes is None and self.outcomes.index is not None:
+        if outcomes is None and self.outcomes.given:
             outcomes = field
         return Observations(times, champion, candidate, mine, theirs, outcomes)

@@ -43,6 +43,9 @@ def arrow_type(avro: Any, named: Mapping[str, Any]) -> tuple[pa.DataType, bool]:
     """The Arrow type of an Avro type, and whether it takes null."""
     if isinstance(avro, list):
         branches = [b for b in avro if b != "null"]
+        if len(branches) > 1 and all(b in _PRIMITIVE for b in branches if isinstance(b, str)) \
+                and all(isinstance(b, str) for b in branches):
+            return pa.string(), True  # a JSON event's pass-through field, any primitive: kept as its JSON text
         if len(branches) != 1:
             raise ValueError(f"a union of {branches} has no single column type")
         return arrow_type(branches[0], named)[0], True
@@ -98,7 +101,10 @@ class PredictionColumns:
                 arrays.append(_column(scores.arrays[name], field.type))
             elif name in self._include:
                 j = self._include[name]
-                arrays.append(pa.array([row[j] for row in rows.passthrough or ()], field.type))
+                values = [row[j] for row in rows.passthrough or ()]
+                if field.type == pa.string():
+                    values = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
+                arrays.append(pa.array(values, field.type))
             elif name in values:
                 arrays.append(_column(values[name], field.type, n))
             else:  # a field of a user's schema the prediction leaves to its default

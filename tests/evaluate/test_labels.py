@@ -83,3 +83,12 @@ def test_the_side_by_side_record_holds_each_model_field_twice_and_the_shared_one
         assert f"champion_{field}" in names and f"candidate_{field}" in names and field not in names
     assert "degraded" not in names and names.count("event_time") == 1 and "run_id" in names
     assert pair.schema.names == names
+
+
+def test_a_json_events_pass_through_field_is_a_text_column_of_its_json() -> None:
+    from streamer.lake.columns import arrow_type
+    from streamer.model.prediction_schema import JSON_VALUE
+
+    assert arrow_type(JSON_VALUE, {}) == (pa.string(), True)
+    with pytest.raises(ValueError, match="no single column type"):
+        arrow_type(["null", "string", {"type": "array", "items": "long"}], {})
