@@ -10,7 +10,7 @@ parent's digest and file name and the options, so a candidate names its parent.
 
 A quick look follows: the candidate and its parent score the same rows (the calibration rows, or
 random ones of the model's input shape) and the largest difference of each output is printed.
-It is a smoke test: the proof is both models' scores on the same history (docs/model.md).
+It is a smoke test: the proof is both models' scores on the same history (`streamer evaluate`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class Optimized:
         return [f"wrote {self.out} ({self.out.stat().st_size:,} bytes): {json.dumps(self.options, sort_keys=True)}, "
                 f"parent digest {self.parent_digest}",
                 f"largest |candidate - parent| on {self.rows} rows: {deltas}",
-                "a smoke test: prove it on history before it serves (docs/model.md, Optimized candidates)"]
+                f"a smoke test: prove it on history before it serves: streamer evaluate --config FILE "
+                f"--candidate {self.out} --from 7d --require \"agreement>=0.99,p99_abs_delta<=0.02\""]
 
 
 def optimize(path: Path, out: Path, *, level: str = "extended", int8: bool = False,
