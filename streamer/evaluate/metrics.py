@@ -160,15 +160,25 @@ def _codes(labels: np.ndarray) -> tuple[list[str], np.ndarray]:
 
 def _histograms(champion: np.ndarray, candidate: np.ndarray) -> dict[str, Histogram]:
     """The signed delta's histogram and both score distributions over shared edges."""
-    counts, edges = np.histogram(candidate - champion, bins=HISTOGRAM_BINS)
-    low, high = float(min(champion.min(), candidate.min())), float(max(champion.max(), candidate.max()))
-    shared = np.histogram_bin_edges(np.r_[low, high], bins=HISTOGRAM_BINS)
+    delta = candidate - champion
+    counts, edges = np.histogram(delta, bins=_edges(float(delta.min()), float(delta.max())))
+    shared = _edges(float(min(champion.min(), candidate.min())), float(max(champion.max(), candidate.max())))
     return {
         "delta": Histogram(tuple(float(e) for e in edges), {"delta": tuple(int(c) for c in counts)}),
         "scores": Histogram(tuple(float(e) for e in shared), {
             side: tuple(int(c) for c in np.histogram(scores, bins=shared)[0])
             for side, scores in zip(SIDES, (champion, candidate))}),
     }
+
+
+def _edges(low: float, high: float) -> np.ndarray:
+    """:data:`HISTOGRAM_BINS` equal bins from low to high, widened around a range too narrow to
+    split (a constant delta of 0.01 has max - min at rounding's scale)."""
+    floor = 1e-6 * max(1.0, abs(low), abs(high))
+    if high - low < floor:
+        middle = (low + high) / 2
+        low, high = middle - floor / 2, middle + floor / 2
+    return np.linspace(low, high, HISTOGRAM_BINS + 1)
 
 
 def _timing(timings: tuple[ModelTiming, ModelTiming]) -> tuple[dict[str, float], dict[str, str]]:
