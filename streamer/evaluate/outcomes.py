@@ -64,7 +64,7 @@ def measure(obs: Observations, threshold: float, blocked: str | None, *, bootstr
     for name in paired.NAMES:
         bounds = paired.interval(deltas[name]) if name in deltas else None
         if bounds is None:
-            why = "no bootstrap resample (--bootstrap 0)" if not deltas else "no resample held both classes"
+            why = "no bootstrap resamples were asked for (bootstrap = 0)" if not deltas else "no resample held both classes"
             missing[f"{name}_delta_low"] = missing[f"{name}_delta_high"] = why
         else:
             metrics[f"{name}_delta_low"], metrics[f"{name}_delta_high"] = bounds
