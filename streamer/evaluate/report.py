@@ -21,6 +21,8 @@ from streamer.evaluate.figures import OUTCOME_NAMES, SIDES, Summary
 from streamer.evaluate.gate import Verdict
 from streamer.evaluate.observations import Run
 
+COUNTS = ("events", "labeled")  # whole numbers in report.json
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; margin-top: 2em; }
@@ -58,7 +60,7 @@ def as_json(summary: Summary, run: Run, verdicts: Sequence[Verdict]) -> dict[str
     """The report's JSON document, in a fixed key order."""
     return _clean({
         "run": run,
-        "metrics": summary.metrics,
+        "metrics": {k: int(v) if k in COUNTS else v for k, v in summary.metrics.items()},
         "missing": summary.missing,
         "gate": [{"condition": str(v.condition), "metric": v.condition.metric, "op": v.condition.op,
                   "bound": v.condition.bound, "value": v.value, "passed": v.passed, "message": v.message}
@@ -99,8 +101,9 @@ def _metric_rows(summary: Summary, names: Sequence[tuple[str, str]]) -> list[lis
 
 def as_html(summary: Summary, run: Run, verdicts: Sequence[Verdict]) -> str:
     """The report as one self-contained HTML page."""
-    parts = [f"<h1>Evaluation {escape(run.run_id)}: {escape(run.candidate.name)} {escape(run.candidate.version)} "
-             f"against {escape(run.champion.name)} {escape(run.champion.version)}</h1>", _header(run)]
+    parts = [f"<h1>Evaluation {escape(run.run_id)}: candidate {escape(run.candidate.name)} version "
+             f"{escape(run.candidate.version)} against champion {escape(run.champion.name)} version "
+             f"{escape(run.champion.version)}</h1>", _header(run)]
     if verdicts:
         parts.append(_gate(verdicts))
     parts += [_agreement(summary), _deltas(summary), _outcomes(summary), _timing(summary)]
