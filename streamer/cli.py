@@ -199,8 +199,13 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    import importlib.util
     from pathlib import Path
 
+    missing = [m for m in ("sklearn", "matplotlib", "pyarrow") if importlib.util.find_spec(m) is None]
+    if missing:  # an optional extra: the streaming image leaves it out
+        raise ConfigError("evaluate", f"needs the eval extra, pip install 'streamer[eval]' ({', '.join(missing)} "
+                                      "not installed)")
     from streamer.commands.evaluate import Evaluation, Outputs, evaluate, parse_within
     from streamer.commands.replay import parse_when
     from streamer.config_file import load_config

@@ -17,6 +17,7 @@ EXIT_CONFIG = 2  # usage or config error: restarting cannot help until the confi
 EXIT_FATAL = 3  # a runtime error that ends the process (fenced, fatal client error, broker away
 #                 past the start-up wait): restart it; nothing past the last commit is lost
 EXIT_WORKERS = 4  # `run --workers N`: workers kept dying and the supervisor gave up
+EXIT_GATE = 5  # `evaluate --require`: a condition failed or could not be computed; the report is written
 EXIT_WATCHDOG = 70  # a Kafka call blocked past its deadline (kafka/watchdog.py): restart it
 
 

@@ -24,7 +24,7 @@ from streamer.commands.lake import LakeHouse, Target, lake_house, new_run_id, op
 from streamer.commands.replay import When
 from streamer.config import Config, ModelConfig
 from streamer.errors import EXIT_GATE, ConfigError
-from streamer.evaluate.labels import LabelsFrom
+from streamer.evaluate.labels import Known, LabelsFrom
 from streamer.evaluate.observations import ModelInfo, Run
 from streamer.evaluate.pair import PairColumns
 from streamer.lake.sink import Ranges, Shard, Sink
@@ -116,12 +116,13 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     run_id = new_run_id("eval-" + started.strftime("%Y%m%dT%H%M%S-") + f"{int(time.time_ns()) % 65536:04x}")
     ev = replace(ev, report=ev.report or Path(f"evaluation-{run_id}"))
     cfg = _evaluation_config(cfg, run_id)
+    known = _labels(cfg, ev.labels_from)  # a labels source that cannot join is refused before the replay
     champion = lake_house(cfg)
     candidate = _candidate(cfg, ev, champion.runner)
     pair = PairColumns(prediction_schema(cfg, champion.runner), [f["name"] for f in champion.runner.contract.avro_fields()])
     threshold = cfg.shadow.flip_threshold if ev.threshold is None else ev.threshold
     scorer = PairScorer(champion.serving, candidate.serving, champion.columns, pair, run_id, threshold,
-                        Outcomes(input_codec(cfg), ev.labels))
+                        Outcomes(input_codec(cfg), ev.labels), None if known is None else known.key)
     sink = _open_outputs(cfg, ev, pair)
     plan = replay_plan(cfg, ev.start, ev.end, Shard())
     resume = sink.resume(run_id, Shard(), plan, False)
@@ -131,8 +132,10 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     counts = LakeRun(sink, scorer, run_id, batch, lambda c: bar.update(c.rows)).run(TopicSource(cfg, stages), resume)
     bar.close(counts.rows)
 
-    outcomes, labels_text = _outcomes(cfg, ev, scorer)
-    obs = scorer.observations(outcomes)
+    obs = scorer.observations()
+    if known is not None:
+        obs = scorer.observations(known.join(scorer.ids, obs.event_time_ms))
+    labels_text = known.how if known is not None else (f"the event field {ev.labels!r}" if ev.labels else None)
     summary = summarize(obs, scorer.timings, threshold, bootstrap=ev.bootstrap, min_events=ev.min_events)
     verdicts = check(conditions, summary)
     facts = Run(run_id, _info(champion, cfg.model.path), _info(candidate, ev.candidate), _range_text(plan, obs),
@@ -183,17 +186,12 @@ def _open_outputs(cfg: Config, ev: Evaluation, pair: PairColumns) -> Sink:
     return open_sink(cfg, target, pair.schema)
 
 
-def _outcomes(cfg: Config, ev: Evaluation, scorer: Any) -> tuple[Any, str | None]:
-    if ev.labels is not None:
-        return None, f"the event field {ev.labels!r}"
-    if ev.labels_from is None:
-        return None, None
+def _labels(cfg: Config, spec: LabelsFrom | None) -> Known | None:
+    if spec is None:
+        return None
     from streamer.evaluate import labels
 
-    obs = scorer.observations()
-    joined, how = labels.join(ev.labels_from, labels.read(cfg.lake, ev.labels_from), scorer.event_ids,
-                              scorer.entity_ids, obs.event_time_ms)
-    return joined, how
+    return labels.prepare(spec, labels.read(cfg.lake, spec))
 
 
 def _info(house: LakeHouse, path: Path) -> ModelInfo:

@@ -84,9 +84,33 @@ def read(lake: LakeConfig, spec: LabelsFrom) -> pa.Table:
                                            f"catalog ({exc})") from exc
 
 
-def join(spec: LabelsFrom, table: pa.Table, event_ids: Sequence[str], entity_ids: Sequence[str],
-         event_times_ms: np.ndarray) -> tuple[np.ndarray, str]:
-    """Each event's outcome (NaN: none known) and how the join was made, in words."""
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A labels source read and checked before the run: which key the events are joined on, and
+    each key's outcomes (with their times, on ``entity_id``)."""
+
+    spec: LabelsFrom
+    key: str  # event_id | entity_id
+    keys: list[str | None]
+    values: np.ndarray  # float64 0/1
+    times_ms: np.ndarray | None  # on entity_id: each outcome's time
+    time_column: str | None
+
+    @property
+    def how(self) -> str:
+        return self.spec.describe(self.key if self.time_column is None else f"entity_id and {self.time_column}")
+
+    def join(self, ids: Sequence[str], event_times_ms: np.ndarray) -> np.ndarray:
+        """Each event's outcome (NaN: none known), by its ``key``'s id and its time."""
+        if self.times_ms is None:
+            known = dict(zip(self.keys, self.values, strict=True))  # the last outcome of an id wins
+            return np.array([known.get(e, np.nan) for e in ids], np.float64)
+        return _as_of(self.keys, self.times_ms, self.values, ids, event_times_ms, self.spec.within_ms)
+
+
+def prepare(spec: LabelsFrom, table: pa.Table) -> Known:
+    """The source's outcomes, checked: the key and outcome columns exist, the values are outcomes,
+    an ``entity_id`` join has a time."""
     names = set(table.column_names)
     key = spec.key or ("event_id" if "event_id" in names else "entity_id")
     missing = [c for c in (key, spec.column) if c not in names]
@@ -96,14 +120,19 @@ def join(spec: LabelsFrom, table: pa.Table, event_ids: Sequence[str], entity_ids
     keys = [None if k is None else str(k) for k in table.column(key).to_pylist()]
     values = np.array([_outcome(v) for v in table.column(spec.column).to_pylist()], np.float64)
     if key == "event_id":
-        known = dict(zip(keys, values, strict=True))  # the last outcome of an id wins
-        return np.array([known.get(e, np.nan) for e in event_ids], np.float64), spec.describe(key)
+        return Known(spec, key, keys, values, None, None)
     time = spec.time or ("label_time" if "label_time" in names else None)
     if time is None or time not in names:
         raise ConfigError("--labels-time", f"joining on entity_id needs the outcome's time: {spec.location} "
                                            f"has no column {time or 'label_time'!r}")
-    return _as_of(keys, _millis(table.column(time)), values, entity_ids, event_times_ms, spec.within_ms), \
-        spec.describe(f"entity_id and {time}")
+    return Known(spec, key, keys, values, _millis(table.column(time)), time)
+
+
+def join(spec: LabelsFrom, table: pa.Table, event_ids: Sequence[str], entity_ids: Sequence[str],
+         event_times_ms: np.ndarray) -> tuple[np.ndarray, str]:
+    """Each event's outcome (NaN: none known) and how the join was made, in words."""
+    known = prepare(spec, table)
+    return known.join(event_ids if known.key == "event_id" else entity_ids, event_times_ms), known.how
 
 
 def _as_of(keys: list[str | None], times: np.ndarray, values: np.ndarray, entity_ids: Sequence[str],

@@ -120,7 +120,7 @@ class PairScorer:
     """Scores each batch with both models into one side-by-side table; keeps what the report needs."""
 
     def __init__(self, champion: Serving, candidate: Serving, columns: PredictionColumns,
-                 pair: PairColumns, run_id: str, threshold: float, outcomes: Outcomes,
+                 pair: PairColumns, run_id: str, threshold: float, outcomes: Outcomes, keep_ids: str | None = None,
                  clock: Callable[[], float] = time.perf_counter, cpu: Callable[[], float] = time.process_time) -> None:
         self.sides = (champion, candidate)
         self.columns, self.pair, self.run_id, self.threshold = columns, pair, run_id, threshold
@@ -129,8 +129,8 @@ class PairScorer:
         self._clock, self._cpu = clock, cpu
         self._parts: list[tuple[np.ndarray, ...]] = []
         self._labels: list[tuple[np.ndarray, np.ndarray]] = []
-        self.event_ids: list[str] = []
-        self.entity_ids: list[str] = []
+        self.keep_ids = keep_ids  # event_id | entity_id: kept to join outcomes by afterwards; None: none kept
+        self.ids: list[str] = []
 
     def warm_up(self) -> None:
         for serving in self.sides:
@@ -164,22 +164,22 @@ class PairScorer:
         self._parts.append((rows.event_times.astype(np.int64), *decisions,
                             out if out is not None else np.full(len(rows), np.nan)))
         self._labels.append((labels[0], labels[1]))
-        self.event_ids.extend(rows.event_ids)
-        self.entity_ids.extend(rows.entity_ids)
+        if self.keep_ids is not None:
+            self.ids.extend(rows.event_ids if self.keep_ids == "event_id" else rows.entity_ids)
 
     def _label(self, scores: Columns, decision: np.ndarray) -> np.ndarray:
         """A model's label: its first label output (one value per row, not a float), else its
-        decision score against the threshold."""
+        decision score against the threshold (1 or 0)."""
         for col in scores.arrays.values():
             if col.ndim == 1 and col.dtype.kind != "f":
-                return col.astype(str)
-        return np.where(decision >= self.threshold, "1", "0")
+                return col
+        return (decision >= self.threshold).astype(np.int8)
 
     def observations(self, outcomes: np.ndarray | None = None) -> Observations:
         """Every compared row; ``outcomes`` (joined afterwards, in row order) replace the field's."""
         parts = self._parts or [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0))]
         times, champion, candidate, field = (np.concatenate(c) for c in zip(*parts, strict=True))
-        labels = self._labels or [(np.zeros(0, str), np.zeros(0, str))]
+        labels = self._labels or [(np.zeros(0, np.int8), np.zeros(0, np.int8))]
         mine, theirs = (np.concatenate(c) for c in zip(*labels, strict=True))
         if outcomes is None and self.outcomes.given:
             outcomes = field

@@ -101,10 +101,10 @@ class PredictionColumns:
                 arrays.append(_column(scores.arrays[name], field.type))
             elif name in self._include:
                 j = self._include[name]
-                values = [row[j] for row in rows.passthrough or ()]
+                passed = [row[j] for row in rows.passthrough or ()]
                 if field.type == pa.string():
-                    values = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
-                arrays.append(pa.array(values, field.type))
+                    passed = [v if v is None or isinstance(v, str) else json.dumps(v) for v in passed]
+                arrays.append(pa.array(passed, field.type))
             elif name in values:
                 arrays.append(_column(values[name], field.type, n))
             else:  # a field of a user's schema the prediction leaves to its default
