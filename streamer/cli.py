@@ -211,9 +211,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     from streamer.config_file import load_config
     from streamer.evaluate.labels import LabelsFrom
 
+    given = [flag for flag, value in (("--labels-key", args.labels_key), ("--labels-column", args.labels_column),
+                                      ("--labels-time", args.labels_time), ("--labels-within", args.labels_within))
+             if value is not None]
+    if given and not args.labels_from:
+        raise ConfigError(given[0], "shapes the join of --labels-from; give --labels-from PATH|TABLE too")
     labels_from = None
     if args.labels_from:
-        labels_from = LabelsFrom(args.labels_from, args.labels_key, args.labels_column, args.labels_time,
+        labels_from = LabelsFrom(args.labels_from, args.labels_key, args.labels_column or "label", args.labels_time,
                                  parse_within(args.labels_within))
     cfg = load_config(args.config)
     start, end = parse_when(args.from_, "--from"), parse_when(args.to or "latest", "--to")

@@ -171,10 +171,10 @@ def parser() -> argparse.ArgumentParser:
                        help="outcomes from a CSV or Parquet file, a folder, or an Iceberg table of lake.catalog")
     ev.add_argument("--labels-key", choices=("event_id", "entity_id"),
                     help="what --labels-from joins on (default: event_id when it has the column)")
-    ev.add_argument("--labels-column", default="label", help="the outcome's column in --labels-from (default label)")
+    ev.add_argument("--labels-column", help="the outcome's column in --labels-from (default label)")
     ev.add_argument("--labels-time", metavar="COLUMN",
-                    help="on entity_id: the outcome's time; an event takes its entity's first outcome at or "
-                         "after it (default label_time)")
+                    help="on entity_id: the outcome's time (a timestamp, a date, or ms since the epoch); an event "
+                         "takes its entity's first outcome at or after it (default label_time)")
     ev.add_argument("--labels-within", metavar="DURATION",
                     help="on entity_id: only an outcome this soon after the event (7d, 12h)")
     ev.add_argument("--threshold", type=float,

@@ -144,6 +144,11 @@ class TransientInferenceError(InferenceError):
     """A failure that says nothing about the rows (out of device memory, a timeout): retry it."""
 
 
+class CandidateFailedError(StreamerError):
+    """``streamer evaluate``: the candidate failed most of a batch, or whole batches; the report
+    covers what was compared before it, and the gate fails with this reason (exit 5)."""
+
+
 class ModelBrokenError(InferenceError):
     """Most of a batch, or a run of whole batches, failed: the model is at fault, not the rows.
 

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from streamer.commands.lake import LakeHouse, Target, lake_house, new_run_id, open_sink, replay_plan
 from streamer.commands.replay import When
 from streamer.config import Config, ModelConfig
-from streamer.errors import EXIT_GATE, ConfigError
+from streamer.errors import EXIT_GATE, CandidateFailedError, ConfigError
 from streamer.evaluate.labels import Known, LabelsFrom
 from streamer.evaluate.observations import ModelInfo, Run
 from streamer.evaluate.pair import PairColumns
@@ -101,10 +101,11 @@ def parse_within(text: str | None) -> int | None:
 
 def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Result:
     """Score ``ev``'s range with the champion and the candidate, write both, report, and judge the gate."""
-    from streamer.commands.replay import _Progress
+    from streamer.commands.replay import Progress
     from streamer.evaluate.gate import check, parse_require
+    from streamer.evaluate.labels import Outcomes
     from streamer.evaluate.metrics import summarize
-    from streamer.evaluate.pair import Outcomes, PairScorer
+    from streamer.evaluate.pair import PairScorer
     from streamer.evaluate.report import write_report
     from streamer.lake.run import LakeRun
     from streamer.lake.topic import TopicSource
@@ -119,7 +120,8 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     known = _labels(cfg, ev.labels_from)  # a labels source that cannot join is refused before the replay
     champion = lake_house(cfg)
     candidate = _candidate(cfg, ev, champion.runner)
-    pair = PairColumns(prediction_schema(cfg, champion.runner), [f["name"] for f in champion.runner.contract.avro_fields()])
+    fields = [f["name"] for f in champion.runner.contract.avro_fields()]
+    pair = PairColumns(prediction_schema(cfg, champion.runner), fields)
     threshold = cfg.shadow.flip_threshold if ev.threshold is None else ev.threshold
     scorer = PairScorer(champion.serving, candidate.serving, champion.columns, pair, run_id, threshold,
                         Outcomes(input_codec(cfg), ev.labels), None if known is None else known.key)
@@ -127,20 +129,24 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     plan = replay_plan(cfg, ev.start, ev.end, Shard())
     resume = sink.resume(run_id, Shard(), plan, False)
     stages = Stages.serving(input_codec(cfg), champion.encoder, cfg, champion.runner)
-    bar = _Progress(resume.left(), progress or sys.stderr)
-    batch = ev.batch_size or cfg.batching.max_size
-    counts = LakeRun(sink, scorer, run_id, batch, lambda c: bar.update(c.rows)).run(TopicSource(cfg, stages), resume)
+    bar = Progress(resume.left(), progress or sys.stderr)
+    lake = LakeRun(sink, scorer, run_id, ev.batch_size or cfg.batching.max_size, lambda c: bar.update(c.rows))
+    stopped = None
+    try:
+        counts = lake.run(TopicSource(cfg, stages), resume)
+    except CandidateFailedError as exc:  # reported, and the gate fails: a broken candidate is a refused one
+        stopped, counts = str(exc), lake.counts
     bar.close(counts.rows)
 
     obs = scorer.observations()
     if known is not None:
         obs = scorer.observations(known.join(scorer.ids, obs.event_time_ms))
-    labels_text = known.how if known is not None else (f"the event field {ev.labels!r}" if ev.labels else None)
+    labels_text = known.how if known is not None else scorer.outcomes.describe()
     summary = summarize(obs, scorer.timings, threshold, bootstrap=ev.bootstrap, min_events=ev.min_events)
     verdicts = check(conditions, summary)
     facts = Run(run_id, _info(champion, cfg.model.path), _info(candidate, ev.candidate), _range_text(plan, obs),
                 threshold, labels_text, counts.rejects, sink.name, started.isoformat(timespec="seconds"),
-                time.monotonic() - began)
+                time.monotonic() - began, stopped)
     assert ev.report is not None
     html, js = write_report(summary, facts, verdicts, ev.report)
     failed = [v for v in verdicts if not v.passed]
@@ -149,7 +155,9 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
              *_headline(summary.metrics),
              f"report: {html} (and {js.name})"]
     lines += [("FAILED " if not v.passed else "ok     ") + v.message for v in verdicts]
-    return Result(html, js, lines, EXIT_GATE if failed else 0)
+    if stopped:
+        lines.append(f"FAILED {stopped}")
+    return Result(html, js, lines, EXIT_GATE if failed or stopped else 0)
 
 
 def _evaluation_config(cfg: Config, run_id: str) -> Config:

@@ -191,9 +191,9 @@ def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None 
 
 def _run(verb: str, run_id: str, sink: Sink, house: LakeHouse, source: Source, resume: Resume,
          batch_size: int | None, progress: TextIO | None) -> LakeSummary:
-    from streamer.commands.replay import _Progress
+    from streamer.commands.replay import Progress
 
-    bar = _Progress(resume.left(), progress or sys.stderr)
+    bar = Progress(resume.left(), progress or sys.stderr)
     started = time.monotonic()
     lake = LakeRun(sink, Predictions(house.serving, house.columns, run_id), run_id, batch_size or BATCH_SIZE,
                    lambda c: bar.update(c.rows))

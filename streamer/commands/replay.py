@@ -198,7 +198,7 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
     meta = {tp: json.dumps({"run": run_id, "end": e}) for tp, (_, e) in bounds.items()}
     processor = build_processor(rcfg, scope=Scope(bounds, run_id, meta.__getitem__),
                                 model_version=model_version)  # the label asked for, verbatim
-    bar = _Progress(total, progress or sys.stderr)
+    bar = Progress(total, progress or sys.stderr)
     started = time.monotonic()
     processor.run(until=lambda s: bar.update(s.outputs))
     bar.close(processor.stats.outputs)
@@ -240,7 +240,7 @@ def _metadata(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-class _Progress:
+class Progress:
     """A progress bar on a terminal; a log line every few seconds elsewhere."""
 
     def __init__(self, total: int, stream: TextIO) -> None:

@@ -9,7 +9,9 @@ Metric names (delta = candidate - champion):
   and recall: ``champion_<m>``, ``candidate_<m>``, ``<m>_delta``, ``<m>_delta_low``,
   ``<m>_delta_high`` (a paired bootstrap 95% interval);
 - timing, for each side: ``<side>_events_per_s``, ``<side>_p50_batch_ms``, ``<side>_p99_batch_ms``,
-  ``<side>_cpu_us_per_event``; and ``speedup`` (candidate events/s over the champion's).
+  ``<side>_cpu_us_per_event`` (the process's CPU time during its calls), ``<side>_failed`` (rows it
+  failed on alone or scored with a number that is not finite: left out of the comparison); and
+  ``speedup`` (candidate events/s over the champion's).
 
 Nothing here needs scikit-learn: the gate reads this vocabulary before anything is scored.
 """
@@ -25,7 +27,8 @@ OUTCOME_METRICS = ("labeled", "labeled_fraction") + tuple(
     name for m in OUTCOME_NAMES
     for name in (f"champion_{m}", f"candidate_{m}", f"{m}_delta", f"{m}_delta_low", f"{m}_delta_high"))
 TIMING_METRICS = tuple(f"{side}_{m}" for side in SIDES
-                       for m in ("events_per_s", "p50_batch_ms", "p99_batch_ms", "cpu_us_per_event")) + ("speedup",)
+                       for m in ("events_per_s", "p50_batch_ms", "p99_batch_ms", "cpu_us_per_event", "failed")) \
+    + ("speedup",)
 METRICS = ("events",) + SCORE_METRICS + OUTCOME_METRICS + TIMING_METRICS
 
 

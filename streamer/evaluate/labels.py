@@ -1,23 +1,32 @@
-"""Outcomes known after the events, joined to the evaluated rows: ``--labels-from PATH|TABLE``.
+"""An evaluation's outcomes: a field of each event (``--labels FIELD``), or joined afterwards from a
+labels source (``--labels-from PATH|TABLE``).
+
+An outcome is 0/1 or true/false, as a number, a boolean or text. A null, an empty text or a
+value that is neither (``2``, ``"fraud"``) leaves its event unlabeled: counted, never guessed.
 
 A labels source is a CSV file, a Parquet file or folder (local or ``s3://``), or an Iceberg
 table of the lake's catalog. It holds a key column, ``event_id`` or ``entity_id``, an outcome
-column (``label`` by default: 0/1 or true/false) and, for an ``entity_id`` key, the outcome's time.
+column (``label`` by default) and, for an ``entity_id`` key, the outcome's time: a timestamp, a
+date, or a number of milliseconds since the epoch. Rows with a null key, outcome or time say
+nothing and are left out.
 
 - On ``event_id``: an event takes the outcome of its id (the last one, when the source repeats it).
 - On ``entity_id``: an event takes the first outcome of its entity at or after the event's time
   (what happened after the event: a churn, a chargeback), within ``--labels-within`` when given.
 
-An event with no outcome keeps NaN: it is counted as unlabeled, never guessed.
-
 Worked example: a churn table ``entity_id, label, label_time`` with ``acct-7, 1, 2026-11-20``
 labels acct-7's events of 2026-11-01..2026-11-20 with 1; with ``--labels-within 7d``, only
-those of 2026-11-13 on.
+those from 2026-11-13 on.
+
+The field of ``--labels`` is read from each row's original message with the input codec (a
+second decode, of the labeled runs only), because the outcome field is often named like a
+prediction field (``label``) and so cannot travel as an ``output.include`` field.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +37,70 @@ import pyarrow as pa
 
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError
-from streamer.evaluate.pair import outcome
+from streamer.formats.codec import Codec
+from streamer.model.contract import field_value
+from streamer.pipeline.records import Rows
 
+log = logging.getLogger(__name__)
 KEYS = ("event_id", "entity_id")
+
+
+def outcome(value: Any) -> float:
+    """An outcome as 1.0 (positive), 0.0, or NaN (unknown); ValueError for a value that is no outcome."""
+    if value is None:
+        return np.nan
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float) and value in (0, 1):
+        return float(value)
+    if isinstance(value, float) and np.isnan(value):
+        return np.nan
+    text = str(value).strip().lower()
+    if text in ("1", "true", "1.0"):
+        return 1.0
+    if text in ("0", "false", "0.0"):
+        return 0.0
+    if text == "":
+        return np.nan
+    raise ValueError(f"an outcome is 0/1 or true/false, got {value!r}")
+
+
+class Outcomes:
+    """Each scored row's outcome from its event's field (``--labels FIELD``, a dotted path), or
+    nothing (none given, or joined from a source afterwards). Values that are no outcome are
+    counted in :attr:`unreadable` and leave the event unlabeled."""
+
+    def __init__(self, codec: Codec | None = None, field: str | None = None) -> None:
+        self.codec, self.field = codec, field
+        self.unreadable = 0
+        self._example: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.field is not None
+
+    def of(self, rows: Rows) -> np.ndarray | None:
+        if self.codec is None or self.field is None:
+            return None
+        out = np.empty(len(rows), np.float64)
+        for i, message in enumerate(rows.source.items):
+            value = field_value(self.codec.decode(message.value()), self.field)
+            try:
+                out[i] = outcome(value)
+            except ValueError as exc:
+                out[i] = np.nan
+                self.unreadable += 1
+                if self._example is None:
+                    self._example = f"{message.topic()}[{message.partition()}] offset {message.offset()}: {exc}"
+                    log.warning("--labels %s: %s; such events are counted as unlabeled", self.field, self._example)
+        return out
+
+    def describe(self) -> str | None:
+        if self.field is None:
+            return None
+        bad = f"; {self.unreadable:,} values that are no outcome left unlabeled (first: {self._example})" \
+            if self.unreadable else ""
+        return f"the event field {self.field!r}{bad}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +117,6 @@ class LabelsFrom:
     def __post_init__(self) -> None:
         if self.key is not None and self.key not in KEYS:
             raise ConfigError("--labels-key", f"{self.key!r}: one of {', '.join(KEYS)}")
-
-    def describe(self, key: str) -> str:
-        return f"{self.location}, column {self.column!r}, joined on {key}"
 
 
 def read(lake: LakeConfig, spec: LabelsFrom) -> pa.Table:
@@ -91,60 +158,63 @@ class Known:
 
     spec: LabelsFrom
     key: str  # event_id | entity_id
-    keys: list[str | None]
+    keys: list[str]
     values: np.ndarray  # float64 0/1
     times_ms: np.ndarray | None  # on entity_id: each outcome's time
     time_column: str | None
+    left_out: int  # rows of the source with a null key, outcome or time, or a value that is no outcome
 
     @property
     def how(self) -> str:
-        return self.spec.describe(self.key if self.time_column is None else f"entity_id and {self.time_column}")
+        on = self.key if self.time_column is None else f"entity_id and {self.time_column}"
+        within = "" if self.spec.within_ms is None else f" within {self.spec.within_ms / 3_600_000:g} h"
+        dropped = f"; {self.left_out:,} of its rows say nothing (null or no outcome)" if self.left_out else ""
+        return f"{self.spec.location}, column {self.spec.column!r}, joined on {on}{within}{dropped}"
 
     def join(self, ids: Sequence[str], event_times_ms: np.ndarray) -> np.ndarray:
         """Each event's outcome (NaN: none known), by its ``key``'s id and its time."""
         if self.times_ms is None:
-            known = dict(zip(self.keys, self.values, strict=True))  # the last outcome of an id wins
+            known = dict(zip(self.keys, self.values.tolist(), strict=True))  # the last outcome of an id wins
             return np.array([known.get(e, np.nan) for e in ids], np.float64)
         return _as_of(self.keys, self.times_ms, self.values, ids, event_times_ms, self.spec.within_ms)
 
 
 def prepare(spec: LabelsFrom, table: pa.Table) -> Known:
-    """The source's outcomes, checked: the key and outcome columns exist, the values are outcomes,
-    an ``entity_id`` join has a time."""
+    """The source's outcomes, checked: the key and outcome columns exist, an ``entity_id`` join
+    has a time, ``--labels-within`` is for that join."""
     names = set(table.column_names)
     key = spec.key or ("event_id" if "event_id" in names else "entity_id")
     missing = [c for c in (key, spec.column) if c not in names]
     if missing:
         raise ConfigError("--labels-from", f"{spec.location} has no column {missing[0]!r} (it has "
                                            f"{', '.join(table.column_names)})")
-    keys = [None if k is None else str(k) for k in table.column(key).to_pylist()]
+    keys = table.column(key).to_pylist()
     values = np.array([_outcome(v) for v in table.column(spec.column).to_pylist()], np.float64)
+    said = np.array([k is not None for k in keys]) & ~np.isnan(values)
+    times, time = None, None
     if key == "event_id":
-        return Known(spec, key, keys, values, None, None)
-    time = spec.time or ("label_time" if "label_time" in names else None)
-    if time is None or time not in names:
-        raise ConfigError("--labels-time", f"joining on entity_id needs the outcome's time: {spec.location} "
-                                           f"has no column {time or 'label_time'!r}")
-    return Known(spec, key, keys, values, _millis(table.column(time)), time)
+        if spec.within_ms is not None:
+            raise ConfigError("--labels-within", "bounds an entity_id join; this one is on event_id")
+    else:
+        time = spec.time or ("label_time" if "label_time" in names else None)
+        if time is None or time not in names:
+            raise ConfigError("--labels-time", f"joining on entity_id needs the outcome's time: {spec.location} "
+                                               f"has no column {time or 'label_time'!r}")
+        times, known_time = _millis(table.column(time), time)
+        said &= known_time
+    kept = np.flatnonzero(said)
+    return Known(spec, key, [str(keys[i]) for i in kept], values[kept], None if times is None else times[kept],
+                 time, int(len(keys) - len(kept)))
 
 
-def join(spec: LabelsFrom, table: pa.Table, event_ids: Sequence[str], entity_ids: Sequence[str],
-         event_times_ms: np.ndarray) -> tuple[np.ndarray, str]:
-    """Each event's outcome (NaN: none known) and how the join was made, in words."""
-    known = prepare(spec, table)
-    return known.join(event_ids if known.key == "event_id" else entity_ids, event_times_ms), known.how
-
-
-def _as_of(keys: list[str | None], times: np.ndarray, values: np.ndarray, entity_ids: Sequence[str],
+def _as_of(keys: list[str], times: np.ndarray, values: np.ndarray, entity_ids: Sequence[str],
            event_times_ms: np.ndarray, within_ms: int | None) -> np.ndarray:
     """Per event, the first outcome of its entity at or after its time (within ``within_ms``)."""
     by: dict[str, tuple[list[int], list[float]]] = {}
-    for i in np.lexsort((times, np.array([k or "" for k in keys], object))):
-        k = keys[i]
-        if k is not None:
-            ts, vs = by.setdefault(k, ([], []))
-            ts.append(int(times[i]))
-            vs.append(float(values[i]))
+    for i in np.lexsort((times, np.array(keys, object))) if keys else ():
+        ts, vs = by.setdefault(keys[i], ([], []))
+        ts.append(int(times[i]))
+        vs.append(float(values[i]))
     out = np.full(len(entity_ids), np.nan)
     for n, (entity, at) in enumerate(zip(entity_ids, event_times_ms.tolist(), strict=True)):
         found = by.get(entity)
@@ -156,16 +226,23 @@ def _as_of(keys: list[str | None], times: np.ndarray, values: np.ndarray, entity
     return out
 
 
-def _millis(column: Any) -> np.ndarray:
-    """A time column as ms since the epoch: a timestamp, or a number of ms."""
-    if pa.types.is_timestamp(column.type):
-        return np.asarray(column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64()).to_numpy(
-            zero_copy_only=False), np.int64)
-    return np.asarray(column.to_numpy(zero_copy_only=False), np.int64)
+def _millis(column: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A time column as ms since the epoch (a timestamp, a date, or a number of ms), and which rows have one."""
+    kind = column.type
+    if pa.types.is_timestamp(kind):
+        column = column.cast(pa.timestamp("ms", tz=kind.tz))
+    elif pa.types.is_date(kind):
+        column = column.cast(pa.date64())
+    elif not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        raise ConfigError("--labels-time", f"the column {name!r} is {kind}: a timestamp, a date, or milliseconds "
+                                           "since the epoch")
+    ints = column.cast(pa.int64())
+    present = np.asarray(ints.is_valid().to_numpy(zero_copy_only=False), bool)
+    return np.asarray(ints.fill_null(0).to_numpy(zero_copy_only=False), np.int64), present
 
 
 def _outcome(value: Any) -> float:
     try:
         return outcome(value)
-    except ValueError as exc:
-        raise ConfigError("--labels-from", str(exc)) from exc
+    except ValueError:
+        return np.nan  # counted in Known.left_out

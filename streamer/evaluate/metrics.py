@@ -186,9 +186,10 @@ def _timing(timings: tuple[ModelTiming, ModelTiming]) -> tuple[dict[str, float],
     found: dict[str, float] = {}
     missing: dict[str, str] = {}
     for side, t in zip(SIDES, timings):
+        found[f"{side}_failed"] = float(t.failed)
         seconds = float(sum(t.call_seconds))
         if not t.call_seconds or seconds <= 0 or t.rows <= 0:
-            for m in ("events_per_s", "p50_batch_ms", "p99_batch_ms", "cpu_us_per_event"):
+            for m in ("events_per_s", "p50_batch_ms", "p99_batch_ms", "cpu_us_per_event"):  # not failed: counted
                 missing[f"{side}_{m}"] = f"the {side} made no timed call"
             continue
         found[f"{side}_events_per_s"] = t.rows / seconds

@@ -37,6 +37,7 @@ class ModelTiming:
     rows: int = 0
     call_seconds: list[float] = field(default_factory=list)
     cpu_seconds: float = 0.0
+    failed: int = 0  # rows it failed on alone, or scored with a number that is not finite
 
     def add(self, rows: int, seconds: float, cpu_seconds: float) -> None:
         self.rows += rows
@@ -68,3 +69,4 @@ class Run:
     written_to: str | None  # where the side-by-side predictions went
     started_at: str  # ISO 8601 UTC
     seconds: float
+    stopped: str | None = None  # why the run ended before its range did (the candidate failed)

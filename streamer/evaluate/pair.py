@@ -21,17 +21,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from streamer.errors import ConfigError
+from streamer.errors import CandidateFailedError, ModelBrokenError
+from streamer.evaluate.labels import Outcomes
 from streamer.evaluate.observations import ModelTiming, Observations
-from streamer.formats.codec import Codec
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
-from streamer.model.contract import field_value
 from streamer.model.outputs import decision_scores
 from streamer.model.signature import Columns
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.records import Rows, Stamp
 from streamer.pipeline.serving import Serving
-from streamer.pipeline.stages import Reject, poison_reject
+from streamer.pipeline.stages import Reject, without_poison
 
 SIDES = ("champion", "candidate")
 _STAMPED = ("model_name", "model_version", "model_digest", "scored_at")
@@ -72,50 +71,6 @@ def _plain(field: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in field.items() if not k.startswith("__")}
 
 
-class Outcomes:
-    """Where a row's outcome is read while it is scored: a field of the event (``--labels FIELD``,
-    a dotted path), read from the row's original message with the input codec; or nowhere
-    (joined from a file afterwards, or none given)."""
-
-    def __init__(self, codec: Codec | None = None, field: str | None = None) -> None:
-        self.codec, self.field = codec, field
-
-    @property
-    def given(self) -> bool:
-        return self.field is not None
-
-    def of(self, rows: Rows) -> np.ndarray | None:
-        if self.codec is None or self.field is None:
-            return None
-        out = np.empty(len(rows), np.float64)
-        for i, message in enumerate(rows.source.items):
-            value = field_value(self.codec.decode(message.value()), self.field)
-            try:
-                out[i] = outcome(value)
-            except ValueError as exc:
-                raise ConfigError("--labels", f"the event at {message.topic()}[{message.partition()}] offset "
-                                              f"{message.offset()}: {exc}") from exc
-        return out
-
-
-def outcome(value: Any) -> float:
-    """An outcome as 1.0 (positive), 0.0, or NaN (unknown): 0/1, true/false, as numbers or text."""
-    if value is None:
-        return np.nan
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float) and value in (0, 1):
-        return float(value)
-    text = str(value).strip().lower()
-    if text in ("1", "true", "1.0"):
-        return 1.0
-    if text in ("0", "false", "0.0"):
-        return 0.0
-    if text == "" or (isinstance(value, float) and np.isnan(value)):
-        return np.nan
-    raise ValueError(f"an outcome is 0/1 or true/false, got {value!r}")
-
-
 class PairScorer:
     """Scores each batch with both models into one side-by-side table; keeps what the report needs."""
 
@@ -127,8 +82,8 @@ class PairScorer:
         self.outcomes = outcomes
         self.timings = (ModelTiming("champion", champion.version), ModelTiming("candidate", candidate.version))
         self._clock, self._cpu = clock, cpu
-        self._parts: list[tuple[np.ndarray, ...]] = []
-        self._labels: list[tuple[np.ndarray, np.ndarray]] = []
+        self._parts: list[tuple[np.ndarray, ...]] = []  # per batch: times, scores and labels of both
+        self._outcomes: list[np.ndarray] = []  # per batch, with --labels FIELD
         self.keep_ids = keep_ids  # event_id | entity_id: kept to join outcomes by afterwards; None: none kept
         self.ids: list[str] = []
 
@@ -142,13 +97,11 @@ class PairScorer:
         order = (0, 1) if len(self.timings[0].call_seconds) % 2 == 0 else (1, 0)
         done = {side: self._timed(side, rows) for side in order}
         outs = [done[0], done[1]]
-        poison = {**outs[1].poison, **outs[0].poison}
-        keep = np.ones(len(rows), bool)
-        keep[list(poison)] = False
-        kept = np.flatnonzero(keep)
-        rejects = [poison_reject(poison[i], rows.source.items[i]) for i in sorted(poison)]
-        rows = rows.take(kept) if len(kept) < len(keep) else rows
-        scores = [out.scores[kept] if len(kept) < len(keep) else out.scores for out in outs]
+        for timing, out in zip(self.timings, outs, strict=True):
+            timing.failed += len(out.poison)
+        poison = {**outs[1].poison, **outs[0].poison}  # a row either model fails on alone: a reject of both
+        kept, rows, champion, rejects = without_poison(rows, outs[0].scores, poison)
+        scores = [champion, outs[1].scores[kept] if len(kept) < len(outs[1].scores) else outs[1].scores]
         now = int(time.time() * 1000)
         tables = [self.columns.table(rows, s, Stamp(out.model, out.version, now, self.run_id, None, out.digest))
                   for s, out in zip(scores, outs, strict=True)]
@@ -157,19 +110,40 @@ class PairScorer:
 
     def _timed(self, side: int, rows: Rows) -> Scored:
         wall, cpu = self._clock(), self._cpu()
-        out = self.sides[side].score(rows)  # ModelBrokenError: the evaluation fails
+        try:
+            out = self.sides[side].score(rows)
+        except ModelBrokenError as exc:  # the champion's: the run fails (exit 3); the candidate's: the gate does
+            if side == 0:
+                raise
+            raise CandidateFailedError(f"the candidate cannot score the range: {exc}") from exc
         self.timings[side].add(len(rows), self._clock() - wall, self._cpu() - cpu)
         return out
 
     def _observe(self, rows: Rows, scores: list[Columns]) -> None:
+        """Keep each row's scores, labels, time and outcome. A row with a score that is not a
+        finite number (NaN, infinity) is counted as that model's failure and left out of the
+        comparison; a model with no float output at all is compared on its labels only."""
         decisions = [decision_scores(s) for s in scores]
         labels = [self._label(s, d) for s, d in zip(scores, decisions, strict=True)]
-        out = self.outcomes.of(rows)
-        self._parts.append((rows.event_times.astype(np.int64), *decisions,
-                            out if out is not None else np.full(len(rows), np.nan)))
-        self._labels.append((labels[0], labels[1]))
+        outcome = self.outcomes.of(rows)
+        times = rows.event_times.astype(np.int64)
+        ids = None
         if self.keep_ids is not None:
-            self.ids.extend(rows.event_ids if self.keep_ids == "event_id" else rows.entity_ids)
+            ids = list(rows.event_ids if self.keep_ids == "event_id" else rows.entity_ids)
+        if all(any(c.dtype.kind == "f" for c in s.arrays.values()) for s in scores):
+            finite = [np.isfinite(d) for d in decisions]
+            for timing, ok in zip(self.timings, finite, strict=True):
+                timing.failed += int(len(ok) - np.count_nonzero(ok))
+            both = finite[0] & finite[1]
+            if not both.all():
+                decisions, labels = [d[both] for d in decisions], [lab[both] for lab in labels]
+                times, outcome = times[both], None if outcome is None else outcome[both]
+                ids = None if ids is None else [i for i, ok in zip(ids, both.tolist(), strict=True) if ok]
+        self._parts.append((times, decisions[0], decisions[1], labels[0], labels[1]))
+        if outcome is not None:
+            self._outcomes.append(outcome)
+        if ids is not None:
+            self.ids.extend(ids)
 
     def _label(self, scores: Columns, decision: np.ndarray) -> np.ndarray:
         """A model's label: its first label output (one value per row, not a float), else its
@@ -181,10 +155,9 @@ class PairScorer:
 
     def observations(self, outcomes: np.ndarray | None = None) -> Observations:
         """Every compared row; ``outcomes`` (joined afterwards, in row order) replace the field's."""
-        parts = self._parts or [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0))]
-        times, champion, candidate, field = (np.concatenate(c) for c in zip(*parts, strict=True))
-        labels = self._labels or [(np.zeros(0, np.int8), np.zeros(0, np.int8))]
-        mine, theirs = (np.concatenate(c) for c in zip(*labels, strict=True))
+        empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, np.int8), np.zeros(0, np.int8))
+        times, champion, candidate, mine, theirs = (np.concatenate(c) for c in zip(*(self._parts or [empty]),
+                                                                                    strict=True))
         if outcomes is None and self.outcomes.given:
-            outcomes = field
+            outcomes = np.concatenate(self._outcomes) if self._outcomes else np.zeros(0)
         return Observations(times, champion, candidate, mine, theirs, outcomes)

@@ -21,7 +21,7 @@ from streamer.evaluate.figures import OUTCOME_NAMES, SIDES, Summary
 from streamer.evaluate.gate import Verdict
 from streamer.evaluate.observations import Run
 
-COUNTS = ("events", "labeled")  # whole numbers in report.json
+COUNTS = ("events", "labeled", "champion_failed", "candidate_failed")  # whole numbers in report.json
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
@@ -117,6 +117,8 @@ def _header(run: Run) -> str:
              ["range", run.range], ["threshold", f"score >= {run.threshold:g}"],
              ["outcomes", run.labels or "none given"], ["rows not compared", f"{run.rejects:,}"],
              ["predictions written to", run.written_to or "nowhere"]]
+    if run.stopped:
+        facts.insert(0, ["STOPPED before the range's end", run.stopped])
     models = [[side, m.name, m.version, m.digest, m.path] for side, m in zip(SIDES, (run.champion, run.candidate))]
     return ("<h2>Run</h2>" + _table(["fact", "value"], facts, numeric_from=9)
             + _table(["side", "name", "version", "digest", "path"], models, numeric_from=9))
@@ -176,7 +178,8 @@ def _outcomes(summary: Summary) -> str:
 def _timing(summary: Summary) -> str:
     m = summary.metrics
     names = [("events/s", "events_per_s"), ("p50 batch ms", "p50_batch_ms"), ("p99 batch ms", "p99_batch_ms"),
-             ("CPU us per event", "cpu_us_per_event")]
+             ("CPU us per event (the process's, during its calls)", "cpu_us_per_event"),
+             ("rows it failed on (left out)", "failed")]
     rows = [[label, *(number(m.get(f"{side}_{name}")) for side in SIDES)] for label, name in names]
     rows.append(["speedup (candidate events/s over champion's)", "", number(m.get("speedup"))])
     return "<h2>Timing on the same batches</h2>" + _table(["metric", *SIDES], rows)

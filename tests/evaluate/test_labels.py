@@ -12,8 +12,8 @@ import pytest
 from streamer.config import LakeConfig
 from streamer.config_check import Location
 from streamer.errors import ConfigError
-from streamer.evaluate.labels import LabelsFrom, join, read
-from streamer.evaluate.pair import PairColumns, outcome
+from streamer.evaluate.labels import LabelsFrom, outcome, prepare, read
+from streamer.evaluate.pair import PairColumns
 from streamer.formats.avro import load_schema
 from streamer.schemas import bundled
 
@@ -25,10 +25,10 @@ def lake(tmp_path: Path) -> LakeConfig:
 
 
 def test_on_event_id_the_last_outcome_of_an_id_wins_and_unknown_ids_stay_unlabeled() -> None:
-    table = pa.table({"event_id": ["a", "b", "a"], "label": [0, 1, 1]})
-    got, how = join(LabelsFrom("x.csv"), table, ["a", "b", "c"], ["e", "e", "e"], np.zeros(3, np.int64))
-    np.testing.assert_array_equal(got, [1.0, 1.0, np.nan])
-    assert how == "x.csv, column 'label', joined on event_id"
+    table = pa.table({"event_id": ["a", "b", "a", "b", None], "label": [0, 1, 1, None, 1]})
+    known = prepare(LabelsFrom("x.csv"), table)
+    np.testing.assert_array_equal(known.join(["a", "b", "c"], np.zeros(3, np.int64)), [1.0, 1.0, np.nan])
+    assert known.how == "x.csv, column 'label', joined on event_id; 2 of its rows say nothing (null or no outcome)"
 
 
 def test_on_entity_id_an_event_takes_the_first_outcome_at_or_after_it_within_the_bound() -> None:
@@ -36,11 +36,19 @@ def test_on_entity_id_an_event_takes_the_first_outcome_at_or_after_it_within_the
                       "label_time": pa.array([10 * DAY, 20 * DAY, 5 * DAY], pa.timestamp("ms", tz="UTC"))})
     times = np.array([1 * DAY, 10 * DAY, 15 * DAY, 25 * DAY, 1 * DAY], np.int64)
     entities = ["e1", "e1", "e1", "e1", "e2"]
-    got, how = join(LabelsFrom("t"), table, ["x"] * 5, entities, times)
-    np.testing.assert_array_equal(got, [1.0, 1.0, 0.0, np.nan, 1.0])
-    assert "entity_id and label_time" in how
-    bounded, _ = join(LabelsFrom("t", within_ms=7 * DAY), table, ["x"] * 5, entities, times)
-    np.testing.assert_array_equal(bounded, [np.nan, 1.0, 0.0, np.nan, 1.0])
+    known = prepare(LabelsFrom("t"), table)
+    np.testing.assert_array_equal(known.join(entities, times), [1.0, 1.0, 0.0, np.nan, 1.0])
+    assert "entity_id and label_time" in known.how
+    bounded = prepare(LabelsFrom("t", within_ms=7 * DAY), table)
+    np.testing.assert_array_equal(bounded.join(entities, times), [np.nan, 1.0, 0.0, np.nan, 1.0])
+
+
+def test_on_entity_id_outcomes_without_a_value_or_time_are_skipped_and_dates_are_days() -> None:
+    table = pa.table({"entity_id": ["e1", "e1", "e1"], "label": [None, 0, 1],
+                      "label_time": pa.array([2, 3, None], pa.int32()).cast(pa.date32())})
+    known = prepare(LabelsFrom("t"), table)
+    assert known.left_out == 2  # a null outcome, a null time
+    np.testing.assert_array_equal(known.join(["e1", "e1"], np.array([1 * DAY, 3 * DAY + 1], np.int64)), [0.0, np.nan])
 
 
 def test_a_csv_and_a_parquet_file_read_alike(tmp_path: Path) -> None:
@@ -51,7 +59,7 @@ def test_a_csv_and_a_parquet_file_read_alike(tmp_path: Path) -> None:
     again = read(lake(tmp_path), LabelsFrom(str(tmp_path / "labels.parquet")))
     t0 = 1_767_225_600_000  # 2026-01-01
     for t in (table, again):
-        got, _ = join(LabelsFrom("l"), t, ["x", "y"], ["e1", "e1"], np.array([t0, t0 + 3 * DAY], np.int64))
+        got = prepare(LabelsFrom("l"), t).join(["e1", "e1"], np.array([t0, t0 + 3 * DAY], np.int64))
         np.testing.assert_array_equal(got, [1.0, 0.0])
 
 
@@ -59,13 +67,17 @@ def test_what_cannot_join_is_refused_by_flag(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--labels-from.*no file"):
         read(lake(tmp_path), LabelsFrom(str(tmp_path / "missing.csv")))
     with pytest.raises(ConfigError, match="--labels-from.*no column 'label'"):
-        join(LabelsFrom("l"), pa.table({"event_id": ["a"], "outcome": [1]}), ["a"], ["e"], np.zeros(1, np.int64))
+        prepare(LabelsFrom("l"), pa.table({"event_id": ["a"], "outcome": [1]}))
     with pytest.raises(ConfigError, match="--labels-time"):
-        join(LabelsFrom("l"), pa.table({"entity_id": ["a"], "label": [1]}), ["a"], ["e"], np.zeros(1, np.int64))
-    with pytest.raises(ConfigError, match="--labels-from.*0/1 or true/false, got 'fraud'"):
-        join(LabelsFrom("l"), pa.table({"event_id": ["a"], "label": ["fraud"]}), ["a"], ["e"], np.zeros(1, np.int64))
+        prepare(LabelsFrom("l"), pa.table({"entity_id": ["a"], "label": [1]}))
+    with pytest.raises(ConfigError, match="--labels-time.*is string"):
+        prepare(LabelsFrom("l"), pa.table({"entity_id": ["a"], "label": [1], "label_time": ["soon"]}))
+    with pytest.raises(ConfigError, match="--labels-within.*entity_id"):
+        prepare(LabelsFrom("l", within_ms=DAY), pa.table({"event_id": ["a"], "label": [1]}))
     with pytest.raises(ConfigError, match="--labels-key"):
         LabelsFrom("l", key="account")
+    unreadable = prepare(LabelsFrom("l"), pa.table({"event_id": ["a", "b"], "label": ["fraud", "1"]}))
+    assert unreadable.left_out == 1 and unreadable.join(["a", "b"], np.zeros(2, np.int64)).tolist()[1] == 1.0
 
 
 def test_outcomes_are_zero_one_true_false_or_unknown() -> None:
