@@ -124,7 +124,8 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     pair = PairColumns(prediction_schema(cfg, champion.runner), fields)
     threshold = cfg.shadow.flip_threshold if ev.threshold is None else ev.threshold
     scorer = PairScorer(champion.serving, candidate.serving, champion.columns, pair, run_id, threshold,
-                        Outcomes(input_codec(cfg), ev.labels), None if known is None else known.key)
+                        Outcomes(input_codec(cfg) if ev.labels else None, ev.labels),
+                        None if known is None else known.key)
     sink = _open_outputs(cfg, ev, pair)
     plan = replay_plan(cfg, ev.start, ev.end, Shard())
     resume = sink.resume(run_id, Shard(), plan, False)

@@ -1,7 +1,7 @@
 """Champion and candidate on the same batches: both predictions side by side, timed, observed.
 
-Each batch is scored by the champion, then by the candidate, on the same feature columns (the
-candidate has the champion's input signature, checked at start). A row either model fails on
+Each batch is scored by both models, on the same feature columns (the candidate has the
+champion's input signature, checked at start), each model first on every other batch. A row either model fails on
 alone is a reject for both, so every written row holds two predictions. The side-by-side row is
 the prediction schema with each model's fields twice, ``champion_<field>`` and
 ``candidate_<field>`` (its outputs, ``model_name``, ``model_version``, ``model_digest``,
