@@ -123,13 +123,13 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     fields = [f["name"] for f in champion.runner.contract.avro_fields()]
     pair = PairColumns(prediction_schema(cfg, champion.runner), fields)
     threshold = cfg.shadow.flip_threshold if ev.threshold is None else ev.threshold
+    decoder = input_codec(cfg)  # built once: a registry-backed one asks the registry
     scorer = PairScorer(champion.serving, candidate.serving, champion.columns, pair, run_id, threshold,
-                        Outcomes(input_codec(cfg) if ev.labels else None, ev.labels),
-                        None if known is None else known.key)
+                        Outcomes(decoder if ev.labels else None, ev.labels), None if known is None else known.key)
     sink = _open_outputs(cfg, ev, pair)
     plan = replay_plan(cfg, ev.start, ev.end, Shard())
     resume = sink.resume(run_id, Shard(), plan, False)
-    stages = Stages.serving(input_codec(cfg), champion.encoder, cfg, champion.runner)
+    stages = Stages.serving(decoder, champion.encoder, cfg, champion.runner)
     bar = Progress(resume.left(), progress or sys.stderr)
     lake = LakeRun(sink, scorer, run_id, ev.batch_size or cfg.batching.max_size, lambda c: bar.update(c.rows))
     stopped = None
@@ -140,8 +140,8 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     bar.close(counts.rows)
 
     obs = scorer.observations()
-    if known is not None:
-        obs = scorer.observations(known.join(scorer.ids, obs.event_time_ms))
+    if known is not None:  # the outcomes joined on the compared rows' ids and times
+        obs = replace(obs, outcome=known.join(scorer.ids, obs.event_time_ms))
     labels_text = known.how if known is not None else scorer.outcomes.describe()
     summary = summarize(obs, scorer.timings, threshold, bootstrap=ev.bootstrap, min_events=ev.min_events)
     verdicts = check(conditions, summary)

@@ -153,11 +153,12 @@ class PairScorer:
                 return col
         return (decision >= self.threshold).astype(np.int8)
 
-    def observations(self, outcomes: np.ndarray | None = None) -> Observations:
-        """Every compared row; ``outcomes`` (joined afterwards, in row order) replace the field's."""
+    def observations(self) -> Observations:
+        """Every compared row, with the event field's outcomes when ``--labels FIELD`` gave them."""
         empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, np.int8), np.zeros(0, np.int8))
         times, champion, candidate, mine, theirs = (np.concatenate(c) for c in zip(*(self._parts or [empty]),
                                                                                     strict=True))
-        if outcomes is None and self.outcomes.given:
+        outcomes = None
+        if self.outcomes.given:
             outcomes = np.concatenate(self._outcomes) if self._outcomes else np.zeros(0)
         return Observations(times, champion, candidate, mine, theirs, outcomes)

@@ -43,8 +43,7 @@ def arrow_type(avro: Any, named: Mapping[str, Any]) -> tuple[pa.DataType, bool]:
     """The Arrow type of an Avro type, and whether it takes null."""
     if isinstance(avro, list):
         branches = [b for b in avro if b != "null"]
-        if len(branches) > 1 and all(b in _PRIMITIVE for b in branches if isinstance(b, str)) \
-                and all(isinstance(b, str) for b in branches):
+        if len(branches) > 1 and all(isinstance(b, str) and b in _PRIMITIVE for b in branches):
             return pa.string(), True  # a JSON event's pass-through field, any primitive: kept as its JSON text
         if len(branches) != 1:
             raise ValueError(f"a union of {branches} has no single column type")

@@ -74,11 +74,12 @@ def optimize(path: Path, out: Path, *, level: str = "extended", int8: bool = Fal
             rows = _quantized(path, out, Path(tmp), calibration)
             if calibration is not None:
                 options["calibration_rows"] = rows
-    _record(out, {"streamer.parent_digest": file_digest(path), "streamer.parent": path.name,
+    digest = file_digest(path)
+    _record(out, {"streamer.parent_digest": digest, "streamer.parent": path.name,
                   "streamer.optimize": json.dumps(options, sort_keys=True)})
     feeds = _look_rows(parent)
     deltas = _deltas(parent, _session(out, "--out"), feeds)
-    return Optimized(out, options, file_digest(path), len(next(iter(feeds.values()))), deltas)
+    return Optimized(out, options, digest, len(next(iter(feeds.values()))), deltas)
 
 
 def _session(path: Path, key: str, level: Any = None, saved: Path | None = None) -> ort.InferenceSession:
