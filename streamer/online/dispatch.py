@@ -1,0 +1,242 @@
+"""Online requests batched by the stream's batcher, admitted against their deadlines, answered by future.
+
+Callers (the HTTP and gRPC handlers) :meth:`Dispatcher.submit` a request's rows with a deadline
+and get a ``concurrent.futures.Future``. One thread owns a :class:`MicroBatcher` (the stream's
+flush policy: ``max_size`` rows, or ``max_wait_ms`` after the batch's first row), scores each
+batch it flushes with one call, and answers each request with its own rows of the result. A
+request larger than the room left in a batch is cut, and answered when its last piece is scored.
+
+Admission is decided at once, never by queueing past a bound:
+
+- the queue holds at most ``max_queue_rows`` rows; one more is refused (``Shed``: HTTP 503 with
+  ``Retry-After``, gRPC UNAVAILABLE);
+- a request whose deadline falls before the time it would be answered (the rows ahead of it at
+  the measured rate, one batch wait, one model call) is refused the same way;
+- a request whose deadline passes while it waits is answered with :class:`Expired` instead of
+  being scored.
+
+Worked example: ``max_size 64``, ``max_wait_ms 5``; 10 requests of one row each within 5 ms are
+one model call of 10 rows, flushed 5 ms after the first arrived; each caller gets its own row.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streamer.model.signature import Columns
+from streamer.pipeline.batcher import Batch, MicroBatcher
+
+log = logging.getLogger(__name__)
+IDLE_S = 0.5  # how long the thread waits for a request when no batch is open
+
+
+class Shed(Exception):
+    """Refused at admission: the queue is full, or the deadline cannot be met; retry after ``retry_after_s``."""
+
+    def __init__(self, reason: str, retry_after_s: float) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+
+
+class Expired(Exception):
+    """The request's deadline passed while it waited for its batch: it was not scored."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A request's rows of a scored batch: each output by name, and who scored them."""
+
+    outputs: dict[str, np.ndarray]
+    model: str
+    version: str
+    digest: str
+    degraded: str | None
+    batch_rows: int  # rows of the model call it was part of
+    queued_s: float  # from admission to the model call
+
+
+@dataclass
+class _Pending:
+    features: Columns
+    deadline: float
+    admitted: float
+    future: Future[Answer]
+    parts: dict[int, Any] = field(default_factory=dict)  # first row -> (rows, outputs) scored so far
+    scored: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Rows ``[lo, hi)`` of one pending request: what the batcher holds and cuts."""
+
+    pending: _Pending
+    lo: int
+    hi: int
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def __getitem__(self, idx: slice) -> _Piece:
+        start, stop, _ = idx.indices(len(self))
+        return _Piece(self.pending, self.lo + start, self.lo + stop)
+
+
+@dataclass(frozen=True, slots=True)
+class Scoring:
+    """What scoring a batch of feature columns gives: outputs by name, for every row, in order."""
+
+    outputs: dict[str, np.ndarray]
+    model: str
+    version: str
+    digest: str
+    degraded: str | None = None
+
+
+class Dispatcher:
+    """Admits requests, batches them with the stream's flush policy and scores each batch once."""
+
+    def __init__(self, score: Callable[[Columns], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
+                 clock: Callable[[], float] = time.monotonic, metrics: Any = None) -> None:
+        self._score, self._clock, self.metrics = score, clock, metrics
+        self.max_queue_rows = max_queue_rows
+        self._batcher: MicroBatcher[Any] = MicroBatcher(max_size, max_wait_ms, clock, join=list)
+        self._inbox: queue.Queue[_Pending | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self.queued_rows = 0  # admitted, not yet scored
+        self.rows_per_s = 0.0  # the model's measured rate (rows over call seconds), 0 until it has one
+        self.call_s = 0.0  # the last model call's seconds
+        self.shed = 0
+        self._thread = threading.Thread(target=self._work, name="online-batcher", daemon=True)
+        self._draining = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, features: Columns, deadline: float) -> Future[Answer]:
+        """Admit ``features`` (one request's rows) to be answered by ``deadline`` (the clock's time),
+        or raise :class:`Shed` at once."""
+        n, now = len(features), self._clock()
+        with self._lock:
+            if self._draining:
+                raise Shed("the server is stopping", 1.0)
+            if self.queued_rows + n > self.max_queue_rows:
+                self.shed += 1
+                raise Shed(f"the queue holds {self.queued_rows} rows, at most {self.max_queue_rows}",
+                           self._retry_after(self.queued_rows))
+            eta = self._answer_in(self.queued_rows + n)
+            if now + eta > deadline:
+                self.shed += 1
+                raise Shed(f"the deadline is {max(deadline - now, 0) * 1000:.0f} ms away; an answer takes about "
+                           f"{eta * 1000:.0f} ms now", self._retry_after(self.queued_rows))
+            self.queued_rows += n
+        pending = _Pending(features, deadline, now, Future())
+        self._inbox.put(pending)
+        return pending.future
+
+    def _answer_in(self, rows: int) -> float:
+        """Seconds until ``rows`` queued rows would be answered: one batch wait, the rows at the
+        measured rate, one call."""
+        rate = self.rows_per_s if self.rows_per_s > 0 else math.inf
+        return self._batcher.max_wait_s + rows / rate + self.call_s
+
+    def _retry_after(self, rows: int) -> float:
+        return max(1.0, math.ceil(self._answer_in(rows)))
+
+    def stop(self, timeout_s: float) -> None:
+        """Refuse new requests, answer every admitted one, and end the thread (within ``timeout_s``)."""
+        with self._lock:
+            self._draining = True
+        self._inbox.put(None)
+        self._thread.join(timeout_s)
+
+    # ---- the batching thread ----------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            wait = self._batcher.remaining_s()
+            due: list[Batch[Any]] = []
+            try:
+                item = self._inbox.get(timeout=IDLE_S if wait is None else wait)
+            except queue.Empty:
+                pass
+            else:
+                if item is None:  # stop: what is open is scored, then the thread ends
+                    self._drain()
+                    return
+                due += self._batcher.add(_Piece(item, 0, len(item.features)))
+            polled = self._batcher.poll()
+            if polled is not None:
+                due.append(polled)
+            for batch in due:
+                self._run(batch.rows)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                for batch in self._batcher.add(_Piece(item, 0, len(item.features))):
+                    self._run(batch.rows)
+        last = self._batcher.flush("shutdown")
+        if last is not None:
+            self._run(last.rows)
+
+    def _run(self, pieces: Sequence[_Piece]) -> None:
+        now = self._clock()
+        live = []
+        for piece in pieces:
+            p = piece.pending
+            if p.future.done():
+                continue
+            if now > p.deadline:
+                self._release(len(piece))
+                p.future.set_exception(Expired(f"the deadline passed {(now - p.deadline) * 1000:.0f} ms before "
+                                               "its batch was scored"))
+                continue
+            live.append(piece)
+        if not live:
+            return
+        features = Columns.join([p.pending.features[p.lo:p.hi] for p in live])
+        started = self._clock()
+        try:
+            out = self._score(features)
+        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the model's failure
+            for piece in live:
+                self._release(len(piece))
+                if not piece.pending.future.done():
+                    piece.pending.future.set_exception(exc)
+            return
+        took = self._clock() - started
+        self.call_s = took
+        if took > 0:
+            rate = len(features) / took
+            self.rows_per_s = rate if self.rows_per_s == 0 else 0.8 * self.rows_per_s + 0.2 * rate
+        at = 0
+        for piece in live:
+            n = len(piece)
+            self._release(n)
+            p = piece.pending
+            p.parts[piece.lo] = {name: col[at:at + n] for name, col in out.outputs.items()}
+            p.scored += n
+            at += n
+            if p.scored == len(p.features):
+                parts = [p.parts[k] for k in sorted(p.parts)]
+                outputs = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+                p.future.set_result(Answer(outputs, out.model, out.version, out.digest, out.degraded,
+                                           len(features), started - p.admitted))
+
+    def _release(self, rows: int) -> None:
+        with self._lock:
+            self.queued_rows -= rows
