@@ -1,0 +1,141 @@
+"""The HTTP protocol layer against NVIDIA's own client, tritonclient.http, with its default
+arguments (binary tensors both ways): a served model that doubles its input, on a real uvicorn."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+import uvicorn
+from tritonclient.utils import InferenceServerException
+
+from streamer.model.signature import Columns
+from streamer.online.dispatch import Answer, Dispatcher, Scoring
+from streamer.online.http import app
+from streamer.online.tensors import BadRequest
+
+TIMEOUT_S = 10.0
+
+
+class Doubler:
+    """A model of one FP32 input ``x`` [-1, 2] and one output ``y`` = 2x."""
+
+    name = "doubler"
+    version = "7"
+
+    def __init__(self) -> None:
+        self.is_ready = True
+
+    def ready(self) -> bool:
+        return self.is_ready
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "versions": [self.version], "platform": "onnx_onnxv1",
+                "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}],
+                "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 2]}]}
+
+    def columns(self, inputs: dict[str, np.ndarray]) -> Columns:
+        if set(inputs) != {"x"}:
+            raise BadRequest(f"the model takes x, got {sorted(inputs)}")
+        x = inputs["x"]
+        if x.dtype != np.float32 or x.ndim != 2 or x.shape[1] != 2:
+            raise BadRequest(f"input 'x' takes FP32 [-1, 2], got {x.dtype} {list(x.shape)}")
+        return Columns({"x": x})
+
+    def outputs(self, answer: Answer, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
+        unknown = set(wanted) - {"y"}
+        if unknown:
+            raise BadRequest(f"no output {sorted(unknown)[0]!r}: the model has y")
+        return {"y": answer.outputs["y"]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[str, Doubler, Dispatcher]]:
+    model = Doubler()
+    dispatcher = Dispatcher(lambda cols: Scoring({"y": cols.arrays["x"] * 2}, "doubler", "7", "abc123"),
+                            max_size=64, max_wait_ms=2, max_queue_rows=10_000)
+    dispatcher.start()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app(model, dispatcher, default_timeout_ms=5000, max_body_bytes=4096),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TIMEOUT_S
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)  # polling a flag another thread sets: there is nothing to await
+    yield f"127.0.0.1:{port}", model, dispatcher
+    server.should_exit = True
+    thread.join(TIMEOUT_S)
+    dispatcher.stop(TIMEOUT_S)
+
+
+def client(url: str) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(url, connection_timeout=TIMEOUT_S, network_timeout=TIMEOUT_S)
+
+
+def test_health_metadata_and_an_inference_with_the_clients_defaults(served: tuple[str, Doubler, Dispatcher]) -> None:
+    url, model, _ = served
+    c = client(url)
+    assert c.is_server_live() and c.is_server_ready() and c.is_model_ready("doubler")
+    assert not c.is_model_ready("other")
+    assert c.get_model_metadata("doubler")["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}]
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    given = httpclient.InferInput("x", [3, 2], "FP32")
+    given.set_data_from_numpy(x)  # binary, the client's default
+    result = c.infer("doubler", [given], request_id="r-1")
+    np.testing.assert_array_equal(result.as_numpy("y"), x * 2)
+    response = result.get_response()
+    assert response["id"] == "r-1" and response["model_version"] == "7"
+    assert response["parameters"] == {"model_digest": "abc123", "degraded": False}
+    json_input = httpclient.InferInput("x", [1, 2], "FP32")
+    json_input.set_data_from_numpy(x[:1], binary_data=False)
+    asked = [httpclient.InferRequestedOutput("y", binary_data=False)]
+    np.testing.assert_array_equal(c.infer("doubler", [json_input], outputs=asked).as_numpy("y"), x[:1] * 2)
+    model.is_ready = False
+    assert not c.is_server_ready() and c.is_server_live()
+    model.is_ready = True
+
+
+@pytest.mark.parametrize(("name", "array", "datatype", "status", "says"), [
+    ("x", np.zeros((2, 2), np.int64), "INT64", "400", "takes FP32"),
+    ("x", np.zeros((2, 3), np.float32), "FP32", "400", "takes FP32 \\[-1, 2\\]"),
+    ("z", np.zeros((2, 2), np.float32), "FP32", "400", "takes x"),
+    ("x", np.zeros((600, 2), np.float32), "FP32", "413", "over the 4096-byte limit"),
+])
+def test_bad_requests_are_refused_with_their_status_and_reason(served: tuple[str, Doubler, Dispatcher], name: str,
+                                                               array: np.ndarray, datatype: str, status: str,
+                                                               says: str) -> None:
+    given = httpclient.InferInput(name, list(array.shape), datatype)
+    given.set_data_from_numpy(array)
+    with pytest.raises(InferenceServerException, match=says) as refused:
+        client(served[0]).infer("doubler", [given])
+    assert refused.value.status() == status
+
+
+def test_an_unknown_model_and_a_deadline_that_cannot_be_met(served: tuple[str, Doubler, Dispatcher]) -> None:
+    url, _, dispatcher = served
+    given = httpclient.InferInput("x", [1, 2], "FP32")
+    given.set_data_from_numpy(np.zeros((1, 2), np.float32))
+    with pytest.raises(InferenceServerException, match="unknown model 'nope'") as unknown:
+        client(url).infer("nope", [given])
+    assert unknown.value.status() == "404"
+    dispatcher.call_s = 1.0  # as if one model call took a second: a 1 ms deadline cannot be met
+    try:
+        with pytest.raises(InferenceServerException, match="shed: the deadline is") as shed:
+            client(url).infer("doubler", [given], timeout=1000)  # microseconds, in parameters.timeout
+    finally:
+        dispatcher.call_s = 0.0
+    assert shed.value.status() == "503"
