@@ -99,24 +99,12 @@ def _input(spec: Any, n: int, body: bytes, at: int) -> tuple[np.ndarray, int]:
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
         raise BadRequest(f"inputs[{n}] has no 'name'")
     name, kind, shape = spec["name"], spec.get("datatype"), spec.get("shape")
-    if kind not in NUMPY:
-        raise BadRequest(f"input {name!r}: datatype {kind!r} is not one of {', '.join(NUMPY)}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise BadRequest(f"input {name!r}: shape {shape!r} is not a list of sizes")
-    count = int(np.prod(shape)) if shape else 1
+    count = check_shape(name, kind, shape)
     size = (spec.get("parameters") or {}).get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size < 0 or at + size > len(body):
             raise BadRequest(f"input {name!r}: binary_data_size {size!r} is past the body's end")
-        raw = body[at:at + size]
-        at += size
-        if kind == "BYTES":
-            flat = np.array(_split_bytes(raw, name), dtype=object)
-        else:
-            width = np.dtype(NUMPY[kind]).itemsize
-            if len(raw) != count * width:
-                raise BadRequest(f"input {name!r}: {len(raw)} bytes for shape {shape} of {kind} ({count * width} expected)")
-            flat = np.frombuffer(raw, dtype=np.dtype(NUMPY[kind]).newbyteorder("<")).astype(NUMPY[kind])
+        return from_raw(name, kind, shape, body[at:at + size]), at + size
     else:
         if "data" not in spec:
             raise BadRequest(f"input {name!r} has no 'data' and no binary_data_size")
@@ -129,6 +117,36 @@ def _input(spec: Any, n: int, body: bytes, at: int) -> tuple[np.ndarray, int]:
     if flat.size != count:
         raise BadRequest(f"input {name!r}: {flat.size} elements for shape {shape} ({count} expected)")
     return flat.reshape(shape), at
+
+
+def check_shape(name: str, kind: Any, shape: Any) -> int:
+    """A tensor's declared datatype and shape, checked; returns its element count."""
+    if kind not in NUMPY:
+        raise BadRequest(f"input {name!r}: datatype {kind!r} is not one of {', '.join(NUMPY)}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise BadRequest(f"input {name!r}: shape {shape!r} is not a list of sizes")
+    return int(np.prod(shape)) if shape else 1
+
+
+def from_raw(name: str, kind: str, shape: list[int], raw: bytes) -> np.ndarray:
+    """A tensor from its raw bytes (the binary extension's, or gRPC's ``raw_input_contents``):
+    numbers little-endian, BYTES as a 4-byte little-endian length and the bytes, per element."""
+    count = check_shape(name, kind, shape)
+    if kind == "BYTES":
+        flat = np.array(_split_bytes(raw, name), dtype=object)
+        if flat.size != count:
+            raise BadRequest(f"input {name!r}: {flat.size} elements for shape {shape} ({count} expected)")
+        return flat.reshape(shape)
+    width = np.dtype(NUMPY[kind]).itemsize
+    if len(raw) != count * width:
+        raise BadRequest(f"input {name!r}: {len(raw)} bytes for shape {shape} of {kind} ({count * width} expected)")
+    return np.frombuffer(raw, dtype=np.dtype(NUMPY[kind]).newbyteorder("<")).astype(NUMPY[kind]).reshape(shape)
+
+
+def to_raw(array: np.ndarray) -> tuple[str, bytes]:
+    """An output's datatype and raw bytes, as :func:`from_raw` reads them."""
+    kind = _datatype(array)
+    return kind, _bytes_of(array, kind)
 
 
 def _split_bytes(raw: bytes, name: str) -> list[bytes]:

@@ -3,11 +3,9 @@ arguments (binary tensors both ways): a served model that doubles its input, on 
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pytest
@@ -15,58 +13,15 @@ import tritonclient.http as httpclient
 import uvicorn
 from tritonclient.utils import InferenceServerException
 
-from streamer.model.signature import Columns
-from streamer.online.dispatch import Answer, Dispatcher, Scoring
+from streamer.online.dispatch import Dispatcher
 from streamer.online.http import app
-from streamer.online.tensors import BadRequest
-
-TIMEOUT_S = 10.0
-
-
-class Doubler:
-    """A model of one FP32 input ``x`` [-1, 2] and one output ``y`` = 2x."""
-
-    name = "doubler"
-    version = "7"
-
-    def __init__(self) -> None:
-        self.is_ready = True
-
-    def ready(self) -> bool:
-        return self.is_ready
-
-    def metadata(self) -> dict[str, Any]:
-        return {"name": self.name, "versions": [self.version], "platform": "onnx_onnxv1",
-                "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}],
-                "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 2]}]}
-
-    def columns(self, inputs: dict[str, np.ndarray]) -> Columns:
-        if set(inputs) != {"x"}:
-            raise BadRequest(f"the model takes x, got {sorted(inputs)}")
-        x = inputs["x"]
-        if x.dtype != np.float32 or x.ndim != 2 or x.shape[1] != 2:
-            raise BadRequest(f"input 'x' takes FP32 [-1, 2], got {x.dtype} {list(x.shape)}")
-        return Columns({"x": x})
-
-    def outputs(self, answer: Answer, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
-        unknown = set(wanted) - {"y"}
-        if unknown:
-            raise BadRequest(f"no output {sorted(unknown)[0]!r}: the model has y")
-        return {"y": answer.outputs["y"]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.online.doubler import TIMEOUT_S, Doubler, doubling, free_port
 
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[str, Doubler, Dispatcher]]:
     model = Doubler()
-    dispatcher = Dispatcher(lambda cols: Scoring({"y": cols.arrays["x"] * 2}, "doubler", "7", "abc123"),
-                            max_size=64, max_wait_ms=2, max_queue_rows=10_000)
-    dispatcher.start()
+    dispatcher = doubling()
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app(model, dispatcher, default_timeout_ms=5000, max_body_bytes=4096),
                                            host="127.0.0.1", port=port, log_level="warning"))
