@@ -98,22 +98,22 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
 def _input(spec: Any, n: int, body: bytes, at: int) -> tuple[np.ndarray, int]:
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
         raise BadRequest(f"inputs[{n}] has no 'name'")
-    name, kind, shape = spec["name"], spec.get("datatype"), spec.get("shape")
+    name, kind, shape = spec["name"], str(spec.get("datatype")), spec.get("shape")
     count = check_shape(name, kind, shape)
+    assert isinstance(shape, list)  # check_shape refused anything else
     size = (spec.get("parameters") or {}).get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size < 0 or at + size > len(body):
             raise BadRequest(f"input {name!r}: binary_data_size {size!r} is past the body's end")
         return from_raw(name, kind, shape, body[at:at + size]), at + size
-    else:
-        if "data" not in spec:
-            raise BadRequest(f"input {name!r} has no 'data' and no binary_data_size")
-        try:
-            flat = np.asarray(spec["data"], dtype=NUMPY[kind]).reshape(-1)
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(f"input {name!r}: data is not {kind}: {exc}") from None
-        if kind == "BYTES" and not all(isinstance(v, str | bytes) for v in flat.tolist()):
-            raise BadRequest(f"input {name!r}: BYTES data holds a value that is not a string")
+    if "data" not in spec:
+        raise BadRequest(f"input {name!r} has no 'data' and no binary_data_size")
+    try:
+        flat = np.asarray(spec["data"], dtype=NUMPY[kind]).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"input {name!r}: data is not {kind}: {exc}") from None
+    if kind == "BYTES" and not all(isinstance(v, str | bytes) for v in flat.tolist()):
+        raise BadRequest(f"input {name!r}: BYTES data holds a value that is not a string")
     if flat.size != count:
         raise BadRequest(f"input {name!r}: {flat.size} elements for shape {shape} ({count} expected)")
     return flat.reshape(shape), at

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,9 @@ from streamer.online.dispatch import Answer, Dispatcher, Scoring
 from streamer.online.tensors import BadRequest
 
 TIMEOUT_S = 10.0
+# grpc.aio binds to one event loop per process: every test server runs on this one.
+GRPC_LOOP = asyncio.new_event_loop()
+threading.Thread(target=GRPC_LOOP.run_forever, name="grpc-loop", daemon=True).start()
 
 
 class Doubler:

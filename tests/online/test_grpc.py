@@ -4,7 +4,6 @@ share the service's names), and the vendored descriptor against its .proto."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 from streamer.online.dispatch import Dispatcher
 from streamer.online.grpc_service import handlers
 from streamer.online.oip_descriptor import DESCRIPTOR_SET
-from tests.online.doubler import TIMEOUT_S, Doubler, doubling, free_port
+from tests.online.doubler import GRPC_LOOP, TIMEOUT_S, Doubler, doubling, free_port
 
 PROTO = Path(__file__).parents[2] / "streamer" / "online" / "proto"
 
@@ -25,25 +24,17 @@ PROTO = Path(__file__).parents[2] / "streamer" / "online" / "proto"
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[str, Doubler, Dispatcher]]:
     model, dispatcher, port = Doubler(), doubling(), free_port()
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    box: dict[str, grpc.aio.Server] = {}
 
-    async def serve() -> None:
+    async def serve() -> grpc.aio.Server:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 4096)])
         server.add_generic_rpc_handlers((handlers(model, dispatcher, default_timeout_ms=5000),))
         server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
-        box["server"] = server
-        started.set()
-        await server.wait_for_termination()
+        return server
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    assert started.wait(TIMEOUT_S)
+    server = asyncio.run_coroutine_threadsafe(serve(), GRPC_LOOP).result(TIMEOUT_S)
     yield f"127.0.0.1:{port}", model, dispatcher
-    asyncio.run_coroutine_threadsafe(box["server"].stop(None), loop).result(TIMEOUT_S)
-    thread.join(TIMEOUT_S)
+    asyncio.run_coroutine_threadsafe(server.stop(None), GRPC_LOOP).result(TIMEOUT_S)
     dispatcher.stop(TIMEOUT_S)
 
 
