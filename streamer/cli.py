@@ -37,6 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _model(args)
         if args.command == "evaluate":
             return _evaluate(args)
+        if args.command == "serve":
+            from streamer.commands.serve import run_serve
+            from streamer.config_file import load_config
+
+            return run_serve(load_config(args.config))
         if args.command in ("produce", "tail"):
             return _files(args)
         if args.command == "check":
