@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -61,8 +61,8 @@ class OnlineModel(Protocol):
 
 
 def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, max_body_bytes: int,
-        clock: Callable[[], float] = time.monotonic) -> Starlette:
-    """The HTTP application of one served model."""
+        clock: Callable[[], float] = time.monotonic, more: Sequence[Route] = ()) -> Starlette:
+    """The HTTP application of one served model (and ``more`` routes: ``/v1/score``)."""
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
         return Response(error_body(message), status, headers, media_type="application/json")
@@ -136,7 +136,7 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
         Route(base, metadata), Route(base + "/versions/{version}", metadata),
         Route(base + "/ready", model_ready), Route(base + "/versions/{version}/ready", model_ready),
         Route(base + "/infer", infer, methods=["POST"]),
-        Route(base + "/versions/{version}/infer", infer, methods=["POST"]),
+        Route(base + "/versions/{version}/infer", infer, methods=["POST"]), *more,
     ])
 
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ import uvicorn
 
 from streamer.config import Config
 from streamer.online.dispatch import Dispatcher
+from streamer.online.events import score_route
 from streamer.online.grpc_service import handlers
 from streamer.online.http import app
 from streamer.online.served import ServedModel
@@ -48,6 +50,7 @@ class OnlineServer:
         self.dispatcher = Dispatcher(self.model.score, o.max_size or cfg.batching.max_size,
                                      cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
                                      o.max_queue_rows)
+        self.ready = threading.Event()  # set when the model has warmed up and the listeners are open
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -67,8 +70,9 @@ class OnlineServer:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._stop.set)
         self.dispatcher.start()
+        routes = [score_route(self.cfg, self.serving, self.dispatcher)]
         web = _Uvicorn(uvicorn.Config(app(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms,
-                                          max_body_bytes=o.max_body_bytes),
+                                          max_body_bytes=o.max_body_bytes, more=routes),
                                       host=o.host, port=o.http_port, log_level="warning", lifespan="off"))
         http_task = asyncio.create_task(web.serve())
         rpc: Any = None
@@ -79,11 +83,13 @@ class OnlineServer:
             await rpc.start()
         await asyncio.get_running_loop().run_in_executor(None, self.serving.warm_up)
         self.model.set_ready(True)
+        self.ready.set()
         log.info("online: %s version %s ready on http://%s:%d%s", self.model.name, self.model.version, o.host,
                  o.http_port, f" and grpc {o.host}:{o.grpc_port}" if o.grpc_port else "")
         await self._stop.wait()
         log.info("online: stopping: new requests are refused, admitted ones answered")
         self.model.set_ready(False)
+        self.ready.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.dispatcher.stop, DRAIN_S)
         web.should_exit = True
         if rpc is not None:
