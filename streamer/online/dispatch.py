@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from streamer.model.signature import Columns
+from streamer.online.meters import OnlineMetrics
 from streamer.pipeline.batcher import Batch, MicroBatcher
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,10 @@ IDLE_S = 0.5  # how long the thread waits for a request when no batch is open
 class Shed(Exception):
     """Refused at admission: the queue is full, or the deadline cannot be met; retry after ``retry_after_s``."""
 
-    def __init__(self, reason: str, retry_after_s: float) -> None:
+    def __init__(self, reason: str, retry_after_s: float, why: str = "queue") -> None:
         super().__init__(reason)
         self.retry_after_s = retry_after_s
+        self.why = why  # queue | deadline | stopping: the metrics' label
 
 
 class Expired(Exception):
@@ -106,8 +108,9 @@ class Dispatcher:
     """Admits requests, batches them with the stream's flush policy and scores each batch once."""
 
     def __init__(self, score: Callable[[Columns], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
-                 clock: Callable[[], float] = time.monotonic, metrics: Any = None) -> None:
-        self._score, self._clock, self.metrics = score, clock, metrics
+                 clock: Callable[[], float] = time.monotonic, metrics: OnlineMetrics | None = None) -> None:
+        self._score, self._clock = score, clock
+        self.metrics = metrics or OnlineMetrics()
         self.max_queue_rows = max_queue_rows
         self._batcher: MicroBatcher[Any] = MicroBatcher(max_size, max_wait_ms, clock, join=list)
         self._inbox: queue.Queue[_Pending | None] = queue.Queue()
@@ -128,20 +131,26 @@ class Dispatcher:
         n, now = len(features), self._clock()
         with self._lock:
             if self._draining:
-                raise Shed("the server is stopping", 1.0)
+                self._shed("stopping")
+                raise Shed("the server is stopping", 1.0, "stopping")
             if self.queued_rows + n > self.max_queue_rows:
-                self.shed += 1
+                self._shed("queue")
                 raise Shed(f"the queue holds {self.queued_rows} rows, at most {self.max_queue_rows}",
-                           self._retry_after(self.queued_rows))
+                           self._retry_after(self.queued_rows), "queue")
             eta = self._answer_in(self.queued_rows + n)
             if now + eta > deadline:
-                self.shed += 1
+                self._shed("deadline")
                 raise Shed(f"the deadline is {max(deadline - now, 0) * 1000:.0f} ms away; an answer takes about "
-                           f"{eta * 1000:.0f} ms now", self._retry_after(self.queued_rows))
+                           f"{eta * 1000:.0f} ms now", self._retry_after(self.queued_rows), "deadline")
             self.queued_rows += n
+            self.metrics.queued_rows.set(self.queued_rows)
         pending = _Pending(features, deadline, now, Future())
         self._inbox.put(pending)
         return pending.future
+
+    def _shed(self, why: str) -> None:
+        self.shed += 1
+        self.metrics.shed.labels(why).inc()
 
     def _answer_in(self, rows: int) -> float:
         """Seconds until ``rows`` queued rows would be answered: one batch wait, the rows at the
@@ -202,6 +211,7 @@ class Dispatcher:
                 continue
             if now > p.deadline:
                 self._release(len(piece))
+                self.metrics.shed.labels("expired").inc()
                 p.future.set_exception(Expired(f"the deadline passed {(now - p.deadline) * 1000:.0f} ms before "
                                                "its batch was scored"))
                 continue
@@ -220,6 +230,7 @@ class Dispatcher:
             return
         took = self._clock() - started
         self.call_s = took
+        self.metrics.batch_rows.observe(len(features))
         if took > 0:
             rate = len(features) / took
             self.rows_per_s = rate if self.rows_per_s == 0 else 0.8 * self.rows_per_s + 0.2 * rate
@@ -240,3 +251,4 @@ class Dispatcher:
     def _release(self, rows: int) -> None:
         with self._lock:
             self.queued_rows -= rows
+            self.metrics.queued_rows.set(self.queued_rows)

@@ -46,6 +46,13 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
         return Response(error_body(message), status, headers, media_type="application/json")
 
     async def score(request: Request) -> Response:
+        started = clock()
+        response = await _score(request)
+        dispatcher.metrics.requests.labels("score", str(response.status_code)).inc()
+        dispatcher.metrics.latency.labels("score").observe(clock() - started)
+        return response
+
+    async def _score(request: Request) -> Response:
         body = await request.body()
         if len(body) > o.max_body_bytes:
             return error(413, f"the body is over the {o.max_body_bytes}-byte limit")

@@ -81,6 +81,17 @@ def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: 
                                                            f"{model.version!r}")
 
     async def model_infer(request: Any, context: Any) -> Any:
+        started, code = clock(), "OK"
+        try:
+            return await _model_infer(request, context)
+        except BaseException:
+            code = str(context.code() or "UNKNOWN").rsplit(".", 1)[-1]
+            raise
+        finally:
+            dispatcher.metrics.requests.labels("grpc", code).inc()
+            dispatcher.metrics.latency.labels("grpc").observe(clock() - started)
+
+    async def _model_infer(request: Any, context: Any) -> Any:
         await _known(context, request.model_name, request.model_version)
         try:
             inputs = _inputs(request)

@@ -23,10 +23,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+from prometheus_client import make_asgi_app
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from streamer.model.signature import Columns
 from streamer.online.dispatch import Answer, Dispatcher, Expired, Shed
@@ -62,7 +63,9 @@ class OnlineModel(Protocol):
 
 def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, max_body_bytes: int,
         clock: Callable[[], float] = time.monotonic, more: Sequence[Route] = ()) -> Starlette:
-    """The HTTP application of one served model (and ``more`` routes: ``/v1/score``)."""
+    """The HTTP application of one served model (and ``more`` routes: ``/v1/score``), with
+    ``/metrics`` (the dispatcher's registry)."""
+    meters = dispatcher.metrics
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
         return Response(error_body(message), status, headers, media_type="application/json")
@@ -94,6 +97,13 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
         return known(request) or yes_no(model.ready(), f"model {model.name!r} is not ready")
 
     async def infer(request: Request) -> Response:
+        started = clock()
+        response = await _infer(request)
+        meters.requests.labels("http", str(response.status_code)).inc()
+        meters.latency.labels("http").observe(clock() - started)
+        return response
+
+    async def _infer(request: Request) -> Response:
         refused = known(request)
         if refused is not None:
             return refused
@@ -137,6 +147,7 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
         Route(base + "/ready", model_ready), Route(base + "/versions/{version}/ready", model_ready),
         Route(base + "/infer", infer, methods=["POST"]),
         Route(base + "/versions/{version}/infer", infer, methods=["POST"]), *more,
+        Mount("/metrics", make_asgi_app(meters.registry)),
     ])
 
 

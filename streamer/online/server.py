@@ -21,6 +21,7 @@ import grpc
 import uvicorn
 
 from streamer.config import Config
+from streamer.errors import ConfigError
 from streamer.online.dispatch import Dispatcher
 from streamer.online.events import score_route
 from streamer.online.grpc_service import handlers
@@ -74,14 +75,28 @@ class OnlineServer:
         web = _Uvicorn(uvicorn.Config(app(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms,
                                           max_body_bytes=o.max_body_bytes, more=routes),
                                       host=o.host, port=o.http_port, log_level="warning", lifespan="off"))
-        http_task = asyncio.create_task(web.serve())
+        async def listen() -> None:
+            try:
+                await web.serve()
+            except SystemExit:  # uvicorn's way to say it could not start; it logged why (the port is taken)
+                raise ConfigError("online.http_port", f"cannot listen on {o.host}:{o.http_port} "
+                                                      "(the log above says why)") from None
+
+        http_task = asyncio.create_task(listen())
         rpc: Any = None
         if o.grpc_port:
             rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes)])
             rpc.add_generic_rpc_handlers((handlers(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms),))
-            rpc.add_insecure_port(f"{o.host}:{o.grpc_port}")
+            try:
+                rpc.add_insecure_port(f"{o.host}:{o.grpc_port}")
+            except RuntimeError as exc:  # grpc's word for a port it cannot bind
+                raise ConfigError("online.grpc_port", f"cannot listen on {o.host}:{o.grpc_port}: {exc}") from None
             await rpc.start()
         await asyncio.get_running_loop().run_in_executor(None, self.serving.warm_up)
+        while not web.started:  # uvicorn says it listens by a flag only
+            if http_task.done():
+                await http_task  # its ConfigError
+            await asyncio.sleep(0.01)
         self.model.set_ready(True)
         self.ready.set()
         log.info("online: %s version %s ready on http://%s:%d%s", self.model.name, self.model.version, o.host,
