@@ -108,8 +108,9 @@ class Dispatcher:
     """Admits requests, batches them with the stream's flush policy and scores each batch once."""
 
     def __init__(self, score: Callable[[Columns], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
-                 clock: Callable[[], float] = time.monotonic, metrics: OnlineMetrics | None = None) -> None:
-        self._score, self._clock = score, clock
+                 clock: Callable[[], float] = time.monotonic, metrics: OnlineMetrics | None = None,
+                 between: Callable[[], object] = lambda: None) -> None:
+        self._score, self._clock, self._between = score, clock, between
         self.metrics = metrics or OnlineMetrics()
         self.max_queue_rows = max_queue_rows
         self._batcher: MicroBatcher[Any] = MicroBatcher(max_size, max_wait_ms, clock, join=list)
@@ -188,6 +189,7 @@ class Dispatcher:
                 due.append(polled)
             for batch in due:
                 self._run(batch.rows)
+            self._between()  # between batches: a new model version goes in, challengers publish
 
     def _drain(self) -> None:
         while True:

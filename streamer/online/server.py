@@ -50,7 +50,7 @@ class OnlineServer:
         self.model = ServedModel(cfg.model.name, serving)
         self.dispatcher = Dispatcher(self.model.score, o.max_size or cfg.batching.max_size,
                                      cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
-                                     o.max_queue_rows)
+                                     o.max_queue_rows, between=serving.poll)
         self.ready = threading.Event()  # set when the model has warmed up and the listeners are open
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
