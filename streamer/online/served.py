@@ -116,7 +116,7 @@ class ServedModel:
         messages = Messages.of([RequestMessage(self._rows + i) for i in range(n)])
         self._rows += n
         rows = Rows(messages, [""] * n, [""] * n, np.zeros(n, np.int64), features)
-        out = self.serving.score(rows)
+        out = self.serving.score(rows, urgent=True)
         if out.poison:  # rows the model fails on alone: their requests get the model's error
             first = min(out.poison)
             raise RuntimeError(f"the model fails on row {first} of the batch: {out.poison[first]}")

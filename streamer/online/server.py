@@ -44,13 +44,15 @@ class _Uvicorn(uvicorn.Server):
 class OnlineServer:
     """Serves ``serving``'s model under the config's ``online`` section."""
 
-    def __init__(self, cfg: Config, serving: Serving) -> None:
+    def __init__(self, cfg: Config, serving: Serving, beside_stream: bool = False) -> None:
+        """``beside_stream``: the serving is a running stream's, whose loop reloads it between its
+        batches (the online side only scores, first)."""
         o = cfg.online
         self.cfg, self.serving = cfg, serving
         self.model = ServedModel(cfg.model.name, serving)
         self.dispatcher = Dispatcher(self.model.score, o.max_size or cfg.batching.max_size,
                                      cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
-                                     o.max_queue_rows, between=serving.poll)
+                                     o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll)
         self.ready = threading.Event()  # set when the model has warmed up and the listeners are open
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

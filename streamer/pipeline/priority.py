@@ -1,0 +1,49 @@
+"""One model call at a time, the urgent ones first: online requests before stream batches.
+
+The stream and the online server share one serving model. A call holds the gate while it runs;
+when it ends, a waiting urgent call (an online batch) goes before any waiting ordinary one (a
+stream batch), so an online request waits for at most the model call in progress. The stream
+yields, it never starves the online side; the online side can slow the stream, by as much as
+it asks of the model.
+
+Worked example: a stream batch is in the model; an online batch and the next stream batch
+arrive; when the first ends, the online batch runs, then the stream's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class PriorityGate:
+    """Holds one caller at a time; urgent callers go before ordinary ones."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._urgent = 0  # urgent callers waiting
+        self.yielded = 0  # ordinary calls that waited for an urgent one (a metric's count)
+
+    @contextmanager
+    def hold(self, urgent: bool = False) -> Iterator[None]:
+        with self._cond:
+            if urgent:
+                self._urgent += 1
+                while self._busy:
+                    self._cond.wait()
+                self._urgent -= 1
+            else:
+                waited = False
+                while self._busy or self._urgent:
+                    waited = waited or bool(self._urgent)
+                    self._cond.wait()
+                self.yielded += waited
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
