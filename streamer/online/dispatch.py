@@ -1,7 +1,8 @@
 """Online requests batched by the stream's batcher, admitted against their deadlines, answered by future.
 
 Callers (the HTTP and gRPC handlers) :meth:`Dispatcher.submit` a request's rows with a deadline
-and get a ``concurrent.futures.Future``. One thread owns a :class:`MicroBatcher` (the stream's
+and get a ``concurrent.futures.Future``, or, from an event loop, an ``asyncio.Future`` of that
+loop: the answers of one batch are then settled with one wake-up of the loop, not one each. One thread owns a :class:`MicroBatcher` (the stream's
 flush policy: ``max_size`` rows, or ``max_wait_ms`` after the batch's first row), scores each
 batch it flushes with one call, and answers each request with its own rows of the result. A
 request larger than the room left in a batch is cut, and answered when its last piece is scored.
@@ -21,6 +22,7 @@ one model call of 10 rows, flushed 5 ms after the first arrived; each caller get
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import queue
@@ -72,9 +74,11 @@ class _Pending:
     features: Columns
     deadline: float
     admitted: float
-    future: Future[Answer]
+    future: Any  # a concurrent.futures.Future, or an asyncio.Future of ``loop``
+    loop: asyncio.AbstractEventLoop | None = None
     parts: dict[int, Any] = field(default_factory=dict)  # first row -> (rows, outputs) scored so far
     scored: int = 0
+    failed: bool = False  # answered with an error already (its other pieces are dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +130,10 @@ class Dispatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, features: Columns, deadline: float) -> Future[Answer]:
+    def submit(self, features: Columns, deadline: float, loop: asyncio.AbstractEventLoop | None = None) -> Any:
         """Admit ``features`` (one request's rows) to be answered by ``deadline`` (the clock's time),
-        or raise :class:`Shed` at once."""
+        or raise :class:`Shed` at once. With ``loop`` (the caller's, running), an asyncio future of
+        it; else a concurrent one."""
         n, now = len(features), self._clock()
         with self._lock:
             if self._draining:
@@ -145,7 +150,7 @@ class Dispatcher:
                            f"{eta * 1000:.0f} ms now", self._retry_after(self.queued_rows), "deadline")
             self.queued_rows += n
             self.metrics.queued_rows.set(self.queued_rows)
-        pending = _Pending(features, deadline, now, Future())
+        pending = _Pending(features, deadline, now, Future() if loop is None else loop.create_future(), loop)
         self._inbox.put(pending)
         return pending.future
 
@@ -205,17 +210,26 @@ class Dispatcher:
             self._run(last.rows)
 
     def _run(self, pieces: Sequence[_Piece]) -> None:
+        settle: list[tuple[_Pending, Answer | BaseException]] = []
+        try:
+            self._score_pieces(pieces, settle)
+        finally:
+            self._settle(settle)
+
+    def _score_pieces(self, pieces: Sequence[_Piece], settle: list[tuple[_Pending, Answer | BaseException]]) -> None:
         now = self._clock()
         live = []
         for piece in pieces:
             p = piece.pending
-            if p.future.done():
+            if p.failed:
+                self._release(len(piece))
                 continue
             if now > p.deadline:
                 self._release(len(piece))
                 self.metrics.shed.labels("expired").inc()
-                p.future.set_exception(Expired(f"the deadline passed {(now - p.deadline) * 1000:.0f} ms before "
-                                               "its batch was scored"))
+                p.failed = True
+                settle.append((p, Expired(f"the deadline passed {(now - p.deadline) * 1000:.0f} ms before its "
+                                          "batch was scored")))
                 continue
             live.append(piece)
         if not live:
@@ -227,8 +241,9 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the model's failure
             for piece in live:
                 self._release(len(piece))
-                if not piece.pending.future.done():
-                    piece.pending.future.set_exception(exc)
+                if not piece.pending.failed:
+                    piece.pending.failed = True
+                    settle.append((piece.pending, exc))
             return
         took = self._clock() - started
         self.call_s = took
@@ -247,10 +262,39 @@ class Dispatcher:
             if p.scored == len(p.features):
                 parts = [p.parts[k] for k in sorted(p.parts)]
                 outputs = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-                p.future.set_result(Answer(outputs, out.model, out.version, out.digest, out.degraded,
-                                           len(features), started - p.admitted))
+                settle.append((p, Answer(outputs, out.model, out.version, out.digest, out.degraded,
+                                         len(features), started - p.admitted)))
+
+    @staticmethod
+    def _settle(settle: list[tuple[_Pending, Answer | BaseException]]) -> None:
+        """Answer the callers: concurrent futures at once, each loop's futures in one wake-up of it."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Answer | BaseException]]] = {}
+        for p, result in settle:
+            if p.loop is None:
+                _put(p.future, result)
+            else:
+                by_loop.setdefault(p.loop, []).append((p.future, result))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the loop closed: nobody waits for these answers
+                pass
 
     def _release(self, rows: int) -> None:
         with self._lock:
             self.queued_rows -= rows
             self.metrics.queued_rows.set(self.queued_rows)
+
+
+def _put(future: Any, result: Answer | BaseException) -> None:
+    if future.done():  # a caller that gave up (cancelled)
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+def _put_all(items: list[tuple[Any, Answer | BaseException]]) -> None:
+    for future, result in items:
+        _put(future, result)

@@ -68,11 +68,12 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
         except ValidationError as exc:
             return error(422, str(exc))
         try:
-            future = dispatcher.submit(contract.stack([record.features]), clock() + o.timeout_ms / 1000)
+            future = dispatcher.submit(contract.stack([record.features]), clock() + o.timeout_ms / 1000,
+                                         asyncio.get_running_loop())
         except Shed as exc:
             return error(503, f"shed: {exc}", {"Retry-After": str(math.ceil(exc.retry_after_s))})
         try:
-            answer = await asyncio.wrap_future(future)
+            answer = await future
         except Expired as exc:
             return error(503, f"expired: {exc}", {"Retry-After": "1"})
         except Exception as exc:  # noqa: BLE001 - the model's failure is the answer

@@ -97,14 +97,14 @@ def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: 
             inputs = _inputs(request)
             features = model.columns(inputs)
             deadline = clock() + _timeout_s(request, context, default_timeout_ms)
-            future = dispatcher.submit(features, deadline)
+            future = dispatcher.submit(features, deadline, asyncio.get_running_loop())
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Shed as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"shed: {exc}",
                                 (("retry-after", str(math.ceil(exc.retry_after_s))),))
         try:
-            answer = await asyncio.wrap_future(future)
+            answer = await future
         except Expired as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"expired: {exc}", (("retry-after", "1"),))
         except Exception as exc:  # noqa: BLE001 - the model's failure is the answer

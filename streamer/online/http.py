@@ -119,13 +119,13 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
             req = decode_request(body, request.headers.get(HEADER))
             features = model.columns(req.inputs)
             deadline = clock() + _timeout_s(req.parameters, request.headers.get(TIMEOUT_HEADER), default_timeout_ms)
-            future = dispatcher.submit(features, deadline)
+            future = dispatcher.submit(features, deadline, asyncio.get_running_loop())
         except BadRequest as exc:
             return error(400, str(exc))
         except Shed as exc:
             return error(503, f"shed: {exc}", {"Retry-After": str(math.ceil(exc.retry_after_s))})
         try:
-            answer = await asyncio.wrap_future(future)
+            answer = await future
         except Expired as exc:
             return error(503, f"expired: {exc}", {"Retry-After": "1"})
         except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
