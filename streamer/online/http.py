@@ -62,7 +62,7 @@ class OnlineModel(Protocol):
 
 
 def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, max_body_bytes: int,
-        clock: Callable[[], float] = time.monotonic, more: Sequence[Route] = ()) -> Starlette:
+        clock: Callable[[], float] = time.monotonic, more: Sequence[Route] = ()) -> Any:
     """The HTTP application of one served model (and ``more`` routes: ``/v1/score``), with
     ``/metrics`` (the dispatcher's registry)."""
     meters = dispatcher.metrics
@@ -96,52 +96,64 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
     async def model_ready(request: Request) -> Response:
         return known(request) or yes_no(model.ready(), f"model {model.name!r} is not ready")
 
-    async def infer(request: Request) -> Response:
+    async def answer(body: bytes, header_length: str | None, timeout: str | None) -> tuple[int, bytes, dict[str, str]]:
+        """One infer request's status, body and headers (every path: the fast one and the router's)."""
         started = clock()
-        response = await _infer(request)
-        meters.requests.labels("http", str(response.status_code)).inc()
+        status, content, headers = await _answer(body, header_length, timeout)
+        meters.requests.labels("http", str(status)).inc()
         meters.latency.labels("http").observe(clock() - started)
-        return response
+        return status, content, headers
 
-    async def _infer(request: Request) -> Response:
-        refused = known(request)
-        if refused is not None:
-            return refused
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > max_body_bytes:
-            return error(413, f"the body is {size} bytes, over the {max_body_bytes}-byte limit")
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body_bytes:
-                return error(413, f"the body is over the {max_body_bytes}-byte limit")
+    def failure(status: int, message: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
+        return status, error_body(message), {"content-type": "application/json", **(headers or {})}
+
+    async def _answer(body: bytes, header_length: str | None, timeout: str | None) -> tuple[int, bytes, dict[str, str]]:
+        if len(body) > max_body_bytes:
+            return failure(413, f"the body is {len(body)} bytes, over the {max_body_bytes}-byte limit")
         try:
-            req = decode_request(body, request.headers.get(HEADER))
+            req = decode_request(body, header_length)
             features = model.columns(req.inputs)
-            deadline = clock() + _timeout_s(req.parameters, request.headers.get(TIMEOUT_HEADER), default_timeout_ms)
+            deadline = clock() + _timeout_s(req.parameters, timeout, default_timeout_ms)
             future = dispatcher.submit(features, deadline, asyncio.get_running_loop())
         except BadRequest as exc:
-            return error(400, str(exc))
+            return failure(400, str(exc))
         except Shed as exc:
-            return error(503, f"shed: {exc}", {"Retry-After": str(math.ceil(exc.retry_after_s))})
+            return failure(503, f"shed: {exc}", {"retry-after": str(math.ceil(exc.retry_after_s))})
         try:
             answer = await future
         except Expired as exc:
-            return error(503, f"expired: {exc}", {"Retry-After": "1"})
+            return failure(503, f"expired: {exc}", {"retry-after": "1"})
         except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
-            return error(500, f"the model failed: {exc}")
+            return failure(500, f"the model failed: {exc}")
         try:
             outputs = model.outputs(answer, req.outputs)
         except BadRequest as exc:
-            return error(400, str(exc))
+            return failure(400, str(exc))
         params = {"model_digest": answer.digest, "degraded": answer.degraded is not None}
         if answer.degraded is not None:
             params["degraded_reason"] = answer.degraded
         content, headers = encode_response(model.name, answer.version, outputs, req, params)
-        return Response(content, 200, headers)
+        return 200, content, headers
+
+    async def infer(request: Request) -> Response:
+        refused = known(request)
+        if refused is not None:
+            meters.requests.labels("http", str(refused.status_code)).inc()
+            return refused
+        size = request.headers.get("content-length")
+        if size is not None and size.isdigit() and int(size) > max_body_bytes:
+            status, content, headers = failure(413, f"the body is {size} bytes, over the {max_body_bytes}-byte limit")
+            return Response(content, status, headers)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                break
+        status, content, headers = await answer(body, request.headers.get(HEADER), request.headers.get(TIMEOUT_HEADER))
+        return Response(content, status, headers)
 
     base = "/v2/models/{name}"
-    return Starlette(routes=[
+    router = Starlette(routes=[
         Route("/v2/health/live", live), Route("/v2/health/ready", ready), Route("/v2", server), Route("/v2/", server),
         Route(base, metadata), Route(base + "/versions/{version}", metadata),
         Route(base + "/ready", model_ready), Route(base + "/versions/{version}/ready", model_ready),
@@ -149,6 +161,35 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
         Route(base + "/versions/{version}/infer", infer, methods=["POST"]), *more,
         Mount("/metrics", make_asgi_app(meters.registry)),
     ])
+    return _FastInfer(f"/v2/models/{model.name}/infer", answer, max_body_bytes, router)
+
+
+class _FastInfer:
+    """The ASGI application: ``POST /v2/models/<served>/infer``, the hot path, straight to the
+    answer (no router, no middleware: a third of a request's time at saturation); every other
+    request to the router."""
+
+    def __init__(self, path: str, answer: Any, max_body_bytes: int, router: Starlette) -> None:
+        self.path, self.answer, self.max_body_bytes, self.router = path, answer, max_body_bytes, router
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            await self.router(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        parts, size, more = [], 0, True
+        while more:
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size <= self.max_body_bytes:
+                parts.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(parts) if size <= self.max_body_bytes else b"\0" * (self.max_body_bytes + 1)
+        status, content, out = await self.answer(body, headers.get(HEADER), headers.get(TIMEOUT_HEADER))
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(k.encode(), v.encode()) for k, v in out.items()]})
+        await send({"type": "http.response.body", "body": content})
 
 
 def _timeout_s(parameters: Any, header: str | None, default_ms: int) -> float:
