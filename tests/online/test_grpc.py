@@ -89,3 +89,13 @@ def test_refusals_carry_the_protocols_codes(served: tuple[str, Doubler, Dispatch
     finally:
         dispatcher.call_s = 0.0
     assert shed.value.status() == "StatusCode.UNAVAILABLE"
+
+
+def test_a_malformed_message_is_refused_and_the_server_serves_on(served: tuple[str, Doubler, Dispatcher]) -> None:
+    url = served[0]
+    with grpc.insecure_channel(url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as refused:
+            call(b"\xff\xff\xff not a message", timeout=TIMEOUT_S)
+        assert refused.value.code() != grpc.StatusCode.OK
+    assert grpcclient.InferenceServerClient(url).is_server_live(client_timeout=TIMEOUT_S)

@@ -101,3 +101,14 @@ def test_an_unknown_model_and_a_deadline_that_cannot_be_met(served: tuple[str, D
     assert 'streamer_online_shed_total{reason="deadline"} 1.0' in text
     assert 'streamer_online_requests_total{code="404",transport="http"}' in text
     assert "streamer_online_request_seconds_bucket" in text and "streamer_online_queued_rows 0.0" in text
+
+
+def test_a_malformed_body_is_400_with_a_json_error(served: tuple[str, Doubler, Dispatcher]) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{served[0]}/v2/models/doubler/infer", b'{"inputs": [', method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    assert refused.value.code == 400 and "not JSON" in json.loads(refused.value.read())["error"]
