@@ -22,10 +22,12 @@ import uvicorn
 
 from streamer.config import Config
 from streamer.errors import ConfigError
+from streamer.observe.metrics import GroupRegistry
 from streamer.online.dispatch import Dispatcher
 from streamer.online.events import score_route
 from streamer.online.grpc_service import handlers
 from streamer.online.http import app
+from streamer.online.meters import OnlineMetrics
 from streamer.online.served import ServedModel
 from streamer.pipeline.serving import Serving
 
@@ -52,7 +54,9 @@ class OnlineServer:
         self.model = ServedModel(cfg.model.name, serving)
         self.dispatcher = Dispatcher(self.model.score, o.max_size or cfg.batching.max_size,
                                      cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
-                                     o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll)
+                                     o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll,
+                                     # the group label, as the stream's series: one dashboard selects both
+                                     metrics=OnlineMetrics(GroupRegistry(cfg.input.group_id)))
         self.ready = threading.Event()  # set when the model has warmed up and the listeners are open
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
