@@ -24,7 +24,8 @@ class PriorityGate:
         self._cond = threading.Condition()
         self._busy = False
         self._urgent = 0  # urgent callers waiting
-        self.yielded = 0  # ordinary calls that waited for an urgent one (a metric's count)
+        self._urgent_calls = 0  # urgent callers that took the gate, ever
+        self.yielded = 0  # ordinary calls that an urgent one went before (a metric's count)
 
     @contextmanager
     def hold(self, urgent: bool = False) -> Iterator[None]:
@@ -34,12 +35,12 @@ class PriorityGate:
                 while self._busy:
                     self._cond.wait()
                 self._urgent -= 1
+                self._urgent_calls += 1
             else:
-                waited = False
+                before = self._urgent_calls
                 while self._busy or self._urgent:
-                    waited = waited or bool(self._urgent)
                     self._cond.wait()
-                self.yielded += waited
+                self.yielded += self._urgent_calls != before
             self._busy = True
         try:
             yield
