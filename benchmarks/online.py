@@ -1,6 +1,7 @@
 """Online scoring under load: `streamer serve` driven by vegeta, an open-loop HTTP load generator.
 
     make vegeta && python benchmarks/online.py [--model heavy|demo] [--seconds S] [--rows R]
+    make vegeta && python benchmarks/online.py --beside-stream [--events N] [--rate R]
 
 For each server setting (dynamic batching: ``batching.max_size`` rows, ``online.max_wait_ms``; and
 ``online.max_size: 1``, one model call per request), a fresh `streamer serve` process:
@@ -12,8 +13,13 @@ For each server setting (dynamic batching: ``batching.max_size`` rows, ``online.
   (coordinated omission): p50, p99, and the requests shed (503) or failed.
 
 Each request is one Open Inference Protocol infer of ``--rows`` rows of 32 features as JSON. The
-line per setting and the ratio of the saturation rates are the figures. A benchmark, not a test:
-comparable within one run on one machine.
+line per setting and the ratio of the saturation rates are the figures.
+
+``--beside-stream``: on a broker started here, `streamer run` scores ``--events`` demo events from
+a topic, alone, then again (a fresh topic and group) with ``online.enabled`` while vegeta sends
+``--rate`` requests/s in an open loop: the stream's events/s in both runs (from the run's start
+to its last prediction on the output topic), and the online p50/p99 and shed count beside it. A
+benchmark, not a test: comparable within one run on one machine.
 """
 
 from __future__ import annotations
@@ -100,6 +106,89 @@ def line(name: str, r: dict[str, Any]) -> str:
             f"other errors {sum(v for k, v in codes.items() if k not in ('200', '503')):>4}")
 
 
+def stream_run(bootstrap: str, work: Path, name: str, n: int, model: Path, online_port: int | None) -> tuple[Any, float]:
+    """`streamer run` over ``n`` fresh events; returns the process (still running) and the seconds it took
+    to write every prediction."""
+    from streamer.commands.demo import encoded_events, produce_events, synthetic_events
+    from streamer.config_file import load_config
+    from streamer.kafka.topics import create_topics
+    from streamer.wiring import input_codec
+
+    topic, out = f"bench-in-{name}", f"bench-out-{name}"
+    create_topics(bootstrap, {topic: 3, out: 3})
+    doc = yaml.safe_load((ROOT / "deploy" / "config" / "example.yaml").read_text())
+    doc["kafka"] = {"bootstrap.servers": bootstrap}
+    doc["input"].update(topics=[topic], group_id=f"bench-{name}", schema=str(ROOT / "streamer/schemas/feature_event.avsc"))
+    doc["output"].update(topic=out, schema=str(ROOT / "streamer/schemas/prediction.avsc"))
+    doc["model"].update(path=str(model), providers=["cpu"])
+    if online_port is not None:
+        doc["online"] = {"enabled": True, "http_port": online_port, "grpc_port": 0, "max_wait_ms": 2,
+                         "timeout_ms": 2000}
+    path = work / f"run-{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    produce_events(bootstrap, topic, encoded_events(input_codec(load_config(path)), synthetic_events(n, 32, seed=2)))
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "streamer", "--log-level", "WARNING", "run", "--config", str(path)])
+    return proc, started
+
+
+def written(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta)
+    finally:
+        c.close()
+
+
+def beside_stream(args: argparse.Namespace) -> None:
+    from streamer.dev.broker import kafka_cluster
+
+    model = MODELS[args.model]
+    with kafka_cluster() as bootstrap, tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        rates: dict[str, float] = {}
+        report: dict[str, Any] = {}
+        for name, online in (("alone", False), ("beside", True)):
+            port = free_port() if online else None
+            proc, started = stream_run(bootstrap, work, name, args.events, model, port)
+            try:
+                if port is not None:
+                    deadline = time.monotonic() + 60
+                    while True:  # the online side's readiness, polled as a probe would
+                        try:
+                            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
+                                if r.status == 200:
+                                    break
+                        except OSError:
+                            pass
+                        if time.monotonic() > deadline:
+                            raise SystemExit("the online server did not become ready")
+                        time.sleep(0.1)
+                    load = subprocess.Popen([str(VEGETA), "attack", f"-targets={targets(work, port, args.rows)}",
+                                             f"-rate={args.rate}", "-duration=600s", "-timeout=10s"],
+                                            stdout=subprocess.PIPE)
+                while written(bootstrap, f"bench-out-{name}") < args.events:
+                    time.sleep(0.2)  # the output topic's end, read on a schedule: the stream's progress
+                rates[name] = args.events / (time.monotonic() - started)
+                if port is not None:
+                    load.terminate()
+                    out, _ = load.communicate(timeout=30)
+                    done = subprocess.run([str(VEGETA), "report", "-type=json"], input=out, capture_output=True,
+                                          check=True)
+                    report = dict(json.loads(done.stdout))
+            finally:
+                proc.terminate()
+                proc.wait(60)
+    print(f"model {args.model}, {args.events:,} stream events on 3 partitions, online open loop at {args.rate} req/s "
+          f"of {args.rows} row(s), {os.cpu_count()} CPUs")
+    print(f"stream alone            {rates['alone']:>10,.0f} events/s")
+    print(f"stream beside online    {rates['beside']:>10,.0f} events/s ({rates['beside'] / rates['alone']:.2f}x)")
+    print(line("online beside the stream", report))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="heavy")
@@ -107,9 +196,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1, help="rows per request (default 1)")
     ap.add_argument("--workers", type=int, default=64, help="vegeta's workers at saturation (default 64)")
     ap.add_argument("--max-wait-ms", type=int, default=2, help="online.max_wait_ms of the batched server")
+    ap.add_argument("--beside-stream", action="store_true", help="the stream's rate alone and beside online load")
+    ap.add_argument("--events", type=int, default=200_000, help="--beside-stream: the stream's events")
+    ap.add_argument("--rate", type=int, default=500, help="--beside-stream: online requests per second")
     args = ap.parse_args()
     if not VEGETA.exists():
         raise SystemExit(f"no {VEGETA}: run make vegeta")
+    if args.beside_stream:
+        beside_stream(args)
+        return
     results: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
