@@ -2,6 +2,7 @@
 
     make vegeta && python benchmarks/online.py [--model heavy|demo] [--seconds S] [--rows R]
     make vegeta && python benchmarks/online.py --beside-stream [--events N] [--rate R]
+    make vegeta && python benchmarks/online.py --stacks            # uvicorn against granian (the bench extra)
 
 For each server setting (dynamic batching: ``batching.max_size`` rows, ``online.max_wait_ms``; and
 ``online.max_size: 1``, one model call per request), a fresh `streamer serve` process:
@@ -14,6 +15,9 @@ For each server setting (dynamic batching: ``batching.max_size`` rows, ``online.
 
 Each request is one Open Inference Protocol infer of ``--rows`` rows of 32 features as JSON. The
 line per setting and the ratio of the saturation rates are the figures.
+
+``--stacks``: the same HTTP application (benchmarks/online_app.py) under uvicorn (with httptools)
+and under granian, each at saturation, twice: the measurement the server stack was chosen by.
 
 ``--beside-stream``: on a broker started here, `streamer run` scores ``--events`` demo events from
 a topic, alone, then again (a fresh topic and group) with ``online.enabled`` while vegeta sends
@@ -143,6 +147,40 @@ def written(bootstrap: str, topic: str) -> int:
         c.close()
 
 
+def stacks(args: argparse.Namespace) -> None:
+    bin_ = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        for name in ("uvicorn", "granian"):
+            port = free_port()
+            cfg = config(work, MODELS[args.model], port, None, args.max_wait_ms)
+            argv = ([sys.executable, "-m", "uvicorn", "online_app:app", "--http", "httptools", "--no-access-log"]
+                    if name == "uvicorn" else [str(bin_ / "granian"), "--interface", "asgi", "--workers", "1",
+                                               "online_app:app"])
+            argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+            proc = subprocess.Popen(argv, cwd=Path(__file__).parent, env={**os.environ, "STREAMER_CONFIG": str(cfg),
+                                                                           "KAFKA_BOOTSTRAP": "127.0.0.1:1"})
+            try:
+                deadline = time.monotonic() + 60
+                while True:  # readiness, polled as a load balancer would
+                    try:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
+                            if r.status == 200:
+                                break
+                    except OSError:
+                        pass
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"{name} did not become ready")
+                    time.sleep(0.1)
+                target = targets(work, port, args.rows)
+                attack(target, 2, None, args.workers)
+                for round_ in (1, 2):
+                    print(line(f"{name}, round {round_}", attack(target, args.seconds, None, args.workers)), flush=True)
+            finally:
+                proc.terminate()
+                proc.wait(30)
+
+
 def beside_stream(args: argparse.Namespace) -> None:
     from streamer.dev.broker import kafka_cluster
 
@@ -197,6 +235,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=64, help="vegeta's workers at saturation (default 64)")
     ap.add_argument("--max-wait-ms", type=int, default=2, help="online.max_wait_ms of the batched server")
     ap.add_argument("--beside-stream", action="store_true", help="the stream's rate alone and beside online load")
+    ap.add_argument("--stacks", action="store_true", help="the same app under uvicorn and granian, at saturation")
     ap.add_argument("--events", type=int, default=200_000, help="--beside-stream: the stream's events")
     ap.add_argument("--rate", type=int, default=500, help="--beside-stream: online requests per second")
     args = ap.parse_args()
@@ -204,6 +243,9 @@ def main() -> None:
         raise SystemExit(f"no {VEGETA}: run make vegeta")
     if args.beside_stream:
         beside_stream(args)
+        return
+    if args.stacks:
+        stacks(args)
         return
     results: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
