@@ -236,6 +236,7 @@ def main() -> None:
     ap.add_argument("--max-wait-ms", type=int, default=2, help="online.max_wait_ms of the batched server")
     ap.add_argument("--beside-stream", action="store_true", help="the stream's rate alone and beside online load")
     ap.add_argument("--stacks", action="store_true", help="the same app under uvicorn and granian, at saturation")
+    ap.add_argument("--rates", default="", help="more open-loop rates after 50%% of saturation, e.g. 500,1000,4000")
     ap.add_argument("--events", type=int, default=200_000, help="--beside-stream: the stream's events")
     ap.add_argument("--rate", type=int, default=500, help="--beside-stream: online requests per second")
     args = ap.parse_args()
@@ -261,13 +262,15 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(30)
         half = max(1, int(results["batched"]["saturation"]["throughput"] / 2))
+        rates = [half] + [int(r) for r in args.rates.split(",") if r]
         for name, max_size in (("batched", None), ("max_size 1", 1)):
             port = free_port()
             proc = start(config(work, MODELS[args.model], port, max_size, args.max_wait_ms), port)
             try:
                 target = targets(work, port, args.rows)
                 attack(target, 2, half, args.workers)
-                results[name]["half"] = attack(target, args.seconds, half, args.workers)
+                for rate in rates:
+                    results[name][f"rate {rate}"] = attack(target, args.seconds, rate, args.workers)
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -275,8 +278,9 @@ def main() -> None:
           f"online.max_wait_ms {args.max_wait_ms}, {args.seconds:g} s per run, {os.cpu_count()} CPUs")
     for name in results:
         print(line(f"{name}: saturation", results[name]["saturation"]))
-    for name in results:
-        print(line(f"{name}: open loop at {half:,} req/s", results[name]["half"]))
+    for rate in rates:
+        for name in results:
+            print(line(f"{name}: open loop at {rate:,} req/s", results[name][f"rate {rate}"]))
     ratio = results["batched"]["saturation"]["throughput"] / results["max_size 1"]["saturation"]["throughput"]
     print(f"(o) saturation with dynamic batching / max_size 1 = {ratio:.2f}x (target >= 5x)")
 
