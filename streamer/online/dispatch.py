@@ -121,8 +121,9 @@ class Dispatcher:
         self._inbox: queue.Queue[_Pending | None] = queue.Queue()
         self._lock = threading.Lock()
         self.queued_rows = 0  # admitted, not yet scored
-        self.rows_per_s = 0.0  # the model's measured rate (rows over call seconds), 0 until it has one
+        self.rows_per_s = 0.0  # rows answered per second while a backlog waited (0 until measured)
         self.call_s = 0.0  # the last model call's seconds
+        self._last_end: float | None = None  # when the last batch's answers were settled
         self.shed = 0
         self._thread = threading.Thread(target=self._work, name="online-batcher", daemon=True)
         self._draining = False
@@ -210,11 +211,23 @@ class Dispatcher:
             self._run(last.rows)
 
     def _run(self, pieces: Sequence[_Piece]) -> None:
+        """Score a batch and answer its callers. The rate admission counts on is measured here, over
+        the whole cycle of a batch that had a backlog behind it (the model call, the cutting, the
+        answering, the next batch's wait for the thread): a call's own time would promise more."""
         settle: list[tuple[_Pending, Answer | BaseException]] = []
+        backlog = self.queued_rows > sum(len(p) for p in pieces)
+        rows = sum(len(p) for p in pieces)
         try:
             self._score_pieces(pieces, settle)
         finally:
             self._settle(settle)
+        end = self._clock()
+        if backlog and self._last_end is not None and end > self._last_end:
+            rate = rows / (end - self._last_end)
+            self.rows_per_s = rate if self.rows_per_s == 0 else 0.8 * self.rows_per_s + 0.2 * rate
+        elif self.rows_per_s == 0 and self.call_s > 0:
+            self.rows_per_s = rows / self.call_s  # a first guess, until a backlog measures the real rate
+        self._last_end = end
 
     def _score_pieces(self, pieces: Sequence[_Piece], settle: list[tuple[_Pending, Answer | BaseException]]) -> None:
         now = self._clock()
@@ -248,9 +261,6 @@ class Dispatcher:
         took = self._clock() - started
         self.call_s = took
         self.metrics.batch_rows.observe(len(features))
-        if took > 0:
-            rate = len(features) / took
-            self.rows_per_s = rate if self.rows_per_s == 0 else 0.8 * self.rows_per_s + 0.2 * rate
         at = 0
         for piece in live:
             n = len(piece)
