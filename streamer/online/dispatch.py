@@ -28,6 +28,7 @@ import math
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ class _Pending:
     admitted: float
     future: Any  # a concurrent.futures.Future, or an asyncio.Future of ``loop``
     loop: asyncio.AbstractEventLoop | None = None
+    name: str = ""  # the request's id: its rows' event ids (name, or name/i for several rows)
     parts: dict[int, Any] = field(default_factory=dict)  # first row -> (rows, outputs) scored so far
     scored: int = 0
     failed: bool = False  # answered with an error already (its other pieces are dropped)
@@ -96,6 +98,13 @@ class _Piece:
         start, stop, _ = idx.indices(len(self))
         return _Piece(self.pending, self.lo + start, self.lo + stop)
 
+    def ids(self) -> list[str]:
+        """Its rows' event ids: the request's id, and the row's index when it has several."""
+        p = self.pending
+        if len(p.features) == 1:
+            return [p.name]
+        return [f"{p.name}/{i}" for i in range(self.lo, self.hi)]
+
 
 @dataclass(frozen=True, slots=True)
 class Scoring:
@@ -111,7 +120,7 @@ class Scoring:
 class Dispatcher:
     """Admits requests, batches them with the stream's flush policy and scores each batch once."""
 
-    def __init__(self, score: Callable[[Columns], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
+    def __init__(self, score: Callable[[Columns, list[str]], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
                  clock: Callable[[], float] = time.monotonic, metrics: OnlineMetrics | None = None,
                  between: Callable[[], object] = lambda: None) -> None:
         self._score, self._clock, self._between = score, clock, between
@@ -131,10 +140,12 @@ class Dispatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, features: Columns, deadline: float, loop: asyncio.AbstractEventLoop | None = None) -> Any:
+    def submit(self, features: Columns, deadline: float, loop: asyncio.AbstractEventLoop | None = None,
+               name: str | None = None) -> Any:
         """Admit ``features`` (one request's rows) to be answered by ``deadline`` (the clock's time),
         or raise :class:`Shed` at once. With ``loop`` (the caller's, running), an asyncio future of
-        it; else a concurrent one."""
+        it; else a concurrent one. ``name``: the request's id, its rows' event ids where the serving
+        hands them on (the challengers' shadow predictions); a random one when not given."""
         n, now = len(features), self._clock()
         with self._lock:
             if self._draining:
@@ -151,7 +162,8 @@ class Dispatcher:
                            f"{eta * 1000:.0f} ms now", self._retry_after(self.queued_rows), "deadline")
             self.queued_rows += n
             self.metrics.queued_rows.set(self.queued_rows)
-        pending = _Pending(features, deadline, now, Future() if loop is None else loop.create_future(), loop)
+        pending = _Pending(features, deadline, now, Future() if loop is None else loop.create_future(), loop,
+                           name or f"online-{uuid.uuid4().hex}")
         self._inbox.put(pending)
         return pending.future
 
@@ -250,7 +262,7 @@ class Dispatcher:
         features = Columns.join([p.pending.features[p.lo:p.hi] for p in live])
         started = self._clock()
         try:
-            out = self._score(features)
+            out = self._score(features, [i for p in live for i in p.ids()])
         except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the model's failure
             for piece in live:
                 self._release(len(piece))

@@ -69,7 +69,7 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
             return error(422, str(exc))
         try:
             future = dispatcher.submit(contract.stack([record.features]), clock() + o.timeout_ms / 1000,
-                                         asyncio.get_running_loop())
+                                         asyncio.get_running_loop(), record.event_id)
         except Shed as exc:
             return error(503, f"shed: {exc}", {"Retry-After": str(math.ceil(exc.retry_after_s))})
         try:

@@ -97,7 +97,7 @@ def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: 
             inputs = _inputs(request)
             features = model.columns(inputs)
             deadline = clock() + _timeout_s(request, context, default_timeout_ms)
-            future = dispatcher.submit(features, deadline, asyncio.get_running_loop())
+            future = dispatcher.submit(features, deadline, asyncio.get_running_loop(), request.id or None)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Shed as exc:

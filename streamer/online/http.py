@@ -114,7 +114,7 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
             req = decode_request(body, header_length)
             features = model.columns(req.inputs)
             deadline = clock() + _timeout_s(req.parameters, timeout, default_timeout_ms)
-            future = dispatcher.submit(features, deadline, asyncio.get_running_loop())
+            future = dispatcher.submit(features, deadline, asyncio.get_running_loop(), req.id)
         except BadRequest as exc:
             return failure(400, str(exc))
         except Shed as exc:

@@ -1,5 +1,6 @@
 """The online server's Prometheus metrics: requests by transport and status, requests shed at
-admission (and why), rows queued, each request's latency, the rows per model call."""
+admission (and why), rows queued, each request's latency, the rows per model call, and the drift of
+the online features (with ``model.drift_profile``)."""
 
 from __future__ import annotations
 
@@ -24,5 +25,10 @@ class OnlineMetrics:
                                  ["transport"], buckets=LATENCY_BUCKETS, registry=r)
         self.batch_rows = Histogram(f"{p}_batch_rows", "Rows per model call of the online batches",
                                     buckets=ROWS_BUCKETS, registry=r)
+        self.feature_psi = Gauge(f"{p}_feature_psi", "Population stability index of a feature of the online "
+                                 "requests over the drift window, against the model's reference profile",
+                                 ["feature"], registry=r)
+        self.feature_out_of_range = Gauge(f"{p}_feature_out_of_range_ratio", "Share of a feature's values in the "
+                                          "online drift window outside the reference range", ["feature"], registry=r)
         for reason in ("queue", "deadline", "stopping", "expired"):
             self.shed.labels(reason)

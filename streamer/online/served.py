@@ -6,12 +6,13 @@ BYTES, UTF-8) and fixed dimensions; the batch dimension is free. Outputs are the
 fields of ``model.outputs`` (or ``scores``, the one output unmapped), named and shaped as the
 predictions carry them: ``label`` [N], ``fraud_probability`` [N] for ``{output: probabilities,
 column: 1}``, a row [N, k]. So an online answer and the prediction of the same event hold the
-same values, through the same serving: breaker, fallback, challengers, hot reload, the model's
-version and digest.
+same values, through the same serving: breaker, fallback, challengers (each row's event id is
+its request's id), hot reload, the model's version and digest, and the drift of its features.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from streamer.model.contract import FEATURES
 from streamer.model.signature import DTYPES, Columns
+from streamer.observe.drift import DriftGauges
 from streamer.online.dispatch import Answer, Scoring
 from streamer.online.tensors import DATATYPE, BadRequest
 from streamer.pipeline.records import Messages, Rows
@@ -58,8 +60,9 @@ class RequestMessage:
 class ServedModel:
     """One config's model, served online through its serving (``name``: ``model.name``)."""
 
-    def __init__(self, name: str, serving: Serving) -> None:
-        self.name, self.serving = name, serving
+    def __init__(self, name: str, serving: Serving, drift: DriftGauges | None = None) -> None:
+        """``drift``: the online batches' feature drift, when the model has a reference profile."""
+        self.name, self.serving, self.drift = name, serving, drift
         self._ready = False
         self._rows = 0
 
@@ -110,13 +113,16 @@ class ServedModel:
             raise BadRequest(f"no output {unknown[0]!r}: the model answers {', '.join(answer.outputs)}")
         return {k: v for k, v in answer.outputs.items() if not wanted or k in wanted}
 
-    def score(self, features: Columns) -> Scoring:
-        """One batch through the serving (the dispatcher's scoring)."""
+    def score(self, features: Columns, ids: list[str]) -> Scoring:
+        """One batch through the serving (the dispatcher's scoring); ``ids``: its rows' event ids,
+        which the challengers' shadow predictions carry, timed at the call."""
         n = len(features)
         messages = Messages.of([RequestMessage(self._rows + i) for i in range(n)])
         self._rows += n
-        rows = Rows(messages, [""] * n, [""] * n, np.zeros(n, np.int64), features)
+        rows = Rows(messages, ids, [""] * n, np.full(n, int(time.time() * 1000), np.int64), features)
         out = self.serving.score(rows, urgent=True)
+        if self.drift is not None:
+            self.drift.add(features)
         if out.poison:  # rows the model fails on alone: their requests get the model's error
             first = min(out.poison)
             raise RuntimeError(f"the model fails on row {first} of the batch: {out.poison[first]}")

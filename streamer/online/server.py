@@ -22,6 +22,7 @@ import uvicorn
 
 from streamer.config import Config
 from streamer.errors import ConfigError
+from streamer.observe.drift import DriftGauges, DriftMonitor, Profile
 from streamer.observe.metrics import GroupRegistry
 from streamer.online.dispatch import Dispatcher
 from streamer.online.events import score_route
@@ -51,12 +52,21 @@ class OnlineServer:
         batches (the online side only scores, first)."""
         o = cfg.online
         self.cfg, self.serving = cfg, serving
-        self.model = ServedModel(cfg.model.name, serving)
-        self.dispatcher = Dispatcher(self.model.score, o.max_size or cfg.batching.max_size,
+        # the group label, as the stream's series: one dashboard selects both
+        meters = OnlineMetrics(GroupRegistry(cfg.input.group_id))
+        m = cfg.model
+        drift = (DriftGauges(DriftMonitor(Profile.load(m.drift_profile, serving.runner.n_features),
+                                          m.drift_window_rows), meters.feature_psi, meters.feature_out_of_range)
+                 if m.drift_profile is not None else None)
+        self.model = ServedModel(m.name, serving, drift)
+        rows = o.max_size or cfg.batching.max_size
+        # beside the stream, its start-up warms the serving (fallback, challengers): online batches' sizes only
+        self._beside = beside_stream
+        self._warm_up = (lambda: serving.runner.warm_up(rows)) if beside_stream else serving.warm_up
+        self.dispatcher = Dispatcher(self.model.score, rows,
                                      cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
                                      o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll,
-                                     # the group label, as the stream's series: one dashboard selects both
-                                     metrics=OnlineMetrics(GroupRegistry(cfg.input.group_id)))
+                                     metrics=meters)
         self.ready = threading.Event()  # set when the model has warmed up and the listeners are open
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -98,7 +108,11 @@ class OnlineServer:
             except RuntimeError as exc:  # grpc's word for a port it cannot bind
                 raise ConfigError("online.grpc_port", f"cannot listen on {o.host}:{o.grpc_port}: {exc}") from None
             await rpc.start()
-        await asyncio.get_running_loop().run_in_executor(None, self.serving.warm_up)
+        while self._beside and not self.serving.warmed.is_set():  # the stream's start-up warms its serving
+            if self._stop.is_set():
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.get_running_loop().run_in_executor(None, self._warm_up)
         while not web.started:  # uvicorn says it listens by a flag only
             if http_task.done():
                 await http_task  # its ConfigError

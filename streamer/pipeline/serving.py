@@ -12,6 +12,7 @@ challengers in shadow.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,6 +77,7 @@ class Serving:
         self._last: Columns | None = None  # the last live batch: a candidate's probe
         self.reloader = Reloader(m, load, clock, cfg.batching.max_size)
         self.gate = PriorityGate()  # the stream and the online server call one model: online first
+        self.warmed = threading.Event()  # set once warm_up() ran: the challengers take batches
 
     def _model(self, runner: ModelRunner, version: str, digest: str) -> _Model:
         """A model to serve, with a scorer and a closed breaker of its own (a new version does
@@ -117,6 +119,7 @@ class Serving:
             self.fallback.runner.warm_up(self._rows)
         if self.shadow is not None:
             self.shadow.start(self._rows)
+        self.warmed.set()
 
     def close(self, timeout_s: float) -> None:
         """Let the challengers publish what they have (up to ``timeout_s``)."""

@@ -59,7 +59,7 @@ def free_port() -> int:
 
 def doubling() -> Dispatcher:
     """A started dispatcher whose model doubles ``x``."""
-    d = Dispatcher(lambda cols: Scoring({"y": cols.arrays["x"] * 2}, "doubler", "7", "abc123"),
+    d = Dispatcher(lambda cols, ids: Scoring({"y": cols.arrays["x"] * 2}, "doubler", "7", "abc123"),
                    max_size=64, max_wait_ms=2, max_queue_rows=10_000)
     d.start()
     return d

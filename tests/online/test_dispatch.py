@@ -21,15 +21,17 @@ class Model:
 
     def __init__(self, delay_s: float = 0.0) -> None:
         self.calls: list[int] = []
+        self.ids: list[str] = []
         self.delay_s = delay_s
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(self, features: Columns) -> Scoring:
+    def __call__(self, features: Columns, ids: list[str]) -> Scoring:
         self.gate.wait(WAIT_S)
         if self.delay_s:
             time.sleep(self.delay_s)  # the model's own time, measured by the dispatcher
         self.calls.append(len(features))
+        self.ids += ids
         return Scoring({"score": features.arrays["x"][:, 0] * 2}, "m", "1", "abc")
 
 
@@ -54,6 +56,18 @@ def test_requests_within_the_wait_are_one_model_call_and_each_gets_its_own_rows(
         answer = f.result(WAIT_S)
         assert answer.outputs["score"].tolist() == [2.0 * i] and answer.version == "1"
     assert sum(model.calls) == 11 and len(model.calls) <= 3  # batched, not one call per request
+    d.stop(WAIT_S)
+
+
+def test_each_row_goes_to_the_model_with_its_requests_id() -> None:
+    model = Model()
+    d = Dispatcher(model, max_size=2, max_wait_ms=1, max_queue_rows=1000)
+    d.start()
+    d.submit(rows(1), far(), name="card-42").result(WAIT_S)
+    d.submit(rows(1, 2, 3), far(), name="page-7").result(WAIT_S)  # cut over two calls
+    d.submit(rows(4), far()).result(WAIT_S)
+    assert model.ids[:4] == ["card-42", "page-7/0", "page-7/1", "page-7/2"]
+    assert model.ids[4].startswith("online-") and len(model.ids) == 5
     d.stop(WAIT_S)
 
 
