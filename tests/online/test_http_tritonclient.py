@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -13,8 +14,10 @@ import tritonclient.http as httpclient
 import uvicorn
 from tritonclient.utils import InferenceServerException
 
-from streamer.online.dispatch import Dispatcher
+from streamer.model.signature import Columns
+from streamer.online.dispatch import Dispatcher, Scoring
 from streamer.online.http import app
+from streamer.testing import FakeClock
 from tests.online.doubler import TIMEOUT_S, Doubler, doubling, free_port
 
 
@@ -112,3 +115,46 @@ def test_a_malformed_body_is_400_with_a_json_error(served: tuple[str, Doubler, D
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=TIMEOUT_S)
     assert refused.value.code == 400 and "not JSON" in json.loads(refused.value.read())["error"]
+
+
+def test_a_request_whose_deadline_passes_while_it_waits_is_503_expired_and_not_scored() -> None:
+    clock, entered, held, scored = FakeClock(100.0), threading.Event(), threading.Event(), []
+
+    def model(cols: Columns, ids: list[str]) -> Scoring:
+        entered.set()
+        held.wait(TIMEOUT_S)  # the first call holds the model: the second request waits behind it
+        scored.extend(ids)
+        return Scoring({"y": cols.arrays["x"] * 2}, "doubler", "7", "abc123")
+
+    dispatcher = Dispatcher(model, max_size=1, max_wait_ms=0, max_queue_rows=100, clock=clock)
+    dispatcher.start()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app(Doubler(), dispatcher, default_timeout_ms=5000, max_body_bytes=4096,
+                                               clock=clock), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)  # polling a flag another thread sets: there is nothing to await
+        url = f"127.0.0.1:{port}"
+        given = httpclient.InferInput("x", [1, 2], "FP32")
+        given.set_data_from_numpy(np.ones((1, 2), np.float32))
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client(url).infer, "doubler", [given], request_id="first")
+            assert entered.wait(TIMEOUT_S), "the first request never reached the model"
+            late = pool.submit(client(url).infer, "doubler", [given], request_id="late", timeout=200_000)  # 200 ms
+            deadline = time.monotonic() + TIMEOUT_S
+            while dispatcher.queued_rows < 2:  # both admitted: the first in the held call, the late one queued
+                assert time.monotonic() < deadline, "the requests were not admitted"
+                time.sleep(0.01)
+            clock.advance(0.5)  # its 200 ms pass while the model is held
+            held.set()
+            assert first.result(TIMEOUT_S).as_numpy("y").tolist() == [[2.0, 2.0]]
+            with pytest.raises(InferenceServerException, match="expired: the deadline passed 300 ms") as expired:
+                late.result(TIMEOUT_S)
+        assert expired.value.status() == "503" and scored == ["first"]
+    finally:
+        held.set()
+        server.should_exit = True
+        thread.join(TIMEOUT_S)
+        dispatcher.stop(TIMEOUT_S)
