@@ -155,7 +155,9 @@ class Dispatcher:
                 self._shed("queue")
                 raise Shed(f"the queue holds {self.queued_rows} rows, at most {self.max_queue_rows}",
                            self._retry_after(self.queued_rows), "queue")
-            eta = self._answer_in(self.queued_rows + n)
+            # the rows ahead of it, and its own past the first batch it joins: an empty queue
+            # always admits what one batch wait and one call can answer in time
+            eta = self._answer_in(self.queued_rows + max(0, n - self._batcher.max_size))
             if now + eta > deadline:
                 self._shed("deadline")
                 raise Shed(f"the deadline is {max(deadline - now, 0) * 1000:.0f} ms away; an answer takes about "
@@ -172,8 +174,8 @@ class Dispatcher:
         self.metrics.shed.labels(why).inc()
 
     def _answer_in(self, rows: int) -> float:
-        """Seconds until ``rows`` queued rows would be answered: one batch wait, the rows at the
-        measured rate, one call."""
+        """Seconds until a request with ``rows`` rows ahead of it would be answered: one batch
+        wait, the rows ahead at the measured rate, one call."""
         rate = self.rows_per_s if self.rows_per_s > 0 else math.inf
         return self._batcher.max_wait_s + rows / rate + self.call_s
 

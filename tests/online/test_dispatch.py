@@ -100,6 +100,21 @@ def test_a_full_queue_and_an_unmeetable_deadline_are_refused_at_once() -> None:
     d.stop(WAIT_S)
 
 
+def test_a_slow_rate_once_measured_never_refuses_a_request_into_an_empty_queue() -> None:
+    model = Model()
+    d = Dispatcher(model, max_size=8, max_wait_ms=1, max_queue_rows=100)
+    d.rows_per_s, d.call_s = 2.0, 0.001  # as measured under a burst: 2 rows a second
+    d.start()
+    # nothing queued: one batch wait and one call answer it, whatever the last backlog's rate
+    assert d.submit(rows(1, 2), time.monotonic() + 0.5).result(WAIT_S).outputs["score"].tolist() == [2.0, 4.0]
+    model.gate.clear()
+    d.submit(rows(1), far())  # one row ahead of the next: half a second at 2 rows a second
+    with pytest.raises(Shed, match="an answer takes about 50[12] ms"):
+        d.submit(rows(1), time.monotonic() + 0.3)
+    model.gate.set()
+    d.stop(WAIT_S)
+
+
 def test_a_deadline_that_passes_while_waiting_is_answered_expired_not_scored() -> None:
     model, clock = Model(), FakeClock(100.0)
     model.gate.clear()
