@@ -11,7 +11,8 @@ For each server setting (dynamic batching: ``batching.max_size`` rows, ``online.
   ``--seconds``: the requests answered per second when every worker always has one outstanding;
 - then an open loop at 50% of the batched saturation rate (``-rate=R``): requests are sent on
   schedule whatever the answers' latency, so a slow answer cannot hold the next request back
-  (coordinated omission): p50, p99, and the requests shed (503) or failed.
+  (coordinated omission): the answered requests' p50 and p99, and the requests shed (503, and
+  how long a refusal took) or failed. Every request's deadline is ``--timeout-ms`` (100 ms).
 
 Each request is one Open Inference Protocol infer of ``--rows`` rows of 32 features as JSON. The
 line per setting and the ratio of the saturation rates are the figures.
@@ -29,6 +30,8 @@ benchmark, not a test: comparable within one run on one machine.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
 import socket
@@ -54,12 +57,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def config(work: Path, model: Path, port: int, max_size: int | None, max_wait_ms: int) -> Path:
+def config(work: Path, model: Path, port: int, max_size: int | None, max_wait_ms: int, timeout_ms: int) -> Path:
     doc = yaml.safe_load((ROOT / "deploy" / "config" / "example.yaml").read_text())
     doc["model"].update(path=str(model), providers=["cpu"])
     doc["input"]["schema"] = str(ROOT / "streamer" / "schemas" / "feature_event.avsc")
     doc["output"]["schema"] = str(ROOT / "streamer" / "schemas" / "prediction.avsc")
-    doc["online"] = {"http_port": port, "grpc_port": 0, "max_wait_ms": max_wait_ms, "timeout_ms": 2000,
+    doc["online"] = {"http_port": port, "grpc_port": 0, "max_wait_ms": max_wait_ms, "timeout_ms": timeout_ms,
                      "max_queue_rows": 4096, **({"max_size": max_size} if max_size else {})}
     path = work / f"serve-{max_size or 'batched'}.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -83,12 +86,22 @@ def start(path: Path, port: int) -> subprocess.Popen[bytes]:
 
 
 def attack(target: Path, seconds: float, rate: int | None, workers: int) -> dict[str, Any]:
-    """One vegeta run; its report as JSON (latencies in ns, status codes)."""
+    """One vegeta run; its report as JSON (latencies in ns, status codes), and ``by_code``: each
+    status code's latencies in ms (an answer's and a refusal's latency apart)."""
     pace = ["-rate=0", f"-max-workers={workers}"] if rate is None else [f"-rate={rate}", f"-workers={workers}"]
     attack = subprocess.run([str(VEGETA), "attack", f"-targets={target}", f"-duration={seconds}s", "-timeout=10s",
                              *pace], capture_output=True, check=True)
-    report = subprocess.run([str(VEGETA), "report", "-type=json"], input=attack.stdout, capture_output=True, check=True)
-    return dict(json.loads(report.stdout))
+    return results(attack.stdout)
+
+
+def results(raw: bytes) -> dict[str, Any]:
+    """vegeta's results (``raw``, as its attack writes them): its report, and ``by_code``."""
+    report = subprocess.run([str(VEGETA), "report", "-type=json"], input=raw, capture_output=True, check=True)
+    rows = subprocess.run([str(VEGETA), "encode", "--to=csv"], input=raw, capture_output=True, check=True)
+    by_code: dict[str, list[float]] = {}
+    for row in csv.reader(io.StringIO(rows.stdout.decode())):  # timestamp, code, latency (ns), ...
+        by_code.setdefault(row[1], []).append(int(row[2]) / 1e6)
+    return {**json.loads(report.stdout), "by_code": {k: np.array(v) for k, v in by_code.items()}}
 
 
 def targets(work: Path, port: int, rows: int) -> Path:
@@ -103,14 +116,17 @@ def targets(work: Path, port: int, rows: int) -> Path:
 
 
 def line(name: str, r: dict[str, Any]) -> str:
-    codes = r.get("status_codes", {})
-    lat = r["latencies"]
-    return (f"{name:<34} {r['throughput']:>9,.0f} req/s answered   p50 {lat['50th'] / 1e6:7.2f} ms   "
-            f"p99 {lat['99th'] / 1e6:7.2f} ms   shed (503) {codes.get('503', 0):>6}   "
-            f"other errors {sum(v for k, v in codes.items() if k not in ('200', '503')):>4}")
+    """Answered requests per second (200) and their p50/p99; the shed ones (503) and their p99."""
+    codes, by_code = r.get("status_codes", {}), r["by_code"]
+    ok, shed = by_code.get("200", np.zeros(0)), by_code.get("503", np.zeros(0))
+    p50, p99 = (np.percentile(ok, 50), np.percentile(ok, 99)) if len(ok) else (np.nan, np.nan)
+    return (f"{name:<34} {r['throughput']:>7,.0f} req/s answered   p50 {p50:7.2f} ms   p99 {p99:7.2f} ms   "
+            f"shed (503) {len(shed):>6}" + (f" (p99 {np.percentile(shed, 99):.0f} ms)" if len(shed) else "")
+            + f"   other errors {sum(v for k, v in codes.items() if k not in ('200', '503')):>4}")
 
 
-def stream_run(bootstrap: str, work: Path, name: str, n: int, model: Path, online_port: int | None) -> tuple[Any, float]:
+def stream_run(bootstrap: str, work: Path, name: str, n: int, model: Path, online_port: int | None,
+               timeout_ms: int) -> tuple[Any, float]:
     """`streamer run` over ``n`` fresh events; returns the process (still running) and the seconds it took
     to write every prediction."""
     from streamer.commands.demo import encoded_events, produce_events, synthetic_events
@@ -127,7 +143,7 @@ def stream_run(bootstrap: str, work: Path, name: str, n: int, model: Path, onlin
     doc["model"].update(path=str(model), providers=["cpu"])
     if online_port is not None:
         doc["online"] = {"enabled": True, "http_port": online_port, "grpc_port": 0, "max_wait_ms": 2,
-                         "timeout_ms": 2000}
+                         "timeout_ms": timeout_ms}
     path = work / f"run-{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     produce_events(bootstrap, topic, encoded_events(input_codec(load_config(path)), synthetic_events(n, 32, seed=2)))
@@ -153,7 +169,7 @@ def stacks(args: argparse.Namespace) -> None:
         work = Path(scratch)
         for name in ("uvicorn", "granian"):
             port = free_port()
-            cfg = config(work, MODELS[args.model], port, None, args.max_wait_ms)
+            cfg = config(work, MODELS[args.model], port, None, args.max_wait_ms, args.timeout_ms)
             argv = ([sys.executable, "-m", "uvicorn", "online_app:app", "--http", "httptools", "--no-access-log"]
                     if name == "uvicorn" else [str(bin_ / "granian"), "--interface", "asgi", "--workers", "1",
                                                "online_app:app"])
@@ -191,7 +207,7 @@ def beside_stream(args: argparse.Namespace) -> None:
         report: dict[str, Any] = {}
         for name, online in (("alone", False), ("beside", True)):
             port = free_port() if online else None
-            proc, started = stream_run(bootstrap, work, name, args.events, model, port)
+            proc, started = stream_run(bootstrap, work, name, args.events, model, port, args.timeout_ms)
             try:
                 if port is not None:
                     deadline = time.monotonic() + 60
@@ -214,9 +230,7 @@ def beside_stream(args: argparse.Namespace) -> None:
                 if port is not None:
                     load.terminate()
                     out, _ = load.communicate(timeout=30)
-                    done = subprocess.run([str(VEGETA), "report", "-type=json"], input=out, capture_output=True,
-                                          check=True)
-                    report = dict(json.loads(done.stdout))
+                    report = results(out)
             finally:
                 proc.terminate()
                 proc.wait(60)
@@ -234,6 +248,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1, help="rows per request (default 1)")
     ap.add_argument("--workers", type=int, default=64, help="vegeta's workers at saturation (default 64)")
     ap.add_argument("--max-wait-ms", type=int, default=2, help="online.max_wait_ms of the batched server")
+    ap.add_argument("--timeout-ms", type=int, default=100, help="online.timeout_ms: each request's deadline")
     ap.add_argument("--beside-stream", action="store_true", help="the stream's rate alone and beside online load")
     ap.add_argument("--stacks", action="store_true", help="the same app under uvicorn and granian, at saturation")
     ap.add_argument("--rates", default="", help="more open-loop rates after 50%% of saturation, e.g. 500,1000,4000")
@@ -253,7 +268,7 @@ def main() -> None:
         work = Path(scratch)
         for name, max_size in (("batched", None), ("max_size 1", 1)):
             port = free_port()
-            proc = start(config(work, MODELS[args.model], port, max_size, args.max_wait_ms), port)
+            proc = start(config(work, MODELS[args.model], port, max_size, args.max_wait_ms, args.timeout_ms), port)
             try:
                 target = targets(work, port, args.rows)
                 attack(target, 2, None, args.workers)  # warm the server and the client
@@ -265,7 +280,7 @@ def main() -> None:
         rates = [half] + [int(r) for r in args.rates.split(",") if r]
         for name, max_size in (("batched", None), ("max_size 1", 1)):
             port = free_port()
-            proc = start(config(work, MODELS[args.model], port, max_size, args.max_wait_ms), port)
+            proc = start(config(work, MODELS[args.model], port, max_size, args.max_wait_ms, args.timeout_ms), port)
             try:
                 target = targets(work, port, args.rows)
                 attack(target, 2, half, args.workers)
@@ -275,7 +290,8 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(30)
     print(f"model {args.model} ({MODELS[args.model].name}), {args.rows} row(s) per request, "
-          f"online.max_wait_ms {args.max_wait_ms}, {args.seconds:g} s per run, {os.cpu_count()} CPUs")
+          f"online.max_wait_ms {args.max_wait_ms}, online.timeout_ms {args.timeout_ms}, {args.seconds:g} s per run, "
+          f"{os.cpu_count()} CPUs")
     for name in results:
         print(line(f"{name}: saturation", results[name]["saturation"]))
     for rate in rates:
