@@ -9,7 +9,7 @@ DEV     := $(VENV)/.installed-dev
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit lint mutants kafka kafka-jars registry prometheus helm-tools bench chaos images bundle docs clean
+.PHONY: demo test unit lint mutants kafka kafka-jars registry prometheus helm-tools vegeta bench chaos images bundle docs clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,14 @@ $(HELM):
 	GOBIN=$(dir $(HELM)) go install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 $(K8S_STRICT): deploy/helm/strict/main.go deploy/helm/strict/go.mod deploy/helm/strict/go.sum
 	cd deploy/helm/strict && go build -o $(K8S_STRICT) .
+
+# vegeta, an open-loop HTTP load generator (requests at a fixed rate, whatever the answers'
+# latency), from its Go module: benchmarks/online.py drives the online server with it.
+VEGETA_VERSION := v12.12.0
+VEGETA         := $(GO_BIN)/vegeta-$(VEGETA_VERSION)/vegeta
+vegeta: $(VEGETA)
+$(VEGETA):
+	GOBIN=$(dir $(VEGETA)) go install github.com/tsenart/vegeta/v12@$(VEGETA_VERSION)
 
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))

@@ -37,6 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _model(args)
         if args.command == "evaluate":
             return _evaluate(args)
+        if args.command == "serve":
+            from streamer.commands.serve import run_serve
+            from streamer.config_file import load_config
+
+            return run_serve(load_config(args.config))
         if args.command in ("produce", "tail"):
             return _files(args)
         if args.command == "check":
@@ -91,7 +96,25 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
     stop[0], reload[0] = processor.stop, processor.reload
     if stop_requested:
         return 0
-    processor.run()
+    if not cfg.online.enabled:
+        processor.run()
+        return 0
+    from streamer.online.server import OnlineServer
+
+    online = OnlineServer(cfg, processor.serving, beside_stream=True)  # one model: online batches go first
+    both = threading.Thread(target=online.run, args=(False,), name="online", daemon=True)
+
+    def stop_both() -> None:
+        online.stop()
+        processor.stop()
+
+    stop[0] = stop_both
+    both.start()
+    try:
+        processor.run()
+    finally:
+        online.stop()
+        both.join(60)
     return 0
 
 

@@ -153,6 +153,13 @@ def parser() -> argparse.ArgumentParser:
     run_flags(sc)
     sc.add_argument("--batch-size", type=int, help="rows per model call (default 8192)")
 
+    sv = command("serve", "answer online over the Open Inference Protocol (HTTP and gRPC), no Kafka",
+                 " Serves the config's model on online.host: the protocol over HTTP on online.http_port and over "
+                 "gRPC on online.grpc_port, requests batched by the stream's flush policy, each with a deadline "
+                 "(a request that cannot meet it is refused at once with 503). SIGTERM: admitted requests are "
+                 "answered, new ones refused, exit 0.")
+    sv.add_argument("--config", required=True, help=CONFIG)
+
     ev = command("evaluate", "prove a candidate model against the champion on a replayed range",
                  " Reads the range once, in its own consumer group, and scores every batch with the config's "
                  "model (the champion) and the candidate. Writes both predictions side by side (champion_* and "

@@ -27,12 +27,13 @@ from streamer.config_sections import (
     ChallengerConfig,
     Guarantee,
     MetricsConfig,
+    OnlineConfig,
     ProcessingConfig,
     ShadowConfig,
 )
 from streamer.errors import ConfigError
 
-__all__ = ["MAX_BATCH_SIZE", "BatchingConfig", "ChallengerConfig", "Guarantee", "MetricsConfig",
+__all__ = ["MAX_BATCH_SIZE", "BatchingConfig", "ChallengerConfig", "Guarantee", "MetricsConfig", "OnlineConfig",
            "ProcessingConfig", "ShadowConfig"]  # sections defined in config_sections.py, used from here
 
 Format = Literal["avro", "avro-confluent", "json", "json-schema-confluent", "protobuf-confluent"]  # input
@@ -270,6 +271,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
+    online: OnlineConfig = field(default_factory=OnlineConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kafka, Mapping) or "bootstrap.servers" not in self.kafka:

@@ -1,4 +1,4 @@
-"""The config sections about running a processor: batching, processing, shadow scoring, metrics.
+"""The config sections about running a processor: batching, processing, shadow scoring, metrics, online.
 
 Validated like every section (config.py's docstring): a bad value raises ConfigError naming the
 dotted key. Imported through streamer.config, which assembles the whole Config.
@@ -113,3 +113,29 @@ class MetricsConfig:
         above(0, "metrics.stats_interval_ms", self.stats_interval_ms)  # 0 would turn stats off
         above(0, "metrics.stall_timeout_ms", self.stall_timeout_ms)
         at_least(0, "metrics.log_interval_ms", self.log_interval_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineConfig:
+    enabled: bool = False  # streamer run serves online beside the stream (streamer serve always does)
+    host: str = "127.0.0.1"  # the address the protocol is served on (0.0.0.0 in container deploys)
+    http_port: int = 8000  # the Open Inference Protocol over HTTP, and POST /v1/score
+    grpc_port: int = 8001  # the Open Inference Protocol over gRPC; 0: not served
+    max_size: int | None = None  # rows per model call; null: batching.max_size
+    max_wait_ms: int | None = None  # a batch is scored this long after its first row; null: batching.max_wait_ms
+    timeout_ms: int = 1000  # a request's deadline when it sets none, and the latest one it may set
+    max_queue_rows: int = 4096  # rows admitted and not yet scored; one more is refused with 503
+    max_body_bytes: int = 8_388_608  # a larger request is refused (413, gRPC RESOURCE_EXHAUSTED)
+
+    def __post_init__(self) -> None:
+        check_types(self, "online")
+        for key, port in (("online.http_port", self.http_port), ("online.grpc_port", self.grpc_port)):
+            if not 0 <= port <= 65_535:
+                raise ConfigError(key, f"must be between 0 and 65535, got {port}")
+        if self.max_size is not None and not 1 <= self.max_size <= MAX_BATCH_SIZE:
+            raise ConfigError("online.max_size", f"must be between 1 and {MAX_BATCH_SIZE}, got {self.max_size}")
+        if self.max_wait_ms is not None:
+            at_least(0, "online.max_wait_ms", self.max_wait_ms)
+        above(0, "online.timeout_ms", self.timeout_ms)
+        above(0, "online.max_queue_rows", self.max_queue_rows)
+        above(0, "online.max_body_bytes", self.max_body_bytes)

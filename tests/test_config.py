@@ -243,7 +243,7 @@ def code_defaults(cls: type = Config, prefix: str = "") -> dict[str, Any]:
 
 @pytest.mark.parametrize(("path", "deliberate"), [
     (EXAMPLE, set()),
-    (DEPLOY, {"metrics.enabled", "metrics.host"}),  # served to Prometheus in a container network
+    (DEPLOY, {"metrics.enabled", "metrics.host", "online.host"}),  # served in a container network
 ])
 def test_shipped_configs_state_no_default_of_their_own(path: Path, deliberate: set[str]) -> None:
     """A key a shipped config sets with its ``${VAR:-default}`` or a plain value has the code's

@@ -9,7 +9,8 @@ Conventions, for any Grafana and any Prometheus datasource:
 - a unit and a description on every panel.
 
 A panel is a title, a description, a unit (Grafana's unit id) and its queries (legend, PromQL
-with ``{SEL}`` where the variables' selector goes). Standard library only.
+with ``{SEL}`` where the variables' selector goes). ``PANELS`` are the stream's; ``ONLINE`` sit
+under a row of their own, "Online". Standard library only.
 """
 
 from __future__ import annotations
@@ -132,6 +133,29 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
       q("sum(streamer_paused_partitions{SEL})", "paused partitions")]),
 ]
 
+# The row "Online": the online server (`streamer serve`, or `run` with online.enabled), from the
+# series on its HTTP port's /metrics.
+ONLINE: list[tuple[str, str, str, list[tuple[str, str]]]] = [
+    ("Online: requests by code",
+     "Online requests answered per second, by status code and transport (http, grpc, score: "
+     "POST /v1/score). 503 is a shed request, 4xx a bad one.", "reqps",
+     [q("sum by (code, transport) (rate(streamer_online_requests_total{SEL}[RATE]))", "{{code}} {{transport}}")]),
+    ("Online: latency",
+     "From a request's arrival to its answer, by transport: the 99th percentile (the latency to "
+     "alert on) and the median. At most online.max_wait_ms and one model call in a healthy server.",
+     "s",
+     quantiles("streamer_online_request_seconds", by="le, transport", qs=(0.99, 0.5), legend=" {{transport}}")),
+    ("Online: shed requests by reason",
+     "Requests refused with 503 and Retry-After per second: queue (online.max_queue_rows reached), "
+     "deadline (it could not be met), stopping (SIGTERM), expired (its deadline passed while it "
+     "waited). Steady shedding asks for more replicas.", "reqps",
+     [q("sum by (reason) (rate(streamer_online_shed_total{SEL}[RATE]))", "{{reason}}")]),
+    ("Online: queued rows",
+     "Rows admitted and not yet scored, per instance (the autoscaler's metric). A queue above a "
+     "batch makes each request wait a model call longer.", "short",
+     [q("sum by (instance) (streamer_online_queued_rows{SEL})", "{{instance}}")]),
+]
+
 
 def variable(name: str, label: str, query: str) -> dict[str, object]:
     return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE,
@@ -140,22 +164,31 @@ def variable(name: str, label: str, query: str) -> dict[str, object]:
             "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "options": [], "hide": 0}
 
 
+def timeseries(n: int, y: int, panel: tuple[str, str, str, list[tuple[str, str]]]) -> dict[str, object]:
+    """Panel ``n`` (its id, n + 1) of a two-column grid starting at height ``y``."""
+    title, description, unit, queries = panel
+    return {
+        "id": n + 1, "type": "timeseries", "title": title, "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": 8, "w": 12, "x": 12 * (n % 2), "y": y + 8 * (n // 2)},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                    "tooltip": {"mode": "multi", "sort": "desc"}},
+        "targets": [{"refId": chr(ord("A") + k), "datasource": DATASOURCE, "expr": expr,
+                     "legendFormat": legend} for k, (legend, expr) in enumerate(queries)],
+    }
+
+
 def dashboard() -> dict[str, object]:
-    panels = []
-    for n, (title, description, unit, queries) in enumerate(PANELS):
-        panels.append({
-            "id": n + 1, "type": "timeseries", "title": title, "description": description,
-            "datasource": DATASOURCE,
-            "gridPos": {"h": 8, "w": 12, "x": 12 * (n % 2), "y": 8 * (n // 2)},
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-            "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                        "tooltip": {"mode": "multi", "sort": "desc"}},
-            "targets": [{"refId": chr(ord("A") + k), "datasource": DATASOURCE, "expr": expr,
-                         "legendFormat": legend} for k, (legend, expr) in enumerate(queries)],
-        })
+    panels: list[dict[str, object]] = [timeseries(n, 0, p) for n, p in enumerate(PANELS)]
+    y = 8 * ((len(PANELS) + 1) // 2)
+    panels.append({"id": len(PANELS) + 1, "type": "row", "title": "Online", "collapsed": False,
+                   "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
+    first = len(PANELS) + 1  # ids after the row's; the grid restarts below it
+    panels += [{**timeseries(k, y + 1, p), "id": first + k + 1} for k, p in enumerate(ONLINE)]
     streamer = '{__name__=~"streamer_.+"}'
     return {
-        "uid": "streamer", "title": "streamer: scoring on Kafka", "schemaVersion": 39, "version": 2,
+        "uid": "streamer", "title": "streamer: scoring on Kafka", "schemaVersion": 39, "version": 3,
         "editable": False, "time": {"from": "now-1h", "to": "now"}, "refresh": "30s",
         "tags": ["streamer", "kafka"],
         "templating": {"list": [

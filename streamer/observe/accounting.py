@@ -18,8 +18,7 @@ import numpy as np
 from streamer.config import Config
 from streamer.kafka.checkpoint import Commit
 from streamer.kafka.messages import Acked
-from streamer.model.signature import numeric_matrix
-from streamer.observe.drift import DriftMonitor, Profile
+from streamer.observe.drift import DriftGauges, DriftMonitor, Profile
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.report import ProgressLog
 from streamer.observe.stats import Stats
@@ -29,7 +28,6 @@ from streamer.pipeline.records import Rows
 from streamer.pipeline.reload import Reload
 
 log = logging.getLogger(__name__)
-DRIFT_REFRESH_S = 1.0
 
 class Accounting:
     """Stats and metrics of one processor."""
@@ -43,9 +41,9 @@ class Accounting:
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
         self._model, self._output_topic = [cfg.model.name, cfg.model.version, ""], cfg.output.topic
         m = cfg.model  # drift is measured only where it is exported
-        self.drift = (DriftMonitor(Profile.load(m.drift_profile, n_features), m.drift_window_rows)
+        self.drift = (DriftGauges(DriftMonitor(Profile.load(m.drift_profile, n_features), m.drift_window_rows),
+                                  self.metrics.feature_psi, self.metrics.feature_out_of_range)
                       if m.drift_profile is not None and metrics is not None else None)
-        self._drift_shown = 0.0  # when the drift gauges were last set
 
     def started(self, provider: str, version: str) -> None:
         self._model[1:] = version, provider
@@ -103,20 +101,7 @@ class Accounting:
         if scored.bisections:
             m.bisections.inc(scored.bisections)
         if self.drift is not None:
-            self._watch_drift(numeric_matrix(batch.rows.features))
-
-    def _watch_drift(self, features: np.ndarray) -> None:
-        """Count the batch into the drift window; refresh the gauges at most once a second."""
-        assert self.drift is not None
-        self.drift.add(features)
-        now = time.monotonic()
-        if now - self._drift_shown < DRIFT_REFRESH_S:
-            return
-        self._drift_shown = now
-        names = self.drift.profile.features
-        for name, psi, outside in zip(names, self.drift.psi(), self.drift.outside_share(), strict=True):
-            self.metrics.feature_psi.labels(name).set(psi)
-            self.metrics.feature_out_of_range.labels(name).set(outside)
+            self.drift.add(batch.rows.features)
 
     def final(self, acked: Acked) -> None:
         """Outputs acknowledged for good (committed, under exactly-once): count and time them."""

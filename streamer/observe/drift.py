@@ -26,16 +26,20 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from streamer.errors import ConfigError
+from streamer.model.signature import Columns, numeric_matrix
 
 FLOOR = 1e-4  # shares below this count as this: an empty bin gives a large, finite PSI term
+REFRESH_S = 1.0  # how often the gauges are set from the window
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,29 @@ class DriftMonitor:
 
     def outside_share(self) -> np.ndarray:
         return self._outside / self._rows if self._rows else np.zeros_like(self._outside)
+
+
+class DriftGauges:
+    """A :class:`DriftMonitor` fed batch by batch, its PSI and out-of-range shares set per feature
+    on two labelled gauges at most once every ``REFRESH_S`` (the stream's and the online server's
+    batches each have their own)."""
+
+    def __init__(self, monitor: DriftMonitor, psi: Any, outside: Any,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.monitor, self._psi, self._outside, self._clock = monitor, psi, outside, clock
+        self._shown: float | None = None  # when the gauges were last set
+
+    def add(self, batch: Columns) -> None:
+        """Count a batch's numeric inputs into the window; refresh the gauges when due."""
+        self.monitor.add(numeric_matrix(batch))
+        now = self._clock()
+        if self._shown is not None and now - self._shown < REFRESH_S:
+            return
+        self._shown = now
+        m = self.monitor
+        for name, psi, outside in zip(m.profile.features, m.psi(), m.outside_share(), strict=True):
+            self._psi.labels(name).set(psi)
+            self._outside.labels(name).set(outside)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -12,6 +12,7 @@ challengers in shadow.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 from streamer.pipeline.breaker import Breaker, Fallback
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
+from streamer.pipeline.priority import PriorityGate
 from streamer.pipeline.records import Rows
 from streamer.pipeline.reload import Reload, Reloader, file_digest, file_version, served_file
 
@@ -74,6 +76,8 @@ class Serving:
         self._width = 0  # the serving model's output width, once known
         self._last: Columns | None = None  # the last live batch: a candidate's probe
         self.reloader = Reloader(m, load, clock, cfg.batching.max_size)
+        self.gate = PriorityGate()  # the stream and the online server call one model: online first
+        self.warmed = threading.Event()  # set once warm_up() ran: the challengers take batches
 
     def _model(self, runner: ModelRunner, version: str, digest: str) -> _Model:
         """A model to serve, with a scorer and a closed breaker of its own (a new version does
@@ -115,6 +119,7 @@ class Serving:
             self.fallback.runner.warm_up(self._rows)
         if self.shadow is not None:
             self.shadow.start(self._rows)
+        self.warmed.set()
 
     def close(self, timeout_s: float) -> None:
         """Let the challengers publish what they have (up to ``timeout_s``)."""
@@ -123,11 +128,12 @@ class Serving:
 
     # ---- scoring --------------------------------------------------------------------------
 
-    def score(self, rows: Rows) -> Scored:
-        """Score one batch (and hand it to the challengers). Raises ModelBrokenError when the
-        model is failing and no fallback (or a failing one) can stand in: the loop holds the batch
-        and retries it later."""
-        out = self._score(rows.features)
+    def score(self, rows: Rows, urgent: bool = False) -> Scored:
+        """Score one batch (and hand it to the challengers); ``urgent``: an online batch, which
+        goes before waiting stream batches. Raises ModelBrokenError when the model is failing and
+        no fallback (or a failing one) can stand in: the loop holds the batch and retries it later."""
+        with self.gate.hold(urgent):
+            out = self._score(rows.features)
         if self.shadow is not None:
             self.shadow.submit(rows, out)
         return out

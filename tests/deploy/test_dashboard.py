@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from streamer.observe.lag import LagExporter
 from streamer.observe.metrics import Metrics
+from streamer.online.meters import OnlineMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "streamer.json"
@@ -27,8 +30,13 @@ def load() -> dict[str, Any]:
     return json.loads(DASHBOARD.read_text())
 
 
+def graphs() -> list[dict[str, Any]]:
+    """The panels that draw queries (rows only group them)."""
+    return [p for p in load()["panels"] if p["type"] != "row"]
+
+
 def targets() -> list[tuple[str, dict[str, Any]]]:
-    return [(p["title"], t) for p in load()["panels"] for t in p["targets"]]
+    return [(p["title"], t) for p in graphs() for t in p["targets"]]
 
 
 def test_the_committed_json_is_the_generator_output() -> None:
@@ -45,7 +53,7 @@ def test_a_datasource_variable_and_every_panel_and_query_use_it() -> None:
     for name in ("job", "instance", "group"):
         assert variables[name]["type"] == "query" and variables[name]["includeAll"], name
         assert variables[name]["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
-    for panel in load()["panels"]:
+    for panel in graphs():
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
     for title, target in targets():
         assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, title
@@ -65,7 +73,7 @@ def test_ranges_use_rate_interval_and_panels_have_units_and_descriptions() -> No
         assert not re.search(r"\[\d+[smhdw]\]", target["expr"]), f"{title}: fixed range in {target['expr']}"
         ranges = re.findall(r"\[([^\]]+)\]", target["expr"])
         assert all(r == "$__rate_interval" for r in ranges), f"{title}: {ranges}"
-    for panel in load()["panels"]:
+    for panel in graphs():
         assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']}: no unit"
         assert len(panel.get("description", "")) > 20, f"{panel['title']}: no description"
 
@@ -73,6 +81,7 @@ def test_ranges_use_rate_interval_and_panels_have_units_and_descriptions() -> No
 def test_every_metric_the_dashboard_reads_exists_with_its_type_and_no_gauge_ends_in_total() -> None:
     registry = CollectorRegistry()
     Metrics(registry)
+    OnlineMetrics(registry)
     exporter = LagExporter("127.0.0.1:9", "g", ["t"], registry)  # builds its gauges; never connects
     exporter.close()
     kinds: dict[str, str] = {}  # series name -> the type of the family it belongs to
@@ -100,3 +109,44 @@ def test_the_dashboard_keeps_the_linters_strict_rules() -> None:
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert variables["job"]["allValue"] == variables["instance"]["allValue"] == ".+"
     assert board["editable"] is False
+
+
+def test_the_online_row_shows_requests_by_code_p99_shed_by_reason_and_queued_rows() -> None:
+    panels = load()["panels"]
+    row = next(n for n, p in enumerate(panels) if p["type"] == "row")
+    assert panels[row]["title"] == "Online" and not panels[row]["collapsed"]
+    below = panels[row + 1:]
+    assert all(p["gridPos"]["y"] > panels[row]["gridPos"]["y"] for p in below)
+    assert all(p["gridPos"]["y"] < panels[row]["gridPos"]["y"] for p in panels[:row])
+    exprs = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in below}
+    assert "sum by (code, transport) (rate(streamer_online_requests_total{" in exprs["Online: requests by code"]
+    assert "histogram_quantile(0.99, sum by (le, transport) (rate(streamer_online_request_seconds_bucket{" in \
+        exprs["Online: latency"]
+    assert "sum by (reason) (rate(streamer_online_shed_total{" in exprs["Online: shed requests by reason"]
+    assert "streamer_online_queued_rows{" in exprs["Online: queued rows"]
+    assert len({p["id"] for p in panels}) == len(panels)  # Grafana keys panels by id
+
+
+def test_every_query_is_valid_promql(tmp_path: Path) -> None:
+    """promtool parses each query (as a recording rule) with the variables as Grafana fills them."""
+    promtool = shutil.which("promtool")
+    assert promtool, "no promtool: `make test` installs Debian's prometheus package"
+    substitute = {"$__rate_interval": "1m", "$job": ".+", "$instance": ".+", "$group": ".+"}
+    rules = []
+    for n, (title, target) in enumerate(targets()):
+        expr = target["expr"]
+        for name, value in substitute.items():
+            expr = expr.replace(name, value)
+        assert "$" not in expr, f"{title}: an unknown variable in {target['expr']}"
+        rules.append({"record": f"dashboard:query_{n}", "expr": expr})
+
+
+    def check(rules: list[dict[str, str]]) -> subprocess.CompletedProcess[str]:
+        path = tmp_path / "rules.yml"
+        path.write_text(json.dumps({"groups": [{"name": "dashboard", "rules": rules}]}))  # JSON is YAML
+        return subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+
+    result = check(rules)
+    assert result.returncode == 0 and f"SUCCESS: {len(rules)} rules found" in result.stdout, \
+        result.stdout + result.stderr
+    assert check([{"record": "dashboard:broken", "expr": "sum(rate(streamer_online_shed_total[1m])"}]).returncode == 1

@@ -180,7 +180,8 @@ def compose_config() -> dict[str, Any]:
 
 def test_the_compose_stack_is_valid_and_wires_what_the_repository_ships() -> None:
     services = compose_config()["services"]
-    assert set(services) >= {"kafka", "topics", "scorer-1", "scorer-2", "lag-exporter", "prometheus", "grafana"}
+    assert set(services) >= {"kafka", "topics", "scorer-1", "scorer-2", "lag-exporter", "online", "prometheus",
+                             "grafana"}
     # Apache Kafka's own image, at the version the local broker runs.
     assert services["kafka"]["image"] == f"apache/kafka:{kafka_version()}"
     # The processors build the shipped Dockerfile and share one group.
@@ -193,13 +194,27 @@ def test_the_compose_stack_is_valid_and_wires_what_the_repository_ships() -> Non
     config = yaml.safe_load((ROOT / "deploy" / "config" / "deploy.yaml").read_text())
     port = config["metrics"]["port"]
     targets = {t for job in scrape["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    assert targets == {f"scorer-1:{port}", f"scorer-2:{port}", f"lag-exporter:{port + 1}"}
+    online = config["online"]
+    assert targets == {f"scorer-1:{port}", f"scorer-2:{port}", f"lag-exporter:{port + 1}",
+                       f"online:{online['http_port']}"}
     # Every bind mount is a file or folder of the repository.
     for name, service in services.items():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0] if isinstance(volume, str) else volume["source"]
             if source.startswith("/"):
                 assert Path(source).exists(), f"{name}: {source}"
+    # One online server: `streamer serve` of the scorers' config, from an image with the online
+    # extra, its ports published, healthy once ready (after the model's warm-up).
+    server = services["online"]
+    assert server["command"][:3] == ["serve", "--config", "/app/deploy/config/deploy.yaml"]
+    assert server["build"]["args"] == {"EXTRAS": "online"} and server["image"] != services["scorer-1"]["image"]
+    assert (Path(server["build"]["context"]) / server["build"]["dockerfile"]).resolve() == DOCKERFILES["cpu"]
+    assert "optional-dependencies" in PYPROJECT["project"] and "online" in PYPROJECT["project"]["optional-dependencies"]
+    assert online["host"] == "0.0.0.0"
+    published = {(int(p["target"]), int(p["published"])) for p in server["ports"]}
+    assert published == {(online["http_port"], online["http_port"]), (online["grpc_port"], online["grpc_port"])}
+    assert f"127.0.0.1:{online['http_port']}/v2/health/ready" in " ".join(server["healthcheck"]["test"])
+    assert server["environment"]["GROUP_ID"] == services["scorer-1"]["environment"]["GROUP_ID"]
     mounted = {v.split(":")[0] for v in services["grafana"]["volumes"]}
     assert {str(ROOT / "deploy" / "grafana" / "provisioning"), str(ROOT / "deploy" / "grafana" / "dashboards")} <= mounted
 

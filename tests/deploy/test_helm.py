@@ -59,10 +59,15 @@ PARQUET = ["--set", "backfill.enabled=true", "--set", "backfill.runId=r7", "--se
            "--set", "backfill.parallelism=1", "--set", "backfill.parquet=/lake/scores",
            "--set", "backfill.volume.claimName=lake", "--set", "gpu.enabled=true",
            "--set", "files.models.configMap=fraud-model"]
+# The online server (an image with the online extra) scaled by KEDA's prometheus scaler, beside FULL.
+ONLINE = ["--set", "online.enabled=true", "--set", "online.imageTag=0.1.0-gpu-online",
+          "--set", "online.autoscaling.enabled=true",
+          "--set", "online.autoscaling.prometheusAddress=http://prometheus-operated.monitoring.svc:9090", *FULL]
 VARIANTS = {"default": [], "keda with auth, gpu, servicemonitor, exactly-once, registry, secrets, "
             "pull secrets, model and schema volumes": FULL,
             "backfill into an iceberg table on s3": BACKFILL,
-            "backfill into parquet on a claim, gpu": PARQUET}
+            "backfill into parquet on a claim, gpu": PARQUET,
+            "online server scaled by keda's prometheus scaler, beside the full variant": ONLINE}
 
 
 def tool(path: Path) -> str:

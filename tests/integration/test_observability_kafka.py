@@ -137,7 +137,11 @@ def dashboard_queries() -> list[tuple[str, str]]:
     dash = json.loads(DASHBOARD.read_text())
     substitute = {"$__rate_interval": "1m", "$job": ".*", "$instance": ".*", "$group": ".*"}
     exprs = []
+    # Rows draw nothing; the Online row's series come from an online server, which
+    # tests/deploy/test_dashboard_online.py runs under a real Prometheus.
     for p in dash["panels"]:
+        if p["type"] == "row" or p["title"].startswith("Online: "):
+            continue
         for t in p["targets"]:
             expr = t["expr"]
             for name, value in substitute.items():

@@ -329,3 +329,47 @@ lake:
     secret_access_key: {{ $lake.s3.secretAccessKey | quote }}
   {{- end }}
 {{- end -}}
+
+{{/* Refuse an online server that cannot listen or stop as configured */}}
+{{- define "streamer.online.check" -}}
+{{- $o := .Values.online }}
+{{- range $key := list "httpPort" "grpcPort" }}
+{{- $port := int (index $o $key) }}
+{{- if or (lt $port 0) (gt $port 65535) (and (eq $key "httpPort") (eq $port 0)) }}
+{{- fail (printf "online.%s (%v) must be a port between 1 and 65535%s" $key (index $o $key) (ternary "" ", or 0 for no gRPC" (eq $key "httpPort"))) }}
+{{- end }}
+{{- end }}
+{{- if eq (int $o.httpPort) (int $o.grpcPort) }}
+{{- fail (printf "online.grpcPort (%v) equals online.httpPort: HTTP and gRPC each need a port of their own" $o.grpcPort) }}
+{{- end }}
+{{- $drainS := add (int $o.preStopSleepSeconds) (div (add (int $o.timeoutMs) 999) 1000) }}
+{{- if le (int $o.terminationGracePeriodSeconds) (int (add $drainS 10)) }}
+{{- fail (printf "online.terminationGracePeriodSeconds (%v) must exceed online.preStopSleepSeconds + online.timeoutMs (about %v s) by 10 s: admitted requests are answered within their deadline" $o.terminationGracePeriodSeconds $drainS) }}
+{{- end }}
+{{- if $o.autoscaling.enabled }}
+{{- if gt (int $o.autoscaling.minReplicas) (int $o.autoscaling.maxReplicas) }}
+{{- fail (printf "online.autoscaling.minReplicas (%v) exceeds online.autoscaling.maxReplicas (%v)" $o.autoscaling.minReplicas $o.autoscaling.maxReplicas) }}
+{{- end }}
+{{- if and $o.autoscaling.keda (not $o.autoscaling.prometheusAddress) }}
+{{- fail "online.autoscaling.prometheusAddress is required with online.autoscaling.keda: KEDA's prometheus scaler reads streamer_online_queued_rows there (or set keda: false for an HPA on a custom metrics adapter)" }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The config's online: section for the online server's pods */}}
+{{- define "streamer.online.section" -}}
+{{- $o := .Values.online -}}
+online:
+  host: 0.0.0.0
+  http_port: {{ $o.httpPort | int }}
+  grpc_port: {{ $o.grpcPort | int }}
+  {{- if not (kindIs "invalid" $o.maxSize) }}
+  max_size: {{ $o.maxSize | int }}
+  {{- end }}
+  {{- if not (kindIs "invalid" $o.maxWaitMs) }}
+  max_wait_ms: {{ $o.maxWaitMs | int }}
+  {{- end }}
+  timeout_ms: {{ $o.timeoutMs | int }}
+  max_queue_rows: {{ $o.maxQueueRows | int }}
+  max_body_bytes: {{ $o.maxBodyBytes | int64 }}
+{{- end -}}

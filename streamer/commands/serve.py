@@ -1,0 +1,27 @@
+"""`streamer serve`: the config's model online, over the Open Inference Protocol (HTTP and gRPC).
+
+The model is checked as at the stream's start-up, served through the stream's serving (breaker,
+fallback, challengers in shadow, the model's version and digest in every answer), batched by the
+stream's flush policy (``online.max_size`` / ``online.max_wait_ms``, by default ``batching``'s).
+The stream's topics are not read: Kafka is needed only with ``shadow.challengers``, whose
+predictions of the online rows go to the shadow topic.
+"""
+
+from __future__ import annotations
+
+from streamer.config import Config
+
+CLOSE_S = 10.0  # the longest the challengers get to publish what they scored, at the stop
+
+
+def run_serve(cfg: Config) -> int:
+    """Serve until SIGTERM or SIGINT; 0 once every admitted request was answered."""
+    from streamer.online.server import OnlineServer
+    from streamer.wiring import checked_runner, output_codec, serving
+
+    runner = checked_runner(cfg)
+    served = serving(cfg, runner, None, output_codec(cfg, runner))
+    try:
+        return OnlineServer(cfg, served).run()
+    finally:
+        served.close(CLOSE_S)

@@ -1,0 +1,324 @@
+"""Online requests batched by the stream's batcher, admitted against their deadlines, answered by future.
+
+Callers (the HTTP and gRPC handlers) :meth:`Dispatcher.submit` a request's rows with a deadline
+and get a ``concurrent.futures.Future``, or, from an event loop, an ``asyncio.Future`` of that
+loop: the answers of one batch are then settled with one wake-up of the loop, not one each. One thread owns a :class:`MicroBatcher` (the stream's
+flush policy: ``max_size`` rows, or ``max_wait_ms`` after the batch's first row), scores each
+batch it flushes with one call, and answers each request with its own rows of the result. A
+request larger than the room left in a batch is cut, and answered when its last piece is scored.
+
+Admission is decided at once, never by queueing past a bound:
+
+- the queue holds at most ``max_queue_rows`` rows; one more is refused (``Shed``: HTTP 503 with
+  ``Retry-After``, gRPC UNAVAILABLE);
+- a request whose deadline falls before the time it would be answered (the rows ahead of it at
+  the measured rate, one batch wait, one model call) is refused the same way;
+- a request whose deadline passes while it waits is answered with :class:`Expired` instead of
+  being scored.
+
+Worked example: ``max_size 64``, ``max_wait_ms 5``; 10 requests of one row each within 5 ms are
+one model call of 10 rows, flushed 5 ms after the first arrived; each caller gets its own row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streamer.model.signature import Columns
+from streamer.online.meters import OnlineMetrics
+from streamer.pipeline.batcher import Batch, MicroBatcher
+
+log = logging.getLogger(__name__)
+IDLE_S = 0.5  # how long the thread waits for a request when no batch is open
+
+
+class Shed(Exception):
+    """Refused at admission: the queue is full, or the deadline cannot be met; retry after ``retry_after_s``."""
+
+    def __init__(self, reason: str, retry_after_s: float, why: str = "queue") -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+        self.why = why  # queue | deadline | stopping: the metrics' label
+
+
+class Expired(Exception):
+    """The request's deadline passed while it waited for its batch: it was not scored."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A request's rows of a scored batch: each output by name, and who scored them."""
+
+    outputs: dict[str, np.ndarray]
+    model: str
+    version: str
+    digest: str
+    degraded: str | None
+    batch_rows: int  # rows of the model call it was part of
+    queued_s: float  # from admission to the model call
+
+
+@dataclass
+class _Pending:
+    features: Columns
+    deadline: float
+    admitted: float
+    future: Any  # a concurrent.futures.Future, or an asyncio.Future of ``loop``
+    loop: asyncio.AbstractEventLoop | None = None
+    name: str = ""  # the request's id: its rows' event ids (name, or name/i for several rows)
+    parts: dict[int, Any] = field(default_factory=dict)  # first row -> (rows, outputs) scored so far
+    scored: int = 0
+    failed: bool = False  # answered with an error already (its other pieces are dropped)
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Rows ``[lo, hi)`` of one pending request: what the batcher holds and cuts."""
+
+    pending: _Pending
+    lo: int
+    hi: int
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def __getitem__(self, idx: slice) -> _Piece:
+        start, stop, _ = idx.indices(len(self))
+        return _Piece(self.pending, self.lo + start, self.lo + stop)
+
+    def ids(self) -> list[str]:
+        """Its rows' event ids: the request's id, and the row's index when it has several."""
+        p = self.pending
+        if len(p.features) == 1:
+            return [p.name]
+        return [f"{p.name}/{i}" for i in range(self.lo, self.hi)]
+
+
+@dataclass(frozen=True, slots=True)
+class Scoring:
+    """What scoring a batch of feature columns gives: outputs by name, for every row, in order."""
+
+    outputs: dict[str, np.ndarray]
+    model: str
+    version: str
+    digest: str
+    degraded: str | None = None
+
+
+class Dispatcher:
+    """Admits requests, batches them with the stream's flush policy and scores each batch once."""
+
+    def __init__(self, score: Callable[[Columns, list[str]], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
+                 clock: Callable[[], float] = time.monotonic, metrics: OnlineMetrics | None = None,
+                 between: Callable[[], object] = lambda: None) -> None:
+        self._score, self._clock, self._between = score, clock, between
+        self.metrics = metrics or OnlineMetrics()
+        self.max_queue_rows = max_queue_rows
+        self._batcher: MicroBatcher[Any] = MicroBatcher(max_size, max_wait_ms, clock, join=list)
+        self._inbox: queue.Queue[_Pending | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self.queued_rows = 0  # admitted, not yet scored
+        self.rows_per_s = 0.0  # rows answered per second while a backlog waited (0 until measured)
+        self.call_s = 0.0  # the last model call's seconds
+        self._last_end: float | None = None  # when the last batch's answers were settled
+        self.shed = 0
+        self._thread = threading.Thread(target=self._work, name="online-batcher", daemon=True)
+        self._draining = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, features: Columns, deadline: float, loop: asyncio.AbstractEventLoop | None = None,
+               name: str | None = None) -> Any:
+        """Admit ``features`` (one request's rows) to be answered by ``deadline`` (the clock's time),
+        or raise :class:`Shed` at once. With ``loop`` (the caller's, running), an asyncio future of
+        it; else a concurrent one. ``name``: the request's id, its rows' event ids where the serving
+        hands them on (the challengers' shadow predictions); a random one when not given."""
+        n, now = len(features), self._clock()
+        with self._lock:
+            if self._draining:
+                self._shed("stopping")
+                raise Shed("the server is stopping", 1.0, "stopping")
+            if self.queued_rows + n > self.max_queue_rows:
+                self._shed("queue")
+                raise Shed(f"the queue holds {self.queued_rows} rows, at most {self.max_queue_rows}",
+                           self._retry_after(self.queued_rows), "queue")
+            # the rows ahead of it, and its own past the first batch it joins: an empty queue
+            # always admits what one batch wait and one call can answer in time
+            eta = self._answer_in(self.queued_rows + max(0, n - self._batcher.max_size))
+            if now + eta > deadline:
+                self._shed("deadline")
+                raise Shed(f"the deadline is {max(deadline - now, 0) * 1000:.0f} ms away; an answer takes about "
+                           f"{eta * 1000:.0f} ms now", self._retry_after(self.queued_rows), "deadline")
+            self.queued_rows += n
+            self.metrics.queued_rows.set(self.queued_rows)
+        pending = _Pending(features, deadline, now, Future() if loop is None else loop.create_future(), loop,
+                           name or f"online-{uuid.uuid4().hex}")
+        self._inbox.put(pending)
+        return pending.future
+
+    def _shed(self, why: str) -> None:
+        self.shed += 1
+        self.metrics.shed.labels(why).inc()
+
+    def _answer_in(self, rows: int) -> float:
+        """Seconds until a request with ``rows`` rows ahead of it would be answered: one batch
+        wait, the rows ahead at the measured rate, one call."""
+        rate = self.rows_per_s if self.rows_per_s > 0 else math.inf
+        return self._batcher.max_wait_s + rows / rate + self.call_s
+
+    def _retry_after(self, rows: int) -> float:
+        return max(1.0, math.ceil(self._answer_in(rows)))
+
+    def stop(self, timeout_s: float) -> None:
+        """Refuse new requests, answer every admitted one, and end the thread (within ``timeout_s``)."""
+        with self._lock:
+            self._draining = True
+        self._inbox.put(None)
+        self._thread.join(timeout_s)
+
+    # ---- the batching thread ----------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            wait = self._batcher.remaining_s()
+            due: list[Batch[Any]] = []
+            try:
+                item = self._inbox.get(timeout=IDLE_S if wait is None else wait)
+            except queue.Empty:
+                pass
+            else:
+                if item is None:  # stop: what is open is scored, then the thread ends
+                    self._drain()
+                    return
+                due += self._batcher.add(_Piece(item, 0, len(item.features)))
+            polled = self._batcher.poll()
+            if polled is not None:
+                due.append(polled)
+            for batch in due:
+                self._run(batch.rows)
+            self._between()  # between batches: a new model version goes in, challengers publish
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                for batch in self._batcher.add(_Piece(item, 0, len(item.features))):
+                    self._run(batch.rows)
+        last = self._batcher.flush("shutdown")
+        if last is not None:
+            self._run(last.rows)
+
+    def _run(self, pieces: Sequence[_Piece]) -> None:
+        """Score a batch and answer its callers. The rate admission counts on is measured here, over
+        the whole cycle of a batch that had a backlog behind it (the model call, the cutting, the
+        answering, the next batch's wait for the thread): a call's own time would promise more."""
+        settle: list[tuple[_Pending, Answer | BaseException]] = []
+        backlog = self.queued_rows > sum(len(p) for p in pieces)
+        rows = sum(len(p) for p in pieces)
+        try:
+            self._score_pieces(pieces, settle)
+        finally:
+            self._settle(settle)
+        end = self._clock()
+        if backlog and self._last_end is not None and end > self._last_end:
+            rate = rows / (end - self._last_end)
+            self.rows_per_s = rate if self.rows_per_s == 0 else 0.8 * self.rows_per_s + 0.2 * rate
+        elif self.rows_per_s == 0 and self.call_s > 0:
+            self.rows_per_s = rows / self.call_s  # a first guess, until a backlog measures the real rate
+        self._last_end = end
+
+    def _score_pieces(self, pieces: Sequence[_Piece], settle: list[tuple[_Pending, Answer | BaseException]]) -> None:
+        now = self._clock()
+        live = []
+        for piece in pieces:
+            p = piece.pending
+            if p.failed:
+                self._release(len(piece))
+                continue
+            if now > p.deadline:
+                self._release(len(piece))
+                self.metrics.shed.labels("expired").inc()
+                p.failed = True
+                settle.append((p, Expired(f"the deadline passed {(now - p.deadline) * 1000:.0f} ms before its "
+                                          "batch was scored")))
+                continue
+            live.append(piece)
+        if not live:
+            return
+        features = Columns.join([p.pending.features[p.lo:p.hi] for p in live])
+        started = self._clock()
+        try:
+            out = self._score(features, [i for p in live for i in p.ids()])
+        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the model's failure
+            for piece in live:
+                self._release(len(piece))
+                if not piece.pending.failed:
+                    piece.pending.failed = True
+                    settle.append((piece.pending, exc))
+            return
+        took = self._clock() - started
+        self.call_s = took
+        self.metrics.batch_rows.observe(len(features))
+        at = 0
+        for piece in live:
+            n = len(piece)
+            self._release(n)
+            p = piece.pending
+            p.parts[piece.lo] = {name: col[at:at + n] for name, col in out.outputs.items()}
+            p.scored += n
+            at += n
+            if p.scored == len(p.features):
+                parts = [p.parts[k] for k in sorted(p.parts)]
+                outputs = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+                settle.append((p, Answer(outputs, out.model, out.version, out.digest, out.degraded,
+                                         len(features), started - p.admitted)))
+
+    @staticmethod
+    def _settle(settle: list[tuple[_Pending, Answer | BaseException]]) -> None:
+        """Answer the callers: concurrent futures at once, each loop's futures in one wake-up of it."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Answer | BaseException]]] = {}
+        for p, result in settle:
+            if p.loop is None:
+                _put(p.future, result)
+            else:
+                by_loop.setdefault(p.loop, []).append((p.future, result))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the loop closed: nobody waits for these answers
+                pass
+
+    def _release(self, rows: int) -> None:
+        with self._lock:
+            self.queued_rows -= rows
+            self.metrics.queued_rows.set(self.queued_rows)
+
+
+def _put(future: Any, result: Answer | BaseException) -> None:
+    if future.done():  # a caller that gave up (cancelled)
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+def _put_all(items: list[tuple[Any, Answer | BaseException]]) -> None:
+    for future, result in items:
+        _put(future, result)

@@ -1,0 +1,93 @@
+"""``POST /v1/score``: one event shaped like the topic's, scored through the stream's contract.
+
+The body is one JSON event. It is checked as a consumed event is (``model.inputs``, the fills,
+the conversion table: pipeline/validate.py); an event that cannot be scored is 422 with the
+reason naming the field. Its row joins the same batches as the protocol's requests, and the
+answer is the prediction record the output topic would carry for it, as JSON: the ids, the
+mapped outputs, ``output.include``, the model's name, version and digest, ``degraded``.
+
+Worked example: ``{"event_id": "e1", "entity_id": "a", "event_time": 1, "features": [...32...]}``
+answers ``{"event_id": "e1", ..., "scores": [0.73], "model_version": "1", "model_digest": "…"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from streamer.config import Config
+from streamer.errors import ValidationError
+from streamer.online.dispatch import Dispatcher, Expired, Shed
+from streamer.online.tensors import error_body
+from streamer.pipeline.records import Stamp, prediction_fields
+from streamer.pipeline.serving import Serving
+from streamer.pipeline.validate import EventValidator
+
+
+def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
+                clock: Callable[[], float] = time.monotonic) -> Route:
+    """The route of ``POST /v1/score`` for ``serving``'s model under ``cfg``'s contract."""
+    contract = serving.runner.contract
+    validator = EventValidator(cfg.input, contract.n_features, contract, cfg.output.include)
+    seq = itertools.count()
+    o = cfg.online
+
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        return Response(error_body(message), status, headers, media_type="application/json")
+
+    async def score(request: Request) -> Response:
+        started = clock()
+        response = await _score(request)
+        dispatcher.metrics.requests.labels("score", str(response.status_code)).inc()
+        dispatcher.metrics.latency.labels("score").observe(clock() - started)
+        return response
+
+    async def _score(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > o.max_body_bytes:
+            return error(413, f"the body is over the {o.max_body_bytes}-byte limit")
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return error(400, f"the body is not JSON: {exc}")
+        if not isinstance(payload, dict):
+            return error(400, "the body is not one JSON object (an event)")
+        now_ms = int(time.time() * 1000)
+        try:
+            record = validator.to_record(payload, "online", 0, next(seq), None, now_ms)
+        except ValidationError as exc:
+            return error(422, str(exc))
+        try:
+            future = dispatcher.submit(contract.stack([record.features]), clock() + o.timeout_ms / 1000,
+                                         asyncio.get_running_loop(), record.event_id)
+        except Shed as exc:
+            return error(503, f"shed: {exc}", {"Retry-After": str(math.ceil(exc.retry_after_s))})
+        try:
+            answer = await future
+        except Expired as exc:
+            return error(503, f"expired: {exc}", {"Retry-After": "1"})
+        except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
+            return error(500, f"the model failed: {exc}")
+        outputs = {k: _value(v[0]) for k, v in answer.outputs.items()}
+        stamp = Stamp(answer.model, answer.version, now_ms, None, answer.degraded, answer.digest)
+        return Response(orjson.dumps(prediction_fields(record, outputs, stamp, cfg.output.include)),
+                        media_type="application/json")
+
+    return Route("/v1/score", score, methods=["POST"])
+
+
+def _value(cell: Any) -> Any:
+    """A prediction field's value as JSON holds it: a number, a string, a list for a row."""
+    if isinstance(cell, np.ndarray):
+        return cell.tolist()
+    return cell.item() if isinstance(cell, np.generic) else cell

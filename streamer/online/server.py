@@ -1,0 +1,133 @@
+"""One online server: the protocol over HTTP (uvicorn) and gRPC (grpc.aio) on one event loop,
+the dispatcher's thread, readiness after warm-up, and a stop that answers what it admitted.
+
+Start: the routes listen at once (``/v2/health/live`` answers), the model warms up, then
+``/v2/health/ready`` says ready. Stop (SIGTERM, SIGINT, or :meth:`OnlineServer.stop`): ready
+turns false, new requests are refused (503, UNAVAILABLE), the requests already admitted are
+scored and answered, the listeners close, and :meth:`run` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import uvicorn
+
+from streamer.config import Config
+from streamer.errors import ConfigError
+from streamer.observe.drift import DriftGauges, DriftMonitor, Profile
+from streamer.observe.metrics import GroupRegistry
+from streamer.online.dispatch import Dispatcher
+from streamer.online.events import score_route
+from streamer.online.grpc_service import handlers
+from streamer.online.http import app
+from streamer.online.meters import OnlineMetrics
+from streamer.online.served import ServedModel
+from streamer.pipeline.serving import Serving
+
+log = logging.getLogger(__name__)
+DRAIN_S = 30.0  # the longest a stop waits for admitted requests
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the server's stop is this module's, and exits 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class OnlineServer:
+    """Serves ``serving``'s model under the config's ``online`` section."""
+
+    def __init__(self, cfg: Config, serving: Serving, beside_stream: bool = False) -> None:
+        """``beside_stream``: the serving is a running stream's, whose loop reloads it between its
+        batches (the online side only scores, first)."""
+        o = cfg.online
+        self.cfg, self.serving = cfg, serving
+        # the group label, as the stream's series: one dashboard selects both
+        meters = OnlineMetrics(GroupRegistry(cfg.input.group_id))
+        m = cfg.model
+        drift = (DriftGauges(DriftMonitor(Profile.load(m.drift_profile, serving.runner.n_features),
+                                          m.drift_window_rows), meters.feature_psi, meters.feature_out_of_range)
+                 if m.drift_profile is not None else None)
+        self.model = ServedModel(m.name, serving, drift)
+        rows = o.max_size or cfg.batching.max_size
+        # beside the stream, its start-up warms the serving (fallback, challengers): online batches' sizes only
+        self._beside = beside_stream
+        self._warm_up = (lambda: serving.runner.warm_up(rows)) if beside_stream else serving.warm_up
+        self.dispatcher = Dispatcher(self.model.score, rows,
+                                     cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
+                                     o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll,
+                                     metrics=meters)
+        self.ready = threading.Event()  # set when the model has warmed up and the listeners are open
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def stop(self) -> None:
+        """Begin the stop (from any thread, or a signal handler)."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def run(self, install_signals: bool = True) -> int:
+        """Serve until stopped; 0 when every admitted request was answered."""
+        return asyncio.run(self._serve(install_signals))
+
+    async def _serve(self, install_signals: bool) -> int:
+        o = self.cfg.online
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._stop.set)
+        self.dispatcher.start()
+        routes = [score_route(self.cfg, self.serving, self.dispatcher)]
+        web = _Uvicorn(uvicorn.Config(app(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms,
+                                          max_body_bytes=o.max_body_bytes, more=routes),
+                                      host=o.host, port=o.http_port, log_level="warning", lifespan="off"))
+        async def listen() -> None:
+            try:
+                await web.serve()
+            except SystemExit:  # uvicorn's way to say it could not start; it logged why (the port is taken)
+                raise ConfigError("online.http_port", f"cannot listen on {o.host}:{o.http_port} "
+                                                      "(the log above says why)") from None
+
+        http_task = asyncio.create_task(listen())
+        rpc: Any = None
+        if o.grpc_port:
+            rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes)])
+            rpc.add_generic_rpc_handlers((handlers(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms),))
+            try:
+                rpc.add_insecure_port(f"{o.host}:{o.grpc_port}")
+            except RuntimeError as exc:  # grpc's word for a port it cannot bind
+                raise ConfigError("online.grpc_port", f"cannot listen on {o.host}:{o.grpc_port}: {exc}") from None
+            await rpc.start()
+        while self._beside and not self.serving.warmed.is_set():  # the stream's start-up warms its serving
+            if self._stop.is_set():
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.get_running_loop().run_in_executor(None, self._warm_up)
+        while not web.started:  # uvicorn says it listens by a flag only
+            if http_task.done():
+                await http_task  # its ConfigError
+            await asyncio.sleep(0.01)
+        self.model.set_ready(True)
+        self.ready.set()
+        log.info("online: %s version %s ready on http://%s:%d%s", self.model.name, self.model.version, o.host,
+                 o.http_port, f" and grpc {o.host}:{o.grpc_port}" if o.grpc_port else "")
+        await self._stop.wait()
+        log.info("online: stopping: new requests are refused, admitted ones answered")
+        self.model.set_ready(False)
+        self.ready.clear()
+        await asyncio.get_running_loop().run_in_executor(None, self.dispatcher.stop, DRAIN_S)
+        web.should_exit = True
+        if rpc is not None:
+            await rpc.stop(1.0)
+        await http_task
+        return 0

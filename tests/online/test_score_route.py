@@ -1,0 +1,78 @@
+"""``POST /v1/score`` on a running online server: a JSON event answered with its prediction record,
+equal to ONNX Runtime offline; a bad event refused with 422 naming the field."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from streamer.commands.lake import lake_house
+from streamer.config import OnlineConfig
+from streamer.online.server import OnlineServer
+from tests.conftest import ROOT
+from tests.online.doubler import TIMEOUT_S, free_port
+from tests.online.test_served import example
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    port = free_port()
+    cfg = replace(example(), online=OnlineConfig(http_port=port, grpc_port=0, max_wait_ms=1))
+    server = OnlineServer(cfg, lake_house(cfg).serving)
+    thread = threading.Thread(target=server.run, args=(False,), daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    assert server.ready.wait(TIMEOUT_S)
+    with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=TIMEOUT_S) as r:
+        assert r.status == 200
+    yield base
+    server.stop()
+    thread.join(TIMEOUT_S)
+
+
+def post(url: str, body: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{url}/v1/score", body, {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_an_event_is_answered_with_its_prediction_record(url: str) -> None:
+    x = np.random.default_rng(2).normal(size=32).astype(np.float32)
+    status, record = post(url, json.dumps({"event_id": "e-1", "entity_id": "acct-1", "event_time": 1_700_000_000_000,
+                                           "features": x.tolist()}).encode())
+    assert status == 200, record
+    offline = ort.InferenceSession(str(ROOT / "models" / "fraud_mlp.onnx")).run(None, {"features": x[None, :]})[0]
+    assert record["event_id"] == "e-1" and record["entity_id"] == "acct-1" and record["model_version"] == "1"
+    assert record["scores"] == pytest.approx(offline[0].tolist(), abs=1e-7)
+    assert len(record["model_digest"]) == 12 and record["event_time"] == 1_700_000_000_000
+
+
+def test_a_bad_event_is_422_naming_the_field_and_a_bad_body_400(url: str) -> None:
+    status, error = post(url, json.dumps({"event_id": "e-2", "event_time": 1}).encode())
+    assert status == 422 and "features" in error["error"]
+    status, error = post(url, json.dumps({"event_id": "e-3", "event_time": 1, "features": [1.0] * 31}).encode())
+    assert status == 422 and "32" in error["error"]
+    status, error = post(url, b"{nope")
+    assert status == 400 and "not JSON" in error["error"]
+
+
+def test_the_online_metrics_carry_the_consumer_group_as_the_streams_do(url: str) -> None:
+    """The dashboard's group variable selects the online server's series with the stream's."""
+    x = np.zeros(32, np.float32)
+    assert post(url, json.dumps({"event_id": "e-4", "event_time": 1, "features": x.tolist()}).encode())[0] == 200
+    with urllib.request.urlopen(f"{url}/metrics", timeout=TIMEOUT_S) as r:
+        text = r.read().decode()
+    group = example().input.group_id
+    assert f'streamer_online_requests_total{{code="200",group="{group}",transport="score"}}' in text
+    assert f'streamer_online_queued_rows{{group="{group}"}} 0.0' in text
