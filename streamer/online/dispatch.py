@@ -57,6 +57,19 @@ class Expired(Exception):
     """The request's deadline passed while it waited for its batch: it was not scored."""
 
 
+class Refused(Exception):
+    """A request the model did not answer, as a caller answers it: ``status`` 503 (shed, or
+    expired: retry after ``retry_after_s``) or 500 (the model failed)."""
+
+    def __init__(self, status: int, reason: str, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.status, self.retry_after_s = status, retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after_s is None else {"retry-after": str(math.ceil(self.retry_after_s))}
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A request's rows of a scored batch: each output by name, and who scored them."""
@@ -168,6 +181,21 @@ class Dispatcher:
                            name or f"online-{uuid.uuid4().hex}")
         self._inbox.put(pending)
         return pending.future
+
+    async def answer(self, features: Columns, deadline: float, name: str | None = None) -> Answer:
+        """:meth:`submit` from the running event loop, and the answer awaited; every way it is
+        not answered raises :class:`Refused`."""
+        try:
+            future = self.submit(features, deadline, asyncio.get_running_loop(), name)
+        except Shed as exc:
+            raise Refused(503, f"shed: {exc}", exc.retry_after_s) from None
+        try:
+            answer: Answer = await future
+            return answer
+        except Expired as exc:
+            raise Refused(503, f"expired: {exc}", 1.0) from None
+        except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
+            raise Refused(500, f"the model failed: {exc}") from None
 
     def _shed(self, why: str) -> None:
         self.shed += 1

@@ -15,8 +15,6 @@ trailer (503: shed or expired), INTERNAL (500: the model failed); a message past
 
 from __future__ import annotations
 
-import asyncio
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +23,7 @@ import grpc
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from streamer.online.dispatch import Dispatcher, Expired, Shed
+from streamer.online.dispatch import Dispatcher, Refused
 from streamer.online.http import SERVER, OnlineModel
 from streamer.online.oip_descriptor import DESCRIPTOR_SET
 from streamer.online.tensors import NUMPY, BadRequest, check_shape, from_raw, to_raw
@@ -97,18 +95,13 @@ def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: 
             inputs = _inputs(request)
             features = model.columns(inputs)
             deadline = clock() + _timeout_s(request, context, default_timeout_ms)
-            future = dispatcher.submit(features, deadline, asyncio.get_running_loop(), request.id or None)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Shed as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"shed: {exc}",
-                                (("retry-after", str(math.ceil(exc.retry_after_s))),))
         try:
-            answer = await future
-        except Expired as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"expired: {exc}", (("retry-after", "1"),))
-        except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
-            await context.abort(grpc.StatusCode.INTERNAL, f"the model failed: {exc}")
+            answer = await dispatcher.answer(features, deadline, request.id or None)
+        except Refused as exc:
+            code = grpc.StatusCode.UNAVAILABLE if exc.status == 503 else grpc.StatusCode.INTERNAL
+            await context.abort(code, str(exc), tuple(exc.headers.items()))
         try:
             outputs = model.outputs(answer, tuple(o.name for o in request.outputs))
         except BadRequest as exc:

@@ -16,8 +16,6 @@ default's cap.
 
 from __future__ import annotations
 
-import asyncio
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -30,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 
 from streamer.model.signature import Columns
-from streamer.online.dispatch import Answer, Dispatcher, Expired, Shed
+from streamer.online.dispatch import Answer, Dispatcher, Refused
 from streamer.online.tensors import HEADER, BadRequest, decode_request, encode_response, error_body
 
 TIMEOUT_HEADER = "x-request-timeout-ms"
@@ -114,17 +112,12 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
             req = decode_request(body, header_length)
             features = model.columns(req.inputs)
             deadline = clock() + _timeout_s(req.parameters, timeout, default_timeout_ms)
-            future = dispatcher.submit(features, deadline, asyncio.get_running_loop(), req.id)
         except BadRequest as exc:
             return failure(400, str(exc))
-        except Shed as exc:
-            return failure(503, f"shed: {exc}", {"retry-after": str(math.ceil(exc.retry_after_s))})
         try:
-            answer = await future
-        except Expired as exc:
-            return failure(503, f"expired: {exc}", {"retry-after": "1"})
-        except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
-            return failure(500, f"the model failed: {exc}")
+            answer = await dispatcher.answer(features, deadline, req.id)
+        except Refused as exc:
+            return failure(exc.status, str(exc), exc.headers)
         try:
             outputs = model.outputs(answer, req.outputs)
         except BadRequest as exc:

@@ -115,3 +115,5 @@ def started(command: str, path: Path, port: int) -> Iterator[tuple[subprocess.Po
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -94,3 +94,5 @@ def test_serve_answers_then_a_sigterm_under_load_finishes_in_flight_and_exits_0(
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
