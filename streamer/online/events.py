@@ -24,8 +24,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from streamer.config import Config
-from streamer.errors import ValidationError
-from streamer.online.dispatch import Dispatcher, Refused
+from streamer.errors import Refused, ValidationError
+from streamer.online.dispatch import Dispatcher
 from streamer.online.tensors import error_body
 from streamer.pipeline.records import Stamp, prediction_fields
 from streamer.pipeline.serving import Serving

@@ -23,12 +23,15 @@ import grpc
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from streamer.online.dispatch import Dispatcher, Refused
+from streamer.errors import BadRequest, Refused
+from streamer.online.dispatch import Dispatcher
 from streamer.online.http import SERVER, OnlineModel
 from streamer.online.oip_descriptor import DESCRIPTOR_SET
-from streamer.online.tensors import NUMPY, BadRequest, check_shape, from_raw, to_raw
+from streamer.online.tensors import NUMPY, check_shape, from_raw, to_raw
 
 SERVICE = "inference.GRPCInferenceService"
+STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 413: grpc.StatusCode.INVALID_ARGUMENT,  # an HTTP refusal's code
+          503: grpc.StatusCode.UNAVAILABLE, 500: grpc.StatusCode.INTERNAL}
 _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
              "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
              "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
@@ -100,8 +103,7 @@ def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: 
         try:
             answer = await dispatcher.answer(features, deadline, request.id or None)
         except Refused as exc:
-            code = grpc.StatusCode.UNAVAILABLE if exc.status == 503 else grpc.StatusCode.INTERNAL
-            await context.abort(code, str(exc), tuple(exc.headers.items()))
+            await context.abort(STATUS.get(exc.status, grpc.StatusCode.INTERNAL), str(exc), tuple(exc.headers.items()))
         try:
             outputs = model.outputs(answer, tuple(o.name for o in request.outputs))
         except BadRequest as exc:

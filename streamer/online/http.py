@@ -27,9 +27,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
+from streamer.errors import BadRequest, Refused
 from streamer.model.signature import Columns
-from streamer.online.dispatch import Answer, Dispatcher, Refused
-from streamer.online.tensors import HEADER, BadRequest, decode_request, encode_response, error_body
+from streamer.online.dispatch import Answer, Dispatcher
+from streamer.online.tensors import HEADER, decode_request, encode_response, error_body
 
 TIMEOUT_HEADER = "x-request-timeout-ms"
 SERVER = {"name": "streamer", "version": "1", "extensions": ["binary_tensor_data"]}

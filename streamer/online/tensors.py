@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from streamer.errors import BadRequest
+
 # OIP datatype -> numpy dtype, and the model's element names (model/signature.py) -> OIP datatype.
 NUMPY: dict[str, Any] = {
     "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
@@ -34,10 +36,6 @@ NUMPY: dict[str, Any] = {
 DATATYPE: dict[str, str] = {"float32": "FP32", "float64": "FP64", "int64": "INT64", "int32": "INT32",
                             "bool": "BOOL", "string": "BYTES"}
 HEADER = "inference-header-content-length"
-
-
-class BadRequest(ValueError):
-    """A request the protocol refuses (HTTP 400, gRPC INVALID_ARGUMENT)."""
 
 
 @dataclass(frozen=True, slots=True)

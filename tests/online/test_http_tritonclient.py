@@ -72,6 +72,7 @@ def test_health_metadata_and_an_inference_with_the_clients_defaults(served: tupl
     ("x", np.zeros((2, 3), np.float32), "FP32", "400", "takes FP32 \\[-1, 2\\]"),
     ("z", np.zeros((2, 2), np.float32), "FP32", "400", "takes x"),
     ("x", np.zeros((600, 2), np.float32), "FP32", "413", "over the 4096-byte limit"),
+    ("x", np.zeros((0, 2), np.float32), "FP32", "400", "holds no rows"),
 ])
 def test_bad_requests_are_refused_with_their_status_and_reason(served: tuple[str, Doubler, Dispatcher], name: str,
                                                                array: np.ndarray, datatype: str, status: str,

@@ -8,7 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
-from streamer.online.tensors import HEADER, BadRequest, InferRequest, decode_request, encode_response
+from streamer.errors import BadRequest
+from streamer.online.tensors import HEADER, InferRequest, decode_request, encode_response
 
 
 def binary_body(doc: dict, *blobs: bytes) -> tuple[bytes, str]:
