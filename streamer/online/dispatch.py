@@ -112,8 +112,9 @@ class Dispatcher:
 
     def __init__(self, score: Callable[[Columns, list[str]], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
                  clock: Callable[[], float] = time.monotonic, metrics: OnlineMetrics | None = None,
-                 between: Callable[[], object] = lambda: None) -> None:
-        self._score, self._clock, self._between = score, clock, between
+                 between: Callable[[], object] = lambda: None, ready: Callable[[], bool] = lambda: True) -> None:
+        """``ready``: whether the served model takes requests (warmed up, not stopping)."""
+        self._score, self._clock, self._between, self._ready = score, clock, between, ready
         self.metrics = metrics or OnlineMetrics()
         self.max_queue_rows = max_queue_rows
         self._batcher: MicroBatcher[Any] = MicroBatcher(max_size, max_wait_ms, clock, join=list)
@@ -164,6 +165,8 @@ class Dispatcher:
     async def answer(self, features: Columns, deadline: float, name: str | None = None) -> Answer:
         """:meth:`submit` from the running event loop, and the answer awaited; every way it is
         not answered raises :class:`Refused`."""
+        if not self._ready():
+            raise Refused(503, "the model is not ready (warming up, or stopping)", 1.0)
         if not len(features):
             raise Refused(400, "the request holds no rows")
         if len(features) > self.max_queue_rows:

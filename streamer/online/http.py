@@ -16,6 +16,7 @@ default's cap.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -198,8 +199,8 @@ def _timeout_s(parameters: Any, header: str | None, default_ms: int) -> float:
             ms = float(header)
         except ValueError:
             raise BadRequest(f"{TIMEOUT_HEADER} {header!r} is not a number of milliseconds") from None
-        if ms <= 0:
-            raise BadRequest(f"{TIMEOUT_HEADER} {header!r} is not positive")
+        if not math.isfinite(ms) or ms <= 0:
+            raise BadRequest(f"{TIMEOUT_HEADER} {header!r} is not a positive number of milliseconds")
         return min(ms, default_ms) / 1000
     return default_ms / 1000
 

@@ -116,6 +116,13 @@ def test_a_malformed_body_is_400_with_a_json_error(served: tuple[str, Doubler, D
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=TIMEOUT_S)
     assert refused.value.code == 400 and "not JSON" in json.loads(refused.value.read())["error"]
+    body = b'{"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}'
+    for timeout in ("nan", "inf", "-5"):  # a deadline that could never pass is no deadline
+        request = urllib.request.Request(f"http://{served[0]}/v2/models/doubler/infer", body, method="POST",
+                                         headers={"X-Request-Timeout-Ms": timeout})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        assert refused.value.code == 400 and "positive number of milliseconds" in json.loads(refused.value.read())["error"]
 
 
 def test_a_request_whose_deadline_passes_while_it_waits_is_503_expired_and_not_scored() -> None:
