@@ -154,7 +154,7 @@ class Dispatcher:
             if now + eta > deadline:
                 self._shed("deadline")
                 raise Shed(f"the deadline is {max(deadline - now, 0) * 1000:.0f} ms away; an answer takes about "
-                           f"{eta * 1000:.0f} ms now", self._retry_after(self.queued_rows), "deadline")
+                           f"{eta * 1000:.0f} ms at this load", self._retry_after(self.queued_rows), "deadline")
             self.queued_rows += n
             self.metrics.queued_rows.set(self.queued_rows)
             pending = _Pending(features, deadline, now, Future() if loop is None else loop.create_future(), loop,

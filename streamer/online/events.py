@@ -24,8 +24,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from streamer.config import Config
-from streamer.errors import Refused, ValidationError
+from streamer.errors import BadRequest, Refused, ValidationError
 from streamer.online.dispatch import Dispatcher
+from streamer.online.http import TIMEOUT_HEADER, read_body, timeout_s
 from streamer.online.tensors import error_body
 from streamer.pipeline.records import Stamp, prediction_fields
 from streamer.pipeline.serving import Serving
@@ -51,9 +52,13 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
         return response
 
     async def _score(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > o.max_body_bytes:
-            return error(413, f"the body is over the {o.max_body_bytes}-byte limit")
+        body, size = await read_body(request.stream(), o.max_body_bytes)
+        if body is None:
+            return error(413, f"the body is {size} bytes, over the {o.max_body_bytes}-byte limit")
+        try:
+            deadline = clock() + timeout_s(None, request.headers.get(TIMEOUT_HEADER), o.timeout_ms)
+        except BadRequest as exc:
+            return error(400, str(exc))
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -66,8 +71,7 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
         except ValidationError as exc:
             return error(422, str(exc))
         try:
-            answer = await dispatcher.answer(contract.stack([record.features]), clock() + o.timeout_ms / 1000,
-                                             record.event_id)
+            answer = await dispatcher.answer(contract.stack([record.features]), deadline, record.event_id)
         except Refused as exc:
             return error(exc.status, str(exc), exc.headers)
         outputs = {k: _value(v[0]) for k, v in answer.outputs.items()}

@@ -89,7 +89,8 @@ class OnlineServer:
                 pass
 
     def run(self, install_signals: bool = True) -> int:
-        """Serve until stopped; 0 when every admitted request was answered."""
+        """Serve until stopped, then answer what was admitted (for up to ``DRAIN_S``; rows left
+        unanswered past it are logged); 0."""
         return asyncio.run(self._serve(install_signals))
 
     async def _serve(self, install_signals: bool) -> int:
@@ -115,7 +116,8 @@ class OnlineServer:
         http_task = asyncio.create_task(listen())
         rpc: Any = None
         if o.grpc_port:
-            rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes)])
+            rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes),
+                                           ("grpc.max_send_message_length", -1)])  # answers of any size
             rpc.add_generic_rpc_handlers((handlers(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms),))
             try:
                 rpc.add_insecure_port(f"{o.host}:{o.grpc_port}")
@@ -140,6 +142,9 @@ class OnlineServer:
         self.model.set_ready(False)
         self.ready.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.dispatcher.stop, DRAIN_S)
+        if self.dispatcher.queued_rows:
+            log.error("online: %d admitted rows were not answered within %.0f s of the stop",
+                      self.dispatcher.queued_rows, DRAIN_S)
         web.should_exit = True
         if rpc is not None:
             await rpc.stop(1.0)

@@ -18,7 +18,7 @@ Worked example: ``{"inputs": [{"name": "features", "shape": [2, 32], "datatype":
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,12 +224,3 @@ def error_body(message: str) -> bytes:
     """The protocol's error body, ``{"error": message}``: what tritonclient reads on any status but 200."""
     return orjson.dumps({"error": message})
 
-
-def model_metadata(name: str, version: str, inputs: Sequence[Any], outputs: Sequence[Any]) -> dict[str, Any]:
-    """``GET /v2/models/{name}``: the model's tensors (model/signature.py specs), -1 for a free dimension."""
-    def tensor(spec: Any) -> dict[str, Any]:
-        return {"name": spec.name, "datatype": DATATYPE.get(spec.element, spec.element),
-                "shape": [-1 if d is None else d for d in spec.shape]}
-
-    return {"name": name, "versions": [version], "platform": "onnx_onnxv1",
-            "inputs": [tensor(s) for s in inputs], "outputs": [tensor(s) for s in outputs]}

@@ -100,8 +100,9 @@ def test_an_unknown_model_and_a_deadline_that_cannot_be_met(served: tuple[str, D
     assert shed.value.status() == "503"
     import urllib.request
 
-    with urllib.request.urlopen(f"http://{url}/metrics/", timeout=TIMEOUT_S) as r:
+    with urllib.request.urlopen(f"http://{url}/metrics", timeout=TIMEOUT_S) as r:
         text = r.read().decode()
+        assert r.geturl() == f"http://{url}/metrics"  # served where Prometheus scrapes, not redirected
     assert 'streamer_online_shed_total{reason="deadline"} 1.0' in text
     assert 'streamer_online_requests_total{code="404",transport="http"}' in text
     assert "streamer_online_request_seconds_bucket" in text and "streamer_online_queued_rows 0.0" in text
