@@ -72,16 +72,22 @@ def config(work: Path, model: Path, port: int, max_size: int | None, max_wait_ms
 def start(path: Path, port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "streamer", "--log-level", "WARNING", "serve", "--config", str(path)],
                             env={**os.environ, "KAFKA_BOOTSTRAP": "127.0.0.1:1"})
+    wait_ready(port, proc, "streamer serve")
+    return proc
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], name: str) -> None:
+    """Until ``/v2/health/ready`` answers 200 (polled as a load balancer would); exits if ``proc`` ends first."""
     deadline = time.monotonic() + 60
-    while True:  # readiness, polled as a load balancer would
+    while True:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
                 if r.status == 200:
-                    return proc
+                    return
         except OSError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("streamer serve did not become ready")
+            raise SystemExit(f"{name} did not become ready")
         time.sleep(0.1)
 
 
@@ -177,17 +183,7 @@ def stacks(args: argparse.Namespace) -> None:
             proc = subprocess.Popen(argv, cwd=Path(__file__).parent, env={**os.environ, "STREAMER_CONFIG": str(cfg),
                                                                            "KAFKA_BOOTSTRAP": "127.0.0.1:1"})
             try:
-                deadline = time.monotonic() + 60
-                while True:  # readiness, polled as a load balancer would
-                    try:
-                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
-                            if r.status == 200:
-                                break
-                    except OSError:
-                        pass
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit(f"{name} did not become ready")
-                    time.sleep(0.1)
+                wait_ready(port, proc, name)
                 target = targets(work, port, args.rows)
                 attack(target, 2, None, args.workers)
                 for round_ in (1, 2):
@@ -210,17 +206,7 @@ def beside_stream(args: argparse.Namespace) -> None:
             proc, started = stream_run(bootstrap, work, name, args.events, model, port, args.timeout_ms)
             try:
                 if port is not None:
-                    deadline = time.monotonic() + 60
-                    while True:  # the online side's readiness, polled as a probe would
-                        try:
-                            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
-                                if r.status == 200:
-                                    break
-                        except OSError:
-                            pass
-                        if time.monotonic() > deadline:
-                            raise SystemExit("the online server did not become ready")
-                        time.sleep(0.1)
+                    wait_ready(port, proc, "the online server beside the stream")
                     load = subprocess.Popen([str(VEGETA), "attack", f"-targets={targets(work, port, args.rows)}",
                                              f"-rate={args.rate}", "-duration=600s", "-timeout=10s"],
                                             stdout=subprocess.PIPE)

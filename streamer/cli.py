@@ -102,19 +102,29 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
     from streamer.online.server import OnlineServer
 
     online = OnlineServer(cfg, processor.serving, beside_stream=True)  # one model: online batches go first
-    both = threading.Thread(target=online.run, args=(False,), name="online", daemon=True)
+    failed: list[BaseException] = []
+
+    def serve_online() -> None:
+        try:
+            online.run(install_signals=False)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread, after the stream stops
+            failed.append(exc)
+            processor.stop()
 
     def stop_both() -> None:
         online.stop()
         processor.stop()
 
     stop[0] = stop_both
+    both = threading.Thread(target=serve_online, name="online", daemon=True)
     both.start()
     try:
         processor.run()
     finally:
         online.stop()
         both.join(60)
+    if failed:  # the online server could not serve (a port taken): the stream stopped with it
+        raise failed[0]
     return 0
 
 

@@ -129,9 +129,12 @@ class OnlineConfig:
 
     def __post_init__(self) -> None:
         check_types(self, "online")
-        for key, port in (("online.http_port", self.http_port), ("online.grpc_port", self.grpc_port)):
-            if not 0 <= port <= 65_535:
-                raise ConfigError(key, f"must be between 0 and 65535, got {port}")
+        if not 1 <= self.http_port <= 65_535:
+            raise ConfigError("online.http_port", f"must be between 1 and 65535, got {self.http_port}")
+        if not 0 <= self.grpc_port <= 65_535:
+            raise ConfigError("online.grpc_port", f"must be between 0 (no gRPC) and 65535, got {self.grpc_port}")
+        if self.grpc_port == self.http_port:
+            raise ConfigError("online.grpc_port", f"is online.http_port too ({self.http_port}): one port each")
         if self.max_size is not None and not 1 <= self.max_size <= MAX_BATCH_SIZE:
             raise ConfigError("online.max_size", f"must be between 1 and {MAX_BATCH_SIZE}, got {self.max_size}")
         if self.max_wait_ms is not None:

@@ -6,6 +6,7 @@ partition, offset) and its raw bytes, so the record can be dead-lettered exactly
 
 from __future__ import annotations
 
+import math
 import os
 import traceback
 from typing import TypeVar
@@ -191,6 +192,42 @@ class StopRequested(StreamerError):
 
 class LocalBrokerError(StreamerError):
     """The project's own local Kafka broker could not be resolved, started or reached."""
+
+
+class OnlineError(StreamerError):
+    """An online request that is not answered with scores (streamer/online/)."""
+
+
+class BadRequest(OnlineError, ValueError):
+    """A request the protocol or the model's inputs refuse (HTTP 400, gRPC INVALID_ARGUMENT)."""
+
+
+class Shed(OnlineError):
+    """Refused at admission: the queue is full, or the deadline cannot be met; retry after
+    ``retry_after_s``. ``why``: queue, deadline or stopping (the metrics' label)."""
+
+    def __init__(self, reason: str, retry_after_s: float, why: str = "queue") -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+        self.why = why
+
+
+class Expired(OnlineError):
+    """The request's deadline passed while it waited for its batch: it was not scored."""
+
+
+class Refused(OnlineError):
+    """A request the model did not answer, as a caller answers it: ``status`` 503 (shed, or
+    expired: retry after ``retry_after_s``), 413 (more rows than the queue holds) or 500 (the
+    model failed)."""
+
+    def __init__(self, status: int, reason: str, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.status, self.retry_after_s = status, retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after_s is None else {"retry-after": str(math.ceil(self.retry_after_s))}
 
 
 Frame = tuple[str, int, str]  # file, line, function

@@ -81,6 +81,18 @@ def test_oversized_batch_is_refused() -> None:
         load(doc)
 
 
+@pytest.mark.parametrize(("online", "says"), [
+    ({"http_port": 0}, r"'online\.http_port': must be between 1 and 65535, got 0"),
+    ({"grpc_port": 70_000}, r"'online\.grpc_port': must be between 0 \(no gRPC\) and 65535"),
+    ({"http_port": 9000, "grpc_port": 9000}, r"'online\.grpc_port': is online\.http_port too \(9000\)"),
+])
+def test_online_ports_are_refused_naming_the_key(online: dict[str, int], says: str) -> None:
+    doc = minimal()
+    doc["online"] = online
+    with pytest.raises(ConfigError, match=says):
+        load(doc)
+
+
 def test_unknown_key_and_bad_enum_are_named() -> None:
     doc = minimal()
     doc["batching"] = {"max_sise": 8}

@@ -9,19 +9,37 @@ predictions of the online rows go to the shadow topic.
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
+from typing import Any
+
 from streamer.config import Config
 
 CLOSE_S = 10.0  # the longest the challengers get to publish what they scored, at the stop
 
 
 def run_serve(cfg: Config) -> int:
-    """Serve until SIGTERM or SIGINT; 0 once every admitted request was answered."""
+    """Serve until SIGTERM or SIGINT, answer what was admitted, let the challengers publish; 0.
+    A signal while the model loads ends it there, 0 as well."""
     from streamer.online.server import OnlineServer
     from streamer.wiring import checked_runner, output_codec, serving
 
+    server: list[Any] = []
+    asked: list[int] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        asked.append(signum)
+        if server:
+            server[0].stop()  # kept until its loop runs, which then stops at once
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
     runner = checked_runner(cfg)
     served = serving(cfg, runner, None, output_codec(cfg, runner))
+    server.append(OnlineServer(cfg, served))
+    if asked:
+        return 0
     try:
-        return OnlineServer(cfg, served).run()
+        return int(server[0].run())
     finally:
         served.close(CLOSE_S)

@@ -23,38 +23,27 @@ one model call of 10 rows, flushed 5 ms after the first arrived; each caller get
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import math
 import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from streamer.errors import BadRequest, Expired, InferenceError, Refused, Shed
 from streamer.model.signature import Columns
 from streamer.online.meters import OnlineMetrics
 from streamer.pipeline.batcher import Batch, MicroBatcher
 
 log = logging.getLogger(__name__)
 IDLE_S = 0.5  # how long the thread waits for a request when no batch is open
-
-
-class Shed(Exception):
-    """Refused at admission: the queue is full, or the deadline cannot be met; retry after ``retry_after_s``."""
-
-    def __init__(self, reason: str, retry_after_s: float, why: str = "queue") -> None:
-        super().__init__(reason)
-        self.retry_after_s = retry_after_s
-        self.why = why  # queue | deadline | stopping: the metrics' label
-
-
-class Expired(Exception):
-    """The request's deadline passed while it waited for its batch: it was not scored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +104,7 @@ class Scoring:
     version: str
     digest: str
     degraded: str | None = None
+    poison: Mapping[int, str] = field(default_factory=dict)  # rows the model fails on alone: why
 
 
 class Dispatcher:
@@ -122,8 +112,9 @@ class Dispatcher:
 
     def __init__(self, score: Callable[[Columns, list[str]], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
                  clock: Callable[[], float] = time.monotonic, metrics: OnlineMetrics | None = None,
-                 between: Callable[[], object] = lambda: None) -> None:
-        self._score, self._clock, self._between = score, clock, between
+                 between: Callable[[], object] = lambda: None, ready: Callable[[], bool] = lambda: True) -> None:
+        """``ready``: whether the served model takes requests (warmed up, not stopping)."""
+        self._score, self._clock, self._between, self._ready = score, clock, between, ready
         self.metrics = metrics or OnlineMetrics()
         self.max_queue_rows = max_queue_rows
         self._batcher: MicroBatcher[Any] = MicroBatcher(max_size, max_wait_ms, clock, join=list)
@@ -147,6 +138,8 @@ class Dispatcher:
         it; else a concurrent one. ``name``: the request's id, its rows' event ids where the serving
         hands them on (the challengers' shadow predictions); a random one when not given."""
         n, now = len(features), self._clock()
+        if n == 0:
+            raise BadRequest("the request holds no rows")
         with self._lock:
             if self._draining:
                 self._shed("stopping")
@@ -161,13 +154,34 @@ class Dispatcher:
             if now + eta > deadline:
                 self._shed("deadline")
                 raise Shed(f"the deadline is {max(deadline - now, 0) * 1000:.0f} ms away; an answer takes about "
-                           f"{eta * 1000:.0f} ms now", self._retry_after(self.queued_rows), "deadline")
+                           f"{eta * 1000:.0f} ms at this load", self._retry_after(self.queued_rows), "deadline")
             self.queued_rows += n
             self.metrics.queued_rows.set(self.queued_rows)
-        pending = _Pending(features, deadline, now, Future() if loop is None else loop.create_future(), loop,
-                           name or f"online-{uuid.uuid4().hex}")
-        self._inbox.put(pending)
+            pending = _Pending(features, deadline, now, Future() if loop is None else loop.create_future(), loop,
+                               name or f"online-{uuid.uuid4().hex}")
+            self._inbox.put(pending)  # under the lock: a stop's end marker comes after every admitted request
         return pending.future
+
+    async def answer(self, features: Columns, deadline: float, name: str | None = None) -> Answer:
+        """:meth:`submit` from the running event loop, and the answer awaited; every way it is
+        not answered raises :class:`Refused`."""
+        if not self._ready():
+            raise Refused(503, "the model is not ready (warming up, or stopping)", 1.0)
+        if not len(features):
+            raise Refused(400, "the request holds no rows")
+        if len(features) > self.max_queue_rows:
+            raise Refused(413, f"the request holds {len(features)} rows; online.max_queue_rows is {self.max_queue_rows}")
+        try:
+            future = self.submit(features, deadline, asyncio.get_running_loop(), name)
+        except Shed as exc:
+            raise Refused(503, f"shed: {exc}", exc.retry_after_s) from None
+        try:
+            answer: Answer = await future
+            return answer
+        except Expired as exc:
+            raise Refused(503, f"expired: {exc}", 1.0) from None
+        except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
+            raise Refused(500, f"the model failed: {exc}") from None
 
     def _shed(self, why: str) -> None:
         self.shed += 1
@@ -209,7 +223,10 @@ class Dispatcher:
                 due.append(polled)
             for batch in due:
                 self._run(batch.rows)
-            self._between()  # between batches: a new model version goes in, challengers publish
+            try:
+                self._between()  # between batches: a new model version goes in, challengers publish
+            except Exception:  # noqa: BLE001 - the requests are answered whatever a reload or a challenger does
+                log.exception("online: between batches")
 
     def _drain(self) -> None:
         while True:
@@ -225,15 +242,25 @@ class Dispatcher:
             self._run(last.rows)
 
     def _run(self, pieces: Sequence[_Piece]) -> None:
-        """Score a batch and answer its callers. The rate admission counts on is measured here, over
-        the whole cycle of a batch that had a backlog behind it (the model call, the cutting, the
+        """Score a batch and answer its callers; whatever fails, each caller is answered and the
+        batch's rows leave the queue. The rate admission counts on is measured here, over the
+        whole cycle of a batch that had a backlog behind it (the model call, the cutting, the
         answering, the next batch's wait for the thread): a call's own time would promise more."""
         settle: list[tuple[_Pending, Answer | BaseException]] = []
-        backlog = self.queued_rows > sum(len(p) for p in pieces)
         rows = sum(len(p) for p in pieces)
+        backlog = self.queued_rows > rows
         try:
             self._score_pieces(pieces, settle)
+        except Exception as exc:  # noqa: BLE001 - a fault of this thread fails its batch, not the server
+            log.exception("online: a batch of %d rows failed", rows)
+            answered = {id(p) for p, _ in settle}
+            for piece in pieces:
+                p = piece.pending
+                if not p.failed and id(p) not in answered:
+                    p.failed = True
+                    settle.append((p, exc))
         finally:
+            self._release(rows)
             self._settle(settle)
         end = self._clock()
         if backlog and self._last_end is not None and end > self._last_end:
@@ -249,10 +276,8 @@ class Dispatcher:
         for piece in pieces:
             p = piece.pending
             if p.failed:
-                self._release(len(piece))
                 continue
             if now > p.deadline:
-                self._release(len(piece))
                 self.metrics.shed.labels("expired").inc()
                 p.failed = True
                 settle.append((p, Expired(f"the deadline passed {(now - p.deadline) * 1000:.0f} ms before its "
@@ -265,27 +290,39 @@ class Dispatcher:
         started = self._clock()
         try:
             out = self._score(features, [i for p in live for i in p.ids()])
+            short = {k: len(v) for k, v in out.outputs.items() if len(v) != len(features)}
+            if short:
+                raise InferenceError(f"the model answered {short} rows for a batch of {len(features)}")
         except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the model's failure
             for piece in live:
-                self._release(len(piece))
                 if not piece.pending.failed:
                     piece.pending.failed = True
                     settle.append((piece.pending, exc))
             return
-        took = self._clock() - started
-        self.call_s = took
+        self.call_s = self._clock() - started
         self.metrics.batch_rows.observe(len(features))
         at = 0
         for piece in live:
-            n = len(piece)
-            self._release(n)
-            p = piece.pending
-            p.parts[piece.lo] = {name: col[at:at + n] for name, col in out.outputs.items()}
+            n, p = len(piece), piece.pending
+            first, at = at, at + n
+            if p.failed:  # another of its pieces failed: answered already
+                continue
+            bad = next((r for r in range(first, at) if r in out.poison), None)
+            if bad is not None:  # a row the model fails on alone: its request alone gets the error
+                p.failed = True
+                settle.append((p, InferenceError(f"row {piece.lo + bad - first} of the request: {out.poison[bad]}")))
+                continue
+            p.parts[piece.lo] = {name: col[first:at] for name, col in out.outputs.items()}
             p.scored += n
-            at += n
             if p.scored == len(p.features):
-                parts = [p.parts[k] for k in sorted(p.parts)]
-                outputs = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+                try:
+                    parts = [p.parts[k] for k in sorted(p.parts)]
+                    outputs = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+                except (KeyError, ValueError) as exc:  # pieces of two models (a swap, the fallback) that differ
+                    p.failed = True
+                    settle.append((p, InferenceError(f"its rows were scored by models that answer differently: "
+                                                     f"{exc}")))
+                    continue
                 settle.append((p, Answer(outputs, out.model, out.version, out.digest, out.degraded,
                                          len(features), started - p.admitted)))
 
@@ -311,12 +348,15 @@ class Dispatcher:
 
 
 def _put(future: Any, result: Answer | BaseException) -> None:
-    if future.done():  # a caller that gave up (cancelled)
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
+    try:
+        if future.done():  # a caller that gave up (cancelled)
+            return
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+    except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError):  # cancelled just now
+        pass
 
 
 def _put_all(items: list[tuple[Any, Answer | BaseException]]) -> None:

@@ -12,9 +12,7 @@ answers ``{"event_id": "e1", ..., "scores": [0.73], "model_version": "1", "model
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,8 +24,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from streamer.config import Config
-from streamer.errors import ValidationError
-from streamer.online.dispatch import Dispatcher, Expired, Shed
+from streamer.errors import BadRequest, Refused, ValidationError
+from streamer.online.dispatch import Dispatcher
+from streamer.online.http import TIMEOUT_HEADER, read_body, timeout_s
 from streamer.online.tensors import error_body
 from streamer.pipeline.records import Stamp, prediction_fields
 from streamer.pipeline.serving import Serving
@@ -53,9 +52,13 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
         return response
 
     async def _score(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > o.max_body_bytes:
-            return error(413, f"the body is over the {o.max_body_bytes}-byte limit")
+        body, size = await read_body(request.stream(), o.max_body_bytes)
+        if body is None:
+            return error(413, f"the body is {size} bytes, over the {o.max_body_bytes}-byte limit")
+        try:
+            deadline = clock() + timeout_s(None, request.headers.get(TIMEOUT_HEADER), o.timeout_ms)
+        except BadRequest as exc:
+            return error(400, str(exc))
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -68,16 +71,9 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
         except ValidationError as exc:
             return error(422, str(exc))
         try:
-            future = dispatcher.submit(contract.stack([record.features]), clock() + o.timeout_ms / 1000,
-                                         asyncio.get_running_loop(), record.event_id)
-        except Shed as exc:
-            return error(503, f"shed: {exc}", {"Retry-After": str(math.ceil(exc.retry_after_s))})
-        try:
-            answer = await future
-        except Expired as exc:
-            return error(503, f"expired: {exc}", {"Retry-After": "1"})
-        except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
-            return error(500, f"the model failed: {exc}")
+            answer = await dispatcher.answer(contract.stack([record.features]), deadline, record.event_id)
+        except Refused as exc:
+            return error(exc.status, str(exc), exc.headers)
         outputs = {k: _value(v[0]) for k, v in answer.outputs.items()}
         stamp = Stamp(answer.model, answer.version, now_ms, None, answer.degraded, answer.digest)
         return Response(orjson.dumps(prediction_fields(record, outputs, stamp, cfg.output.include)),

@@ -15,8 +15,6 @@ trailer (503: shed or expired), INTERNAL (500: the model failed); a message past
 
 from __future__ import annotations
 
-import asyncio
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,12 +23,15 @@ import grpc
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from streamer.online.dispatch import Dispatcher, Expired, Shed
+from streamer.errors import BadRequest, Refused
+from streamer.online.dispatch import Dispatcher
 from streamer.online.http import SERVER, OnlineModel
 from streamer.online.oip_descriptor import DESCRIPTOR_SET
-from streamer.online.tensors import NUMPY, BadRequest, check_shape, from_raw, to_raw
+from streamer.online.tensors import NUMPY, check_shape, from_raw, to_raw
 
 SERVICE = "inference.GRPCInferenceService"
+STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 413: grpc.StatusCode.INVALID_ARGUMENT,  # an HTTP refusal's code
+          503: grpc.StatusCode.UNAVAILABLE, 500: grpc.StatusCode.INTERNAL}
 _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
              "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
              "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
@@ -97,18 +98,12 @@ def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: 
             inputs = _inputs(request)
             features = model.columns(inputs)
             deadline = clock() + _timeout_s(request, context, default_timeout_ms)
-            future = dispatcher.submit(features, deadline, asyncio.get_running_loop(), request.id or None)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Shed as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"shed: {exc}",
-                                (("retry-after", str(math.ceil(exc.retry_after_s))),))
         try:
-            answer = await future
-        except Expired as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"expired: {exc}", (("retry-after", "1"),))
-        except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
-            await context.abort(grpc.StatusCode.INTERNAL, f"the model failed: {exc}")
+            answer = await dispatcher.answer(features, deadline, request.id or None)
+        except Refused as exc:
+            await context.abort(STATUS.get(exc.status, grpc.StatusCode.INTERNAL), str(exc), tuple(exc.headers.items()))
         try:
             outputs = model.outputs(answer, tuple(o.name for o in request.outputs))
         except BadRequest as exc:

@@ -16,22 +16,22 @@ default's cap.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from prometheus_client import make_asgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 
+from streamer.errors import BadRequest, Refused
 from streamer.model.signature import Columns
-from streamer.online.dispatch import Answer, Dispatcher, Expired, Shed
-from streamer.online.tensors import HEADER, BadRequest, decode_request, encode_response, error_body
+from streamer.online.dispatch import Answer, Dispatcher
+from streamer.online.tensors import HEADER, decode_request, encode_response, error_body
 
 TIMEOUT_HEADER = "x-request-timeout-ms"
 SERVER = {"name": "streamer", "version": "1", "extensions": ["binary_tensor_data"]}
@@ -96,10 +96,12 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
     async def model_ready(request: Request) -> Response:
         return known(request) or yes_no(model.ready(), f"model {model.name!r} is not ready")
 
-    async def answer(body: bytes, header_length: str | None, timeout: str | None) -> tuple[int, bytes, dict[str, str]]:
-        """One infer request's status, body and headers (every path: the fast one and the router's)."""
+    async def answer(body: bytes | None, size: int, header_length: str | None,
+                     timeout: str | None) -> tuple[int, bytes, dict[str, str]]:
+        """One infer request's status, body and headers (every path: the fast one and the router's);
+        ``body`` None: its ``size`` bytes were over the limit."""
         started = clock()
-        status, content, headers = await _answer(body, header_length, timeout)
+        status, content, headers = await _answer(body, size, header_length, timeout)
         meters.requests.labels("http", str(status)).inc()
         meters.latency.labels("http").observe(clock() - started)
         return status, content, headers
@@ -107,24 +109,20 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
     def failure(status: int, message: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
         return status, error_body(message), {"content-type": "application/json", **(headers or {})}
 
-    async def _answer(body: bytes, header_length: str | None, timeout: str | None) -> tuple[int, bytes, dict[str, str]]:
-        if len(body) > max_body_bytes:
-            return failure(413, f"the body is {len(body)} bytes, over the {max_body_bytes}-byte limit")
+    async def _answer(body: bytes | None, size: int, header_length: str | None,
+                      timeout: str | None) -> tuple[int, bytes, dict[str, str]]:
+        if body is None:
+            return failure(413, f"the body is {size} bytes, over the {max_body_bytes}-byte limit")
         try:
             req = decode_request(body, header_length)
             features = model.columns(req.inputs)
-            deadline = clock() + _timeout_s(req.parameters, timeout, default_timeout_ms)
-            future = dispatcher.submit(features, deadline, asyncio.get_running_loop(), req.id)
+            deadline = clock() + timeout_s(req.parameters, timeout, default_timeout_ms)
         except BadRequest as exc:
             return failure(400, str(exc))
-        except Shed as exc:
-            return failure(503, f"shed: {exc}", {"retry-after": str(math.ceil(exc.retry_after_s))})
         try:
-            answer = await future
-        except Expired as exc:
-            return failure(503, f"expired: {exc}", {"retry-after": "1"})
-        except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
-            return failure(500, f"the model failed: {exc}")
+            answer = await dispatcher.answer(features, deadline, req.id)
+        except Refused as exc:
+            return failure(exc.status, str(exc), exc.headers)
         try:
             outputs = model.outputs(answer, req.outputs)
         except BadRequest as exc:
@@ -140,17 +138,17 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
         if refused is not None:
             meters.requests.labels("http", str(refused.status_code)).inc()
             return refused
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > max_body_bytes:
-            status, content, headers = failure(413, f"the body is {size} bytes, over the {max_body_bytes}-byte limit")
-            return Response(content, status, headers)
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body_bytes:
-                break
-        status, content, headers = await answer(body, request.headers.get(HEADER), request.headers.get(TIMEOUT_HEADER))
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            body, size = None, int(declared)  # refused unread
+        else:
+            body, size = await read_body(request.stream(), max_body_bytes)
+        status, content, headers = await answer(body, size, request.headers.get(HEADER),
+                                                request.headers.get(TIMEOUT_HEADER))
         return Response(content, status, headers)
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(meters.registry), headers={"content-type": CONTENT_TYPE_LATEST})
 
     base = "/v2/models/{name}"
     router = Starlette(routes=[
@@ -159,7 +157,7 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
         Route(base + "/ready", model_ready), Route(base + "/versions/{version}/ready", model_ready),
         Route(base + "/infer", infer, methods=["POST"]),
         Route(base + "/versions/{version}/infer", infer, methods=["POST"]), *more,
-        Mount("/metrics", make_asgi_app(meters.registry)),
+        Route("/metrics", metrics),
     ])
     return _FastInfer(f"/v2/models/{model.name}/infer", answer, max_body_bytes, router)
 
@@ -177,23 +175,36 @@ class _FastInfer:
             await self.router(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        parts, size, more = [], 0, True
-        while more:
-            message = await receive()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size <= self.max_body_bytes:
-                parts.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(parts) if size <= self.max_body_bytes else b"\0" * (self.max_body_bytes + 1)
-        status, content, out = await self.answer(body, headers.get(HEADER), headers.get(TIMEOUT_HEADER))
+        body, size = await read_body(_chunks(receive), self.max_body_bytes)
+        status, content, out = await self.answer(body, size, headers.get(HEADER), headers.get(TIMEOUT_HEADER))
         await send({"type": "http.response.start", "status": status,
                     "headers": [(k.encode(), v.encode()) for k, v in out.items()]})
         await send({"type": "http.response.body", "body": content})
 
 
-def _timeout_s(parameters: Any, header: str | None, default_ms: int) -> float:
-    """The request's time to answer, in seconds, capped by the default."""
+async def _chunks(receive: Any) -> AsyncIterator[bytes]:
+    """An ASGI request's body, chunk by chunk."""
+    more = True
+    while more:
+        message = await receive()
+        yield message.get("body", b"")
+        more = message.get("more_body", False)
+
+
+async def read_body(chunks: AsyncIterator[bytes], limit: int) -> tuple[bytes | None, int]:
+    """A request's body read to its end, and its size; None for a body past ``limit`` bytes
+    (the rest is read and dropped, so the connection can take the next request)."""
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size <= limit:
+            parts.append(chunk)
+    return (b"".join(parts) if size <= limit else None), size
+
+
+def timeout_s(parameters: Any, header: str | None, default_ms: int) -> float:
+    """The request's time to answer, in seconds, capped by the default: ``parameters.timeout``
+    (microseconds), else the ``X-Request-Timeout-Ms`` header, else the default."""
     timeout = parameters.get("timeout") if isinstance(parameters, dict) else None
     if timeout is not None:
         if not isinstance(timeout, int) or timeout <= 0:
@@ -204,8 +215,8 @@ def _timeout_s(parameters: Any, header: str | None, default_ms: int) -> float:
             ms = float(header)
         except ValueError:
             raise BadRequest(f"{TIMEOUT_HEADER} {header!r} is not a number of milliseconds") from None
-        if ms <= 0:
-            raise BadRequest(f"{TIMEOUT_HEADER} {header!r} is not positive")
+        if not math.isfinite(ms) or ms <= 0:
+            raise BadRequest(f"{TIMEOUT_HEADER} {header!r} is not a positive number of milliseconds")
         return min(ms, default_ms) / 1000
     return default_ms / 1000
 

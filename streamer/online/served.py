@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from streamer.errors import BadRequest
 from streamer.model.contract import FEATURES
 from streamer.model.signature import DTYPES, Columns
 from streamer.observe.drift import DriftGauges
 from streamer.online.dispatch import Answer, Scoring
-from streamer.online.tensors import DATATYPE, BadRequest
+from streamer.online.tensors import DATATYPE
 from streamer.pipeline.records import Messages, Rows
 from streamer.pipeline.serving import Serving
 
@@ -102,6 +103,9 @@ class ServedModel:
             rows.add(len(arrays[name]))
         if len(rows) != 1:
             raise BadRequest(f"the inputs hold different numbers of rows: {sorted(rows)}")
+        if rows == {0}:
+            raise BadRequest(f"the inputs hold no rows (input {next(iter(specs))!r} has shape "
+                             f"{list(arrays[next(iter(specs))].shape)})")
         if contract.legacy_input:
             (only,) = arrays.values()
             return Columns({FEATURES: only})
@@ -123,10 +127,9 @@ class ServedModel:
         out = self.serving.score(rows, urgent=True)
         if self.drift is not None:
             self.drift.add(features)
-        if out.poison:  # rows the model fails on alone: their requests get the model's error
-            first = min(out.poison)
-            raise RuntimeError(f"the model fails on row {first} of the batch: {out.poison[first]}")
-        return Scoring(dict(out.scores.arrays), out.model, out.version, out.digest, out.degraded)
+        # rows the model fails on alone: their requests get the model's error, the others their scores
+        return Scoring(dict(out.scores.arrays), out.model, out.version, out.digest, out.degraded,
+                       {row: str(error) for row, error in out.poison.items()})
 
 
 def _tensor(name: str, array: np.ndarray, element: str, shape: Sequence[int | None]) -> np.ndarray:

@@ -62,27 +62,42 @@ class OnlineServer:
         rows = o.max_size or cfg.batching.max_size
         # beside the stream, its start-up warms the serving (fallback, challengers): online batches' sizes only
         self._beside = beside_stream
-        self._warm_up = (lambda: serving.runner.warm_up(rows)) if beside_stream else serving.warm_up
+        self._warm_up = (lambda: self._warm_beside(rows)) if beside_stream else serving.warm_up
         self.dispatcher = Dispatcher(self.model.score, rows,
                                      cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
                                      o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll,
-                                     metrics=meters)
+                                     metrics=meters, ready=self.model.ready)
         self.ready = threading.Event()  # set when the model has warmed up and the listeners are open
+        self._stop_asked = threading.Event()  # a stop asked, before the loop runs or after it ended too
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def _warm_beside(self, rows: int) -> None:
+        """Warm the model up for online batches, one model call among the stream's (the gate)."""
+        with self.serving.gate.hold(urgent=True):
+            self.serving.runner.warm_up(rows)
+
     def stop(self) -> None:
-        """Begin the stop (from any thread, or a signal handler)."""
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+        """Begin the stop (from any thread, or a signal handler); a stop before the server runs
+        is kept, one after it ended does nothing."""
+        self._stop_asked.set()
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:  # the loop has ended: the server has stopped already
+                pass
 
     def run(self, install_signals: bool = True) -> int:
-        """Serve until stopped; 0 when every admitted request was answered."""
+        """Serve until stopped, then answer what was admitted (for up to ``DRAIN_S``; rows left
+        unanswered past it are logged); 0."""
         return asyncio.run(self._serve(install_signals))
 
     async def _serve(self, install_signals: bool) -> int:
         o = self.cfg.online
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        if self._stop_asked.is_set():  # asked before the loop ran
+            self._stop.set()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._stop.set)
@@ -101,7 +116,8 @@ class OnlineServer:
         http_task = asyncio.create_task(listen())
         rpc: Any = None
         if o.grpc_port:
-            rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes)])
+            rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes),
+                                           ("grpc.max_send_message_length", -1)])  # answers of any size
             rpc.add_generic_rpc_handlers((handlers(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms),))
             try:
                 rpc.add_insecure_port(f"{o.host}:{o.grpc_port}")
@@ -126,6 +142,9 @@ class OnlineServer:
         self.model.set_ready(False)
         self.ready.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.dispatcher.stop, DRAIN_S)
+        if self.dispatcher.queued_rows:
+            log.error("online: %d admitted rows were not answered within %.0f s of the stop",
+                      self.dispatcher.queued_rows, DRAIN_S)
         web.should_exit = True
         if rpc is not None:
             await rpc.stop(1.0)

@@ -18,12 +18,14 @@ Worked example: ``{"inputs": [{"name": "features", "shape": [2, 32], "datatype":
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
+
+from streamer.errors import BadRequest
 
 # OIP datatype -> numpy dtype, and the model's element names (model/signature.py) -> OIP datatype.
 NUMPY: dict[str, Any] = {
@@ -34,10 +36,6 @@ NUMPY: dict[str, Any] = {
 DATATYPE: dict[str, str] = {"float32": "FP32", "float64": "FP64", "int64": "INT64", "int32": "INT32",
                             "bool": "BOOL", "string": "BYTES"}
 HEADER = "inference-header-content-length"
-
-
-class BadRequest(ValueError):
-    """A request the protocol refuses (HTTP 400, gRPC INVALID_ARGUMENT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +86,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         if not isinstance(out, dict) or not isinstance(out.get("name"), str):
             raise BadRequest("each of 'outputs' needs a 'name'")
         names.append(out["name"])
-        if (out.get("parameters") or {}).get("binary_data"):
+        if _parameters(out, f"output {out['name']!r}").get("binary_data"):
             binary.add(out["name"])
     rid = doc.get("id")
     return InferRequest(inputs, tuple(names), frozenset(binary), bool(params.get("binary_data_output")),
@@ -101,7 +99,7 @@ def _input(spec: Any, n: int, body: bytes, at: int) -> tuple[np.ndarray, int]:
     name, kind, shape = spec["name"], str(spec.get("datatype")), spec.get("shape")
     count = check_shape(name, kind, shape)
     assert isinstance(shape, list)  # check_shape refused anything else
-    size = (spec.get("parameters") or {}).get("binary_data_size")
+    size = _parameters(spec, f"input {name!r}").get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size < 0 or at + size > len(body):
             raise BadRequest(f"input {name!r}: binary_data_size {size!r} is past the body's end")
@@ -110,13 +108,20 @@ def _input(spec: Any, n: int, body: bytes, at: int) -> tuple[np.ndarray, int]:
         raise BadRequest(f"input {name!r} has no 'data' and no binary_data_size")
     try:
         flat = np.asarray(spec["data"], dtype=NUMPY[kind]).reshape(-1)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise BadRequest(f"input {name!r}: data is not {kind}: {exc}") from None
     if kind == "BYTES" and not all(isinstance(v, str | bytes) for v in flat.tolist()):
         raise BadRequest(f"input {name!r}: BYTES data holds a value that is not a string")
     if flat.size != count:
         raise BadRequest(f"input {name!r}: {flat.size} elements for shape {shape} ({count} expected)")
     return flat.reshape(shape), at
+
+
+def _parameters(spec: dict[str, Any], what: str) -> dict[str, Any]:
+    params = spec.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise BadRequest(f"{what}: 'parameters' is not an object")
+    return params
 
 
 def check_shape(name: str, kind: Any, shape: Any) -> int:
@@ -219,12 +224,3 @@ def error_body(message: str) -> bytes:
     """The protocol's error body, ``{"error": message}``: what tritonclient reads on any status but 200."""
     return orjson.dumps({"error": message})
 
-
-def model_metadata(name: str, version: str, inputs: Sequence[Any], outputs: Sequence[Any]) -> dict[str, Any]:
-    """``GET /v2/models/{name}``: the model's tensors (model/signature.py specs), -1 for a free dimension."""
-    def tensor(spec: Any) -> dict[str, Any]:
-        return {"name": spec.name, "datatype": DATATYPE.get(spec.element, spec.element),
-                "shape": [-1 if d is None else d for d in spec.shape]}
-
-    return {"name": name, "versions": [version], "platform": "onnx_onnxv1",
-            "inputs": [tensor(s) for s in inputs], "outputs": [tensor(s) for s in outputs]}

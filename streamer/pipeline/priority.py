@@ -25,7 +25,7 @@ class PriorityGate:
         self._busy = False
         self._urgent = 0  # urgent callers waiting
         self._urgent_calls = 0  # urgent callers that took the gate, ever
-        self.yielded = 0  # ordinary calls that an urgent one went before (a metric's count)
+        self.yielded = 0  # ordinary calls that an urgent one went before (what the tests count)
 
     @contextmanager
     def hold(self, urgent: bool = False) -> Iterator[None]:

@@ -42,6 +42,8 @@ def exit_code(cls: ErrorClass) -> str:
     while name not in handled and name in classes and name != BASE:
         if name == "RecordError":  # the loop dead-letters the record and goes on
             return "none: a dead letter"
+        if name == "OnlineError":  # the online server answers the request with its status
+            return "none: an HTTP or gRPC status"
         name = classes[name].base
     code = handled.get(name, "EXIT_UNEXPECTED")
     return f"{getattr(errors, code)} ({code})" if code.startswith("EXIT_") else code

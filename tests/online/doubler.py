@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from streamer.errors import BadRequest
 from streamer.model.signature import Columns
 from streamer.online.dispatch import Answer, Dispatcher, Scoring
-from streamer.online.tensors import BadRequest
 
 TIMEOUT_S = 10.0
 # grpc.aio binds to one event loop per process: every test server runs on this one.

@@ -3,14 +3,16 @@ admission against the queue bound and the deadline, expiry while waiting, a drai
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from streamer.errors import Expired, InferenceError, Refused, Shed
 from streamer.model.signature import Columns
-from streamer.online.dispatch import Dispatcher, Expired, Scoring, Shed
+from streamer.online.dispatch import Dispatcher, Scoring
 from streamer.testing import FakeClock
 
 WAIT_S = 5.0  # what a test waits for an answer at most
@@ -112,6 +114,67 @@ def test_a_slow_rate_once_measured_never_refuses_a_request_into_an_empty_queue()
     with pytest.raises(Shed, match="an answer takes about 50[12] ms"):
         d.submit(rows(1), time.monotonic() + 0.3)
     model.gate.set()
+    d.stop(WAIT_S)
+
+
+def test_a_row_the_model_fails_on_fails_its_own_request_and_the_batch_answers_the_others() -> None:
+    def poisoned(features: Columns, ids: list[str]) -> Scoring:
+        x = features.arrays["x"][:, 0]
+        return Scoring({"score": x * 2}, "m", "1", "abc", poison={i: "NaN in x" for i in np.flatnonzero(x < 0)})
+
+    d = Dispatcher(poisoned, max_size=8, max_wait_ms=50, max_queue_rows=100)
+    d.start()
+    good, bad, other = d.submit(rows(1), far()), d.submit(rows(2, -1), far()), d.submit(rows(3), far())
+    assert good.result(WAIT_S).outputs["score"].tolist() == [2.0]
+    assert other.result(WAIT_S).outputs["score"].tolist() == [6.0]
+    with pytest.raises(InferenceError, match="row 1 of the request: NaN in x"):
+        bad.result(WAIT_S)
+    assert d.queued_rows == 0
+    d.stop(WAIT_S)
+
+
+def test_a_failure_between_batches_or_outside_the_model_call_answers_every_caller_and_serves_on() -> None:
+    failures = iter([RuntimeError("a challenger's producer broke")])
+
+    def between() -> None:
+        for exc in failures:
+            raise exc
+
+    def wrong(features: Columns, ids: list[str]) -> Scoring:
+        return Scoring({"score": features.arrays["x"][:1, 0]}, "m", "1", "abc")  # one row for any batch
+
+    d = Dispatcher(Model(), max_size=1, max_wait_ms=0, max_queue_rows=100, between=between)
+    d.start()
+    assert [d.submit(rows(i), far()).result(WAIT_S).outputs["score"].tolist() for i in (1, 2)] == [[2.0], [4.0]]
+    d.stop(WAIT_S)
+    d = Dispatcher(wrong, max_size=4, max_wait_ms=20, max_queue_rows=100)
+    d.start()
+    with pytest.raises(InferenceError, match=r"answered \{'score': 1\} rows for a batch of 3"):
+        d.submit(rows(1, 2, 3), far()).result(WAIT_S)
+    d.stop(WAIT_S)
+    d = Dispatcher(Model(), max_size=4, max_wait_ms=50, max_queue_rows=100)
+    d.start()
+    x, y = d.submit(rows(1), far()), d.submit(Columns({"y": np.zeros((1, 1), np.float32)}), far())
+    for unjoinable in (x, y):  # two requests whose columns cannot make one batch: both answered, with the fault
+        with pytest.raises(Exception):  # noqa: B017, PT011 - whatever joining raised
+            unjoinable.result(WAIT_S)
+    assert d.submit(rows(5), far()).result(WAIT_S).outputs["score"].tolist() == [10.0]
+    assert d.queued_rows == 0
+    d.stop(WAIT_S)
+
+
+def test_an_empty_request_or_one_larger_than_the_queue_is_refused_not_queued() -> None:
+    d = Dispatcher(Model(), max_size=4, max_wait_ms=1, max_queue_rows=10)
+    d.start()
+
+    async def ask(features: Columns) -> None:
+        await d.answer(features, far())
+
+    with pytest.raises(Refused, match="no rows") as empty:
+        asyncio.run(ask(Columns({"x": np.zeros((0, 1), np.float32)})))
+    with pytest.raises(Refused, match="holds 11 rows; online.max_queue_rows is 10") as large:
+        asyncio.run(ask(rows(*range(11))))
+    assert (empty.value.status, large.value.status) == (400, 413) and d.queued_rows == 0
     d.stop(WAIT_S)
 
 

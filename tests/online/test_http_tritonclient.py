@@ -72,6 +72,7 @@ def test_health_metadata_and_an_inference_with_the_clients_defaults(served: tupl
     ("x", np.zeros((2, 3), np.float32), "FP32", "400", "takes FP32 \\[-1, 2\\]"),
     ("z", np.zeros((2, 2), np.float32), "FP32", "400", "takes x"),
     ("x", np.zeros((600, 2), np.float32), "FP32", "413", "over the 4096-byte limit"),
+    ("x", np.zeros((0, 2), np.float32), "FP32", "400", "holds no rows"),
 ])
 def test_bad_requests_are_refused_with_their_status_and_reason(served: tuple[str, Doubler, Dispatcher], name: str,
                                                                array: np.ndarray, datatype: str, status: str,
@@ -99,8 +100,9 @@ def test_an_unknown_model_and_a_deadline_that_cannot_be_met(served: tuple[str, D
     assert shed.value.status() == "503"
     import urllib.request
 
-    with urllib.request.urlopen(f"http://{url}/metrics/", timeout=TIMEOUT_S) as r:
+    with urllib.request.urlopen(f"http://{url}/metrics", timeout=TIMEOUT_S) as r:
         text = r.read().decode()
+        assert r.geturl() == f"http://{url}/metrics"  # served where Prometheus scrapes, not redirected
     assert 'streamer_online_shed_total{reason="deadline"} 1.0' in text
     assert 'streamer_online_requests_total{code="404",transport="http"}' in text
     assert "streamer_online_request_seconds_bucket" in text and "streamer_online_queued_rows 0.0" in text
@@ -115,6 +117,13 @@ def test_a_malformed_body_is_400_with_a_json_error(served: tuple[str, Doubler, D
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=TIMEOUT_S)
     assert refused.value.code == 400 and "not JSON" in json.loads(refused.value.read())["error"]
+    body = b'{"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}'
+    for timeout in ("nan", "inf", "-5"):  # a deadline that could never pass is no deadline
+        request = urllib.request.Request(f"http://{served[0]}/v2/models/doubler/infer", body, method="POST",
+                                         headers={"X-Request-Timeout-Ms": timeout})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        assert refused.value.code == 400 and "positive number of milliseconds" in json.loads(refused.value.read())["error"]
 
 
 def test_a_request_whose_deadline_passes_while_it_waits_is_503_expired_and_not_scored() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -115,3 +116,21 @@ def started(command: str, path: Path, port: int) -> Iterator[tuple[subprocess.Po
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_run_whose_online_port_is_taken_stops_the_stream_and_exits_2_naming_the_key(
+        bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+    path = write_config(tmp_path / "config.yaml", bootstrap=bootstrap, input_topic=topics.input,
+                        output_topic=topics.output, group=topics.group, guarantee="at_least_once")
+    doc = yaml.safe_load(path.read_text())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        doc["online"] = {"enabled": True, "http_port": taken.getsockname()[1], "grpc_port": 0}
+        path.write_text(yaml.safe_dump(doc))
+        done = subprocess.run([sys.executable, "-m", "streamer", "run", "--config", str(path)], env=dict(os.environ),
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "config key 'online.http_port': cannot listen on 127.0.0.1:" in done.stderr

@@ -38,8 +38,8 @@ def url() -> Iterator[str]:
     thread.join(TIMEOUT_S)
 
 
-def post(url: str, body: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{url}/v1/score", body, {"content-type": "application/json"})
+def post(url: str, body: bytes, **headers: str) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{url}/v1/score", body, {"content-type": "application/json", **headers})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as r:
             return r.status, json.loads(r.read())
@@ -65,6 +65,13 @@ def test_a_bad_event_is_422_naming_the_field_and_a_bad_body_400(url: str) -> Non
     assert status == 422 and "32" in error["error"]
     status, error = post(url, b"{nope")
     assert status == 400 and "not JSON" in error["error"]
+    event = json.dumps({"event_id": "e-5", "event_time": 1, "features": [0.0] * 32}).encode()
+    status, error = post(url, event, **{"X-Request-Timeout-Ms": "soon"})
+    assert status == 400 and "x-request-timeout-ms 'soon' is not a number" in error["error"]
+    status, error = post(url, event, **{"X-Request-Timeout-Ms": "0.001"})  # no answer comes within 1 us
+    assert status == 503 and error["error"].startswith("shed: the deadline is 0 ms away")
+    status, error = post(url, b" " * (OnlineConfig().max_body_bytes + 1))
+    assert status == 413 and error["error"] == "the body is 8388609 bytes, over the 8388608-byte limit"
 
 
 def test_the_online_metrics_carry_the_consumer_group_as_the_streams_do(url: str) -> None:

@@ -97,8 +97,11 @@ def infer_both(served: Served, model: str, tensors: dict[str, np.ndarray]) -> li
             given = module.InferInput(name, list(array.shape), kind[array.dtype])
             given.set_data_from_numpy(array)
             inputs.append(given)
-        client = module.InferenceServerClient(url)
-        result = client.infer(model, inputs)
+        if module is httpclient:
+            client, waits = httpclient.InferenceServerClient(url, connection_timeout=10, network_timeout=30), {}
+        else:
+            client, waits = grpcclient.InferenceServerClient(url), {"client_timeout": 30}
+        result = client.infer(model, inputs, **waits)
         response = result.get_response()
         names = [o["name"] for o in response["outputs"]] if isinstance(response, dict) else \
             [o.name for o in response.outputs]
@@ -112,7 +115,8 @@ def test_the_demo_model_answers_as_onnx_runtime_offline(demo: Served) -> None:
     offline = ort.InferenceSession(str(ROOT / "models" / "fraud_mlp.onnx")).run(None, {"features": x})[0]
     for answer in infer_both(demo, "fraud_mlp", {"features": x}):
         np.testing.assert_array_equal(answer["scores"], offline)
-    meta = httpclient.InferenceServerClient(f"127.0.0.1:{demo.http_port}").get_model_metadata("fraud_mlp")
+    meta = httpclient.InferenceServerClient(f"127.0.0.1:{demo.http_port}", connection_timeout=10,
+                                            network_timeout=30).get_model_metadata("fraud_mlp")
     assert meta["inputs"] == [{"name": "features", "datatype": "FP32", "shape": [-1, 32]}]
     assert meta["outputs"] == [{"name": "scores", "datatype": "FP32", "shape": [-1, 1]}]
 

@@ -8,7 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
-from streamer.online.tensors import HEADER, BadRequest, InferRequest, decode_request, encode_response
+from streamer.errors import BadRequest
+from streamer.online.tensors import HEADER, InferRequest, decode_request, encode_response
 
 
 def binary_body(doc: dict, *blobs: bytes) -> tuple[bytes, str]:
@@ -48,6 +49,11 @@ def test_binary_inputs_as_tritonclient_sends_them() -> None:
     (orjson.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "INT64", "data": ["a", "b"]}]}), None, "not INT64"),
     (orjson.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]}), None, "no 'data'"),
     (b"{}", "99", "outside the body"),
+    (orjson.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "UINT8", "data": [-1]}]}), None, "not UINT8"),
+    (orjson.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": [1]}]}),
+     None, "input 'x': 'parameters' is not an object"),
+    (orjson.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+                   "outputs": [{"name": "y", "parameters": "binary"}]}), None, "output 'y': 'parameters' is not"),
 ])
 def test_what_the_protocol_refuses_names_the_tensor_and_the_reason(body: bytes, length: str | None, says: str) -> None:
     with pytest.raises(BadRequest, match=says):

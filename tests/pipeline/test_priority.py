@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from streamer.pipeline.priority import PriorityGate
 
@@ -32,7 +33,9 @@ def test_an_urgent_waiter_goes_before_an_ordinary_one_that_came_first() -> None:
         t.start()
         assert queued.wait(WAIT_S)
         threads.append(t)
+    deadline = time.monotonic() + WAIT_S
     while True:  # until both wait on the gate's condition (CPython's Condition keeps its waiters)
+        assert time.monotonic() < deadline, "the two calls never both waited on the gate"
         with gate._cond:
             if len(gate._cond._waiters) == 2 and gate._urgent == 1:  # type: ignore[attr-defined]
                 break
