@@ -2,10 +2,11 @@
 
 Callers (the HTTP and gRPC handlers) :meth:`Dispatcher.submit` a request's rows with a deadline
 and get a ``concurrent.futures.Future``, or, from an event loop, an ``asyncio.Future`` of that
-loop: the answers of one batch are then settled with one wake-up of the loop, not one each. One thread owns a :class:`MicroBatcher` (the stream's
-flush policy: ``max_size`` rows, or ``max_wait_ms`` after the batch's first row), scores each
-batch it flushes with one call, and answers each request with its own rows of the result. A
-request larger than the room left in a batch is cut, and answered when its last piece is scored.
+loop: the answers of one batch are then settled with one wake-up of the loop, not one each.
+One thread owns a :class:`MicroBatcher` (the stream's flush policy: ``max_size`` rows, or
+``max_wait_ms`` after the batch's first row), scores each batch it flushes with one call, and
+answers each request with its own rows of the result. A request larger than the room left in a
+batch is cut, and answered when its last piece is scored.
 
 Admission is decided at once, never by queueing past a bound:
 
@@ -15,6 +16,11 @@ Admission is decided at once, never by queueing past a bound:
   the measured rate, one batch wait, one model call) is refused the same way;
 - a request whose deadline passes while it waits is answered with :class:`Expired` instead of
   being scored.
+
+Whatever fails, each caller is answered and its rows leave the queue: a row the model fails on
+alone fails its own request (the batch answers the others), a failed model call fails its
+batch's requests, and so does a fault of this thread outside the call (logged); a failure
+between batches (a reload, a challenger) is logged and serving goes on.
 
 Worked example: ``max_size 64``, ``max_wait_ms 5``; 10 requests of one row each within 5 ms are
 one model call of 10 rows, flushed 5 ms after the first arrived; each caller gets its own row.
