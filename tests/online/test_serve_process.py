@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from http.client import HTTPException
 from pathlib import Path
 
 import numpy as np
@@ -79,8 +80,8 @@ def test_serve_answers_then_a_sigterm_under_load_finishes_in_flight_and_exits_0(
                 except TimeoutError as exc:  # an admitted request the drain left unanswered
                     failed.append(f"no answer: {exc}")
                     return
-                except (ConnectionError, OSError):  # the listener closed after the drain
-                    return
+                except (ConnectionError, OSError, HTTPException):  # a connection the server closed after its drain,
+                    return  # before it read this request (the server logs any admitted request it left unanswered)
 
         threads = [threading.Thread(target=load) for _ in range(8)]
         for t in threads:
@@ -92,6 +93,8 @@ def test_serve_answers_then_a_sigterm_under_load_finishes_in_flight_and_exits_0(
         for t in threads:
             t.join(30)
         assert not failed, failed[:3]
+        assert proc.stdout is not None
+        assert "not answered" not in proc.stdout.read()  # every admitted request was answered
         assert all(shape == (16, 1) for shape in answered)
     finally:
         if proc.poll() is None:
