@@ -18,7 +18,7 @@ import numpy as np
 from streamer.config import Config
 from streamer.kafka.checkpoint import Commit
 from streamer.kafka.messages import Acked
-from streamer.observe.drift import DriftGauges, DriftMonitor, Profile
+from streamer.observe.drift import DriftGauges
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.report import ProgressLog
 from streamer.observe.stats import Stats
@@ -41,9 +41,8 @@ class Accounting:
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
         self._model, self._output_topic = [cfg.model.name, cfg.model.version, ""], cfg.output.topic
         m = cfg.model  # drift is measured only where it is exported
-        self.drift = (DriftGauges(DriftMonitor(Profile.load(m.drift_profile, n_features), m.drift_window_rows),
-                                  self.metrics.feature_psi, self.metrics.feature_out_of_range)
-                      if m.drift_profile is not None and metrics is not None else None)
+        self.drift = (DriftGauges.of(m.drift_profile, n_features, m.drift_window_rows, self.metrics.feature_psi,
+                                     self.metrics.feature_out_of_range) if metrics is not None else None)
 
     def started(self, provider: str, version: str) -> None:
         self._model[1:] = version, provider

@@ -162,6 +162,14 @@ class DriftGauges:
         self.monitor, self._psi, self._outside, self._clock = monitor, psi, outside, clock
         self._shown: float | None = None  # when the gauges were last set
 
+    @classmethod
+    def of(cls, profile: Path | None, n_features: int, window_rows: int, psi: Any, outside: Any) -> DriftGauges | None:
+        """The gauges of ``profile`` (``model.drift_profile``) over a window of ``window_rows``;
+        None without a profile."""
+        if profile is None:
+            return None
+        return cls(DriftMonitor(Profile.load(profile, n_features), window_rows), psi, outside)
+
     def add(self, batch: Columns) -> None:
         """Count a batch's numeric inputs into the window; refresh the gauges when due."""
         self.monitor.add(numeric_matrix(batch))

@@ -64,6 +64,14 @@ class Answer:
     batch_rows: int  # rows of the model call it was part of
     queued_s: float  # from admission to the model call
 
+    def parameters(self) -> dict[str, str | bool]:
+        """The answer's protocol parameters: the model file's digest, whether the fallback
+        answered, and why."""
+        params: dict[str, str | bool] = {"model_digest": self.digest, "degraded": self.degraded is not None}
+        if self.degraded is not None:
+            params["degraded_reason"] = self.degraded
+        return params
+
 
 @dataclass
 class _Pending:
@@ -173,14 +181,14 @@ class Dispatcher:
         not answered raises :class:`Refused`."""
         if not self._ready():
             raise Refused(503, "the model is not ready (warming up, or stopping)", 1.0)
-        if not len(features):
-            raise Refused(400, "the request holds no rows")
         if len(features) > self.max_queue_rows:
             raise Refused(413, f"the request holds {len(features)} rows; online.max_queue_rows is {self.max_queue_rows}")
         try:
             future = self.submit(features, deadline, asyncio.get_running_loop(), name)
         except Shed as exc:
             raise Refused(503, f"shed: {exc}", exc.retry_after_s) from None
+        except BadRequest as exc:
+            raise Refused(400, str(exc)) from None
         try:
             answer: Answer = await future
             return answer

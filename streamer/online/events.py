@@ -26,8 +26,7 @@ from starlette.routing import Route
 from streamer.config import Config
 from streamer.errors import BadRequest, Refused, ValidationError
 from streamer.online.dispatch import Dispatcher
-from streamer.online.http import TIMEOUT_HEADER, read_body, timeout_s
-from streamer.online.tensors import error_body
+from streamer.online.http import TIMEOUT_HEADER, json_error, read_body, timeout_s
 from streamer.pipeline.records import Stamp, prediction_fields
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.validate import EventValidator
@@ -41,9 +40,6 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
     seq = itertools.count()
     o = cfg.online
 
-    def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-        return Response(error_body(message), status, headers, media_type="application/json")
-
     async def score(request: Request) -> Response:
         started = clock()
         response = await _score(request)
@@ -54,26 +50,26 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
     async def _score(request: Request) -> Response:
         body, size = await read_body(request.stream(), o.max_body_bytes)
         if body is None:
-            return error(413, f"the body is {size} bytes, over the {o.max_body_bytes}-byte limit")
+            return json_error(413, f"the body is {size} bytes, over the {o.max_body_bytes}-byte limit")
         try:
             deadline = clock() + timeout_s(None, request.headers.get(TIMEOUT_HEADER), o.timeout_ms)
         except BadRequest as exc:
-            return error(400, str(exc))
+            return json_error(400, str(exc))
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            return error(400, f"the body is not JSON: {exc}")
+            return json_error(400, f"the body is not JSON: {exc}")
         if not isinstance(payload, dict):
-            return error(400, "the body is not one JSON object (an event)")
+            return json_error(400, "the body is not one JSON object (an event)")
         now_ms = int(time.time() * 1000)
         try:
             record = validator.to_record(payload, "online", 0, next(seq), None, now_ms)
         except ValidationError as exc:
-            return error(422, str(exc))
+            return json_error(422, str(exc))
         try:
             answer = await dispatcher.answer(contract.stack([record.features]), deadline, record.event_id)
         except Refused as exc:
-            return error(exc.status, str(exc), exc.headers)
+            return json_error(exc.status, str(exc), exc.headers)
         outputs = {k: _value(v[0]) for k, v in answer.outputs.items()}
         stamp = Stamp(answer.model, answer.version, now_ms, None, answer.degraded, answer.digest)
         return Response(orjson.dumps(prediction_fields(record, outputs, stamp, cfg.output.include)),

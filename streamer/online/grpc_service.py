@@ -25,7 +25,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from streamer.errors import BadRequest, Refused
 from streamer.online.dispatch import Dispatcher
-from streamer.online.http import SERVER, OnlineModel
+from streamer.online.http import SERVER, OnlineModel, unknown
 from streamer.online.oip_descriptor import DESCRIPTOR_SET
 from streamer.online.tensors import NUMPY, check_shape, from_raw, to_raw
 
@@ -75,11 +75,9 @@ def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: 
         return out
 
     async def _known(context: Any, name: str, version: str) -> None:
-        if name != model.name:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {name!r}: this server serves {model.name!r}")
-        if version and version != model.version:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"model {name!r} has no version {version!r}: it serves "
-                                                           f"{model.version!r}")
+        why = unknown(model, name, version)
+        if why is not None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, why)
 
     async def model_infer(request: Any, context: Any) -> Any:
         started, code = clock(), "OK"
@@ -109,10 +107,11 @@ def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: 
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         response = MESSAGE("ModelInferResponse")(model_name=model.name, model_version=answer.version, id=request.id)
-        response.parameters["model_digest"].string_param = answer.digest
-        response.parameters["degraded"].bool_param = answer.degraded is not None
-        if answer.degraded is not None:
-            response.parameters["degraded_reason"].string_param = answer.degraded
+        for key, value in answer.parameters().items():
+            if isinstance(value, bool):
+                response.parameters[key].bool_param = value
+            else:
+                response.parameters[key].string_param = value
         for name, array in outputs.items():
             kind, raw = to_raw(array)
             response.outputs.add(name=name, datatype=kind, shape=list(array.shape))

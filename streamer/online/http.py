@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -67,19 +68,12 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
     ``/metrics`` (the dispatcher's registry)."""
     meters = dispatcher.metrics
 
-    def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-        return Response(error_body(message), status, headers, media_type="application/json")
-
     def yes_no(ok: bool, why: str) -> Response:
-        return Response(b"", 200) if ok else error(503, why, {"Retry-After": "1"})
+        return Response(b"", 200) if ok else json_error(503, why, {"Retry-After": "1"})
 
     def known(request: Request) -> Response | None:
-        name, version = request.path_params["name"], request.path_params.get("version")
-        if name != model.name:
-            return error(404, f"unknown model {name!r}: this server serves {model.name!r}")
-        if version is not None and version != model.version:
-            return error(404, f"model {name!r} has no version {version!r}: it serves {model.version!r}")
-        return None
+        why = unknown(model, request.path_params["name"], request.path_params.get("version"))
+        return None if why is None else json_error(404, why)
 
     async def live(request: Request) -> Response:
         return Response(b"", 200)
@@ -88,10 +82,10 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
         return yes_no(model.ready(), "the model is not ready (loading, warming up, or the server is stopping)")
 
     async def server(request: Request) -> Response:
-        return Response(encode_json(SERVER), media_type="application/json")
+        return Response(orjson.dumps(SERVER), media_type="application/json")
 
     async def metadata(request: Request) -> Response:
-        return known(request) or Response(encode_json(model.metadata()), media_type="application/json")
+        return known(request) or Response(orjson.dumps(model.metadata()), media_type="application/json")
 
     async def model_ready(request: Request) -> Response:
         return known(request) or yes_no(model.ready(), f"model {model.name!r} is not ready")
@@ -127,10 +121,7 @@ def app(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int, 
             outputs = model.outputs(answer, req.outputs)
         except BadRequest as exc:
             return failure(400, str(exc))
-        params = {"model_digest": answer.digest, "degraded": answer.degraded is not None}
-        if answer.degraded is not None:
-            params["degraded_reason"] = answer.degraded
-        content, headers = encode_response(model.name, answer.version, outputs, req, params)
+        content, headers = encode_response(model.name, answer.version, outputs, req, answer.parameters())
         return 200, content, headers
 
     async def infer(request: Request) -> Response:
@@ -182,6 +173,20 @@ class _FastInfer:
         await send({"type": "http.response.body", "body": content})
 
 
+def unknown(model: OnlineModel, name: str, version: str | None) -> str | None:
+    """Why ``name`` (and ``version``, when one is given) is not the served model; None when it is."""
+    if name != model.name:
+        return f"unknown model {name!r}: this server serves {model.name!r}"
+    if version and version != model.version:
+        return f"model {name!r} has no version {version!r}: it serves {model.version!r}"
+    return None
+
+
+def json_error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """A refusal as the protocol answers it: ``{"error": message}`` with its status."""
+    return Response(error_body(message), status, headers, media_type="application/json")
+
+
 async def _chunks(receive: Any) -> AsyncIterator[bytes]:
     """An ASGI request's body, chunk by chunk."""
     more = True
@@ -220,8 +225,3 @@ def timeout_s(parameters: Any, header: str | None, default_ms: int) -> float:
         return min(ms, default_ms) / 1000
     return default_ms / 1000
 
-
-def encode_json(doc: Any) -> bytes:
-    import orjson
-
-    return orjson.dumps(doc)

@@ -12,6 +12,7 @@ its request's id), hot reload, the model's version and digest, and the drift of 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +24,7 @@ from streamer.model.contract import FEATURES
 from streamer.model.signature import DTYPES, Columns
 from streamer.observe.drift import DriftGauges
 from streamer.online.dispatch import Answer, Scoring
-from streamer.online.tensors import DATATYPE
+from streamer.online.tensors import DATATYPE, datatype_of
 from streamer.pipeline.records import Messages, Rows
 from streamer.pipeline.serving import Serving
 
@@ -64,7 +65,7 @@ class ServedModel:
     def __init__(self, name: str, serving: Serving, drift: DriftGauges | None = None) -> None:
         """``drift``: the online batches' feature drift, when the model has a reference profile."""
         self.name, self.serving, self.drift = name, serving, drift
-        self._ready = False
+        self.readiness = threading.Event()  # set once warmed up and listening; cleared at the stop
         self._rows = 0
 
     @property
@@ -72,10 +73,13 @@ class ServedModel:
         return self.serving.version
 
     def ready(self) -> bool:
-        return self._ready
+        return self.readiness.is_set()
 
     def set_ready(self, ready: bool) -> None:
-        self._ready = ready
+        if ready:
+            self.readiness.set()
+        else:
+            self.readiness.clear()
 
     def metadata(self) -> dict[str, Any]:
         contract = self.serving.runner.contract
@@ -103,9 +107,6 @@ class ServedModel:
             rows.add(len(arrays[name]))
         if len(rows) != 1:
             raise BadRequest(f"the inputs hold different numbers of rows: {sorted(rows)}")
-        if rows == {0}:
-            raise BadRequest(f"the inputs hold no rows (input {next(iter(specs))!r} has shape "
-                             f"{list(arrays[next(iter(specs))].shape)})")
         if contract.legacy_input:
             (only,) = arrays.values()
             return Columns({FEATURES: only})
@@ -154,8 +155,7 @@ def _tensor(name: str, array: np.ndarray, element: str, shape: Sequence[int | No
 
 
 def _kind(array: np.ndarray) -> str:
-    for kind, dtype in (("FP32", np.float32), ("FP64", np.float64), ("INT64", np.int64), ("INT32", np.int32),
-                        ("BOOL", np.bool_)):
-        if array.dtype == np.dtype(dtype):
-            return kind
-    return str(array.dtype)
+    try:
+        return datatype_of(array)
+    except ValueError:
+        return str(array.dtype)

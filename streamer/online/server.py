@@ -22,7 +22,7 @@ import uvicorn
 
 from streamer.config import Config
 from streamer.errors import ConfigError
-from streamer.observe.drift import DriftGauges, DriftMonitor, Profile
+from streamer.observe.drift import DriftGauges
 from streamer.observe.metrics import GroupRegistry
 from streamer.online.dispatch import Dispatcher
 from streamer.online.events import score_route
@@ -55,25 +55,27 @@ class OnlineServer:
         # the group label, as the stream's series: one dashboard selects both
         meters = OnlineMetrics(GroupRegistry(cfg.input.group_id))
         m = cfg.model
-        drift = (DriftGauges(DriftMonitor(Profile.load(m.drift_profile, serving.runner.n_features),
-                                          m.drift_window_rows), meters.feature_psi, meters.feature_out_of_range)
-                 if m.drift_profile is not None else None)
+        drift = DriftGauges.of(m.drift_profile, serving.runner.n_features, m.drift_window_rows, meters.feature_psi,
+                               meters.feature_out_of_range)
         self.model = ServedModel(m.name, serving, drift)
         rows = o.max_size or cfg.batching.max_size
         # beside the stream, its start-up warms the serving (fallback, challengers): online batches' sizes only
-        self._beside = beside_stream
         self._warm_up = (lambda: self._warm_beside(rows)) if beside_stream else serving.warm_up
         self.dispatcher = Dispatcher(self.model.score, rows,
                                      cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
                                      o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll,
                                      metrics=meters, ready=self.model.ready)
-        self.ready = threading.Event()  # set when the model has warmed up and the listeners are open
+        self.ready = self.model.readiness  # set when the model has warmed up and the listeners are open
         self._stop_asked = threading.Event()  # a stop asked, before the loop runs or after it ended too
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _warm_beside(self, rows: int) -> None:
-        """Warm the model up for online batches, one model call among the stream's (the gate)."""
+        """Once the stream's start-up has warmed its serving (or a stop came first), warm the model
+        up for online batches: one model call among the stream's (the gate)."""
+        while not self.serving.warmed.wait(0.05):
+            if self._stop_asked.is_set():
+                return
         with self.serving.gate.hold(urgent=True):
             self.serving.runner.warm_up(rows)
 
@@ -88,6 +90,12 @@ class OnlineServer:
             except RuntimeError:  # the loop has ended: the server has stopped already
                 pass
 
+    def http_app(self) -> Any:
+        """The HTTP application: the protocol's routes and ``/v1/score``, on this server's dispatcher."""
+        o = self.cfg.online
+        return app(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms, max_body_bytes=o.max_body_bytes,
+                   more=[score_route(self.cfg, self.serving, self.dispatcher)])
+
     def run(self, install_signals: bool = True) -> int:
         """Serve until stopped, then answer what was admitted (for up to ``DRAIN_S``; rows left
         unanswered past it are logged); 0."""
@@ -100,12 +108,10 @@ class OnlineServer:
             self._stop.set()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                self._loop.add_signal_handler(sig, self._stop.set)
+                self._loop.add_signal_handler(sig, self.stop)
         self.dispatcher.start()
-        routes = [score_route(self.cfg, self.serving, self.dispatcher)]
-        web = _Uvicorn(uvicorn.Config(app(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms,
-                                          max_body_bytes=o.max_body_bytes, more=routes),
-                                      host=o.host, port=o.http_port, log_level="warning", lifespan="off"))
+        web = _Uvicorn(uvicorn.Config(self.http_app(), host=o.host, port=o.http_port, log_level="warning",
+                                      lifespan="off"))
         async def listen() -> None:
             try:
                 await web.serve()
@@ -124,23 +130,17 @@ class OnlineServer:
             except RuntimeError as exc:  # grpc's word for a port it cannot bind
                 raise ConfigError("online.grpc_port", f"cannot listen on {o.host}:{o.grpc_port}: {exc}") from None
             await rpc.start()
-        while self._beside and not self.serving.warmed.is_set():  # the stream's start-up warms its serving
-            if self._stop.is_set():
-                break
-            await asyncio.sleep(0.02)
         await asyncio.get_running_loop().run_in_executor(None, self._warm_up)
         while not web.started:  # uvicorn says it listens by a flag only
             if http_task.done():
                 await http_task  # its ConfigError
             await asyncio.sleep(0.01)
         self.model.set_ready(True)
-        self.ready.set()
         log.info("online: %s version %s ready on http://%s:%d%s", self.model.name, self.model.version, o.host,
                  o.http_port, f" and grpc {o.host}:{o.grpc_port}" if o.grpc_port else "")
         await self._stop.wait()
         log.info("online: stopping: new requests are refused, admitted ones answered")
         self.model.set_ready(False)
-        self.ready.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.dispatcher.stop, DRAIN_S)
         if self.dispatcher.queued_rows:
             log.error("online: %d admitted rows were not answered within %.0f s of the stop",

@@ -150,7 +150,7 @@ def from_raw(name: str, kind: str, shape: list[int], raw: bytes) -> np.ndarray:
 
 def to_raw(array: np.ndarray) -> tuple[str, bytes]:
     """An output's datatype and raw bytes, as :func:`from_raw` reads them."""
-    kind = _datatype(array)
+    kind = datatype_of(array)
     return kind, _bytes_of(array, kind)
 
 
@@ -174,7 +174,7 @@ def encode_response(model: str, version: str, outputs: Mapping[str, np.ndarray],
     blobs: list[bytes] = []
     tensors = []
     for name, array in outputs.items():
-        kind = _datatype(array)
+        kind = datatype_of(array)
         entry: dict[str, Any] = {"name": name, "datatype": kind, "shape": list(array.shape)}
         if request.wants_binary(name):
             blob = _bytes_of(array, kind)
@@ -194,7 +194,8 @@ def encode_response(model: str, version: str, outputs: Mapping[str, np.ndarray],
     return head + b"".join(blobs), {"content-type": "application/octet-stream", HEADER: str(len(head))}
 
 
-def _datatype(array: np.ndarray) -> str:
+def datatype_of(array: np.ndarray) -> str:
+    """The protocol's datatype of an array (ValueError for a dtype it has none for)."""
     if array.dtype == object or array.dtype.kind in "SU":
         return "BYTES"
     for kind, dtype in NUMPY.items():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -23,9 +22,8 @@ import yaml
 
 from streamer.commands.lake import lake_house
 from streamer.config import OnlineConfig
-from streamer.online.server import OnlineServer
 from tests.deploy.test_dashboard import DASHBOARD
-from tests.online.doubler import TIMEOUT_S, free_port
+from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
 
 
@@ -58,14 +56,8 @@ def call(url: str, body: dict[str, Any] | None = None, headers: dict[str, str] |
 def server() -> Iterator[str]:
     port = free_port()
     cfg = replace(example(), online=OnlineConfig(http_port=port, grpc_port=0, max_wait_ms=1))
-    online = OnlineServer(cfg, lake_house(cfg).serving)
-    thread = threading.Thread(target=online.run, args=(False,), daemon=True)
-    thread.start()
-    assert online.ready.wait(TIMEOUT_S)
-    yield f"127.0.0.1:{port}"
-    online.stop()
-    thread.join(TIMEOUT_S)
-    assert not thread.is_alive()
+    with running(cfg, lake_house(cfg).serving):
+        yield f"127.0.0.1:{port}"
 
 
 @pytest.fixture

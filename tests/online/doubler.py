@@ -1,17 +1,23 @@
-"""A served model for the protocol tests: one FP32 input ``x`` [-1, 2], one output ``y`` = 2x."""
+"""Online test support: a served model of one FP32 input ``x`` [-1, 2] and one output ``y`` = 2x,
+free ports, the one gRPC event loop, and an online server running in a thread."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from streamer.config import Config
 from streamer.errors import BadRequest
 from streamer.model.signature import Columns
 from streamer.online.dispatch import Answer, Dispatcher, Scoring
+from streamer.online.server import OnlineServer
+from streamer.pipeline.serving import Serving
 
 TIMEOUT_S = 10.0
 # grpc.aio binds to one event loop per process: every test server runs on this one.
@@ -64,3 +70,18 @@ def doubling() -> Dispatcher:
     d.start()
     return d
 
+
+
+@contextlib.contextmanager
+def running(cfg: Config, serving: Serving) -> Iterator[OnlineServer]:
+    """An online server of ``serving`` under ``cfg`` in a thread, ready; stopped, and its thread ended, after."""
+    server = OnlineServer(cfg, serving)
+    thread = threading.Thread(target=server.run, args=(False,), daemon=True)
+    thread.start()
+    try:
+        assert server.ready.wait(TIMEOUT_S), "the online server did not become ready"
+        yield server
+    finally:
+        server.stop()
+        thread.join(TIMEOUT_S)
+    assert not thread.is_alive(), "the online server did not stop"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 import urllib.request
 from dataclasses import replace
@@ -16,11 +15,10 @@ import numpy as np
 import onnxruntime as ort
 
 from streamer.config import OnlineConfig
-from streamer.online.server import OnlineServer
 from streamer.pipeline.reload import file_digest
 from streamer.wiring import checked_runner, output_codec, serving
 from tests.conftest import ROOT
-from tests.online.doubler import TIMEOUT_S, free_port
+from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
 
 
@@ -32,10 +30,11 @@ def test_a_replaced_model_file_answers_from_the_next_batch_on(tmp_path: Path) ->
     cfg = replace(cfg, model=replace(cfg.model, path=served, reload_check_ms=100),
                   online=OnlineConfig(http_port=port, grpc_port=0, max_wait_ms=1))
     runner = checked_runner(cfg)
-    server = OnlineServer(cfg, serving(cfg, runner, None, output_codec(cfg, runner)))
-    thread = threading.Thread(target=server.run, args=(False,), daemon=True)
-    thread.start()
-    assert server.ready.wait(TIMEOUT_S)
+    with running(cfg, serving(cfg, runner, None, output_codec(cfg, runner))):
+        check_reload(port, served, tmp_path)
+
+
+def check_reload(port: int, served: Path, tmp_path: Path) -> None:
     x = np.random.default_rng(4).normal(size=32).astype(np.float32)
     event = json.dumps({"event_id": "e", "event_time": 1, "features": x.tolist()}).encode()
 
@@ -54,5 +53,3 @@ def test_a_replaced_model_file_answers_from_the_next_batch_on(tmp_path: Path) ->
         assert time.monotonic() < deadline, answer
     offline = ort.InferenceSession(str(heavy)).run(None, {"features": x[None, :]})[0][0]
     assert abs(answer["scores"][0] - offline[0]) < 1e-6
-    server.stop()
-    thread.join(TIMEOUT_S)

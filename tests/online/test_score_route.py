@@ -4,7 +4,6 @@ equal to ONNX Runtime offline; a bad event refused with 422 naming the field."""
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,9 +15,8 @@ import pytest
 
 from streamer.commands.lake import lake_house
 from streamer.config import OnlineConfig
-from streamer.online.server import OnlineServer
 from tests.conftest import ROOT
-from tests.online.doubler import TIMEOUT_S, free_port
+from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
 
 
@@ -26,16 +24,11 @@ from tests.online.test_served import example
 def url() -> Iterator[str]:
     port = free_port()
     cfg = replace(example(), online=OnlineConfig(http_port=port, grpc_port=0, max_wait_ms=1))
-    server = OnlineServer(cfg, lake_house(cfg).serving)
-    thread = threading.Thread(target=server.run, args=(False,), daemon=True)
-    thread.start()
     base = f"http://127.0.0.1:{port}"
-    assert server.ready.wait(TIMEOUT_S)
-    with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=TIMEOUT_S) as r:
-        assert r.status == 200
-    yield base
-    server.stop()
-    thread.join(TIMEOUT_S)
+    with running(cfg, lake_house(cfg).serving):
+        with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=TIMEOUT_S) as r:
+            assert r.status == 200
+        yield base
 
 
 def post(url: str, body: bytes, **headers: str) -> tuple[int, dict]:
