@@ -31,12 +31,13 @@ from throughput import PINNED  # benchmarks/: also puts the project on sys.path
 
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events
 from streamer.commands.evaluate import Evaluation, Outputs, evaluate
-from streamer.commands.replay import When
+from streamer.commands.model import calibration_rows
 from streamer.config import LakeConfig
 from streamer.config_check import Location
 from streamer.dev.broker import kafka_cluster
+from streamer.kafka.ranges import When
 from streamer.kafka.topics import create_topics
-from streamer.model.optimize import calibration_rows, optimize
+from streamer.model.optimize import optimize
 from streamer.wiring import input_codec
 
 ROOT = Path(__file__).resolve().parents[1]

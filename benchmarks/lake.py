@@ -47,10 +47,10 @@ from throughput import PINNED, fresh, replay_run, timed  # benchmarks/: also put
 
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events
 from streamer.commands.lake import LakeSummary, Target, run_lake_replay, run_score
-from streamer.commands.replay import When
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
 from streamer.dev.broker import kafka_cluster
+from streamer.kafka.ranges import When
 from streamer.kafka.topics import create_topics
 from streamer.wiring import input_codec
 

@@ -84,13 +84,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer import heap  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
-from streamer.commands.replay import When, run_replay  # noqa: E402
+from streamer.commands.replay import run_replay  # noqa: E402
 from streamer.config import Config, InputSource, OutputTarget, RegistryConfig  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.varint import avro_string, zigzag  # noqa: E402
 from streamer.kafka import clients  # noqa: E402
 from streamer.kafka.delivery import produce  # noqa: E402
+from streamer.kafka.ranges import When  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.model.contract import SCORES  # noqa: E402
 from streamer.observe.stats import Stats  # noqa: E402

@@ -190,7 +190,7 @@ def _lake(args: argparse.Namespace) -> int:
         summary = lake.run_score(cfg, args.from_, target, run_id=args.run_id, force=args.force,
                                  batch_size=args.batch_size)
     else:
-        from streamer.commands.replay import parse_when
+        from streamer.kafka.ranges import parse_when
 
         if args.workers != 1:
             return lake.supervise_replay(args.argv, cfg, args.workers, args.run_id, args.from_)
@@ -212,8 +212,9 @@ def _lake(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streamer.commands.replay import parse_when, run_replay
+    from streamer.commands.replay import run_replay
     from streamer.config_file import load_config
+    from streamer.kafka.ranges import parse_when
 
     cfg = load_config(args.config)
     summary = run_replay(
@@ -240,9 +241,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise ConfigError("evaluate", f"needs the eval extra, pip install 'streamer[eval]' ({', '.join(missing)} "
                                       "not installed)")
     from streamer.commands.evaluate import Evaluation, Outputs, evaluate, parse_within
-    from streamer.commands.replay import parse_when
     from streamer.config_file import load_config
     from streamer.evaluate.labels import LabelsFrom
+    from streamer.kafka.ranges import parse_when
 
     given = [flag for flag, value in (("--labels-key", args.labels_key), ("--labels-column", args.labels_column),
                                       ("--labels-time", args.labels_time), ("--labels-within", args.labels_within))
@@ -284,7 +285,8 @@ def _model(args: argparse.Namespace) -> int:
 def _optimize(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streamer.model.optimize import calibration_rows, optimize
+    from streamer.commands.model import calibration_rows
+    from streamer.model.optimize import optimize
 
     calibration = None
     if args.calibrate_from:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from streamer.kafka.messages import Failure, Output
 from streamer.pipeline.broken import Broken
-from streamer.pipeline.records import TopicPartition
+from streamer.pipeline.records import Partition
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class Gate:
             return True
         return False
 
-    def forget(self, tps: set[TopicPartition]) -> None:
+    def forget(self, tps: set[Partition]) -> None:
         """Partitions revoked or lost: their outputs are their next owner's to redo."""
         self._redo = [o for o in self._redo if o.source_tp not in tps]
 

@@ -13,16 +13,15 @@ from streamer.kafka.checkpoint import Checkpoint
 from streamer.kafka.delivery import Deliveries
 from streamer.kafka.messages import Acked
 from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.ranges import Ranges
 from streamer.kafka.topics import TopicWait
 from streamer.model.runner import ModelRunner
 from streamer.observe.health import Status
 from streamer.observe.metrics import Metrics
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.isolate import Scored
-from streamer.pipeline.records import Rows, TopicPartition
+from streamer.pipeline.records import Partition, Rows
 from streamer.pipeline.serving import Serving
-
-Bounds = dict[TopicPartition, tuple[int, int]]  # [start, end) offsets per partition
 
 
 class Observer(Protocol):
@@ -74,7 +73,7 @@ class OpenKafka(Protocol):
     (it serves delivery reports)."""
 
     def __call__(self, tracker: OffsetTracker, clock: Callable[[], float],
-                 commit_metadata: Callable[[TopicPartition], str] | None,
+                 commit_metadata: Callable[[Partition], str] | None,
                  on_stats: Callable[[str], None] | None, on_full: Callable[[], None]) -> KafkaSide: ...
 
 
@@ -108,6 +107,6 @@ class Scope:
     directly; ``run_id`` stamps its predictions; ``commit_metadata`` is kept with each partition's
     commits (a replay's bounds, so that a crashed run resumes with them)."""
 
-    bounds: Bounds | None = None
+    bounds: Ranges | None = None
     run_id: str | None = None
-    commit_metadata: Callable[[TopicPartition], str] | None = None
+    commit_metadata: Callable[[Partition], str] | None = None

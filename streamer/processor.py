@@ -37,7 +37,7 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.broken import wholly_broken
 from streamer.pipeline.inference import Inference, Scoring
-from streamer.pipeline.records import Rows, Stamp
+from streamer.pipeline.records import Partition, Rows, Stamp
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class Processor:
         self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
                                                          join=Rows.join)
         self._inference = Inference(self.serving, cfg.model.pipelined, cfg.batching.max_size)  # in order
-        self._assigned: set[tuple[str, int]] = set()
+        self._assigned: set[Partition] = set()
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
         self._gate = Gate(cfg.processing.retry_backoff_ms / 1e3, cfg.processing.retry_backoff_max_ms / 1e3, clock,
@@ -212,7 +212,7 @@ class Processor:
         if self.checkpoint.commit_due(read):
             self._apply(self.checkpoint.commit(background=True))
 
-    def _commit(self, tps: Iterable[tuple[str, int]] | None = None) -> None:
+    def _commit(self, tps: Iterable[Partition] | None = None) -> None:
         """Commit progress now (all partitions, or ``tps`` where the guarantee allows)."""
         self._apply(self.checkpoint.commit(tps, failing=self._failed))
 
@@ -274,11 +274,11 @@ class Processor:
             if commit.write_failure is not None:  # an output could not be written: wait first
                 self._gate.writes_failed(commit.write_failure)
 
-    def _seek(self, positions: dict[tuple[str, int], int]) -> None:  # those still assigned
+    def _seek(self, positions: dict[Partition, int]) -> None:  # those still assigned
         for tp in positions.keys() & self._assigned:
             self.consumer.seek(TopicPartition(tp[0], tp[1], positions[tp]))
 
-    def _forget(self, tps: set[tuple[str, int]]) -> None:
+    def _forget(self, tps: set[Partition]) -> None:
         """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""
         keep = partial(Rows.without, tps=tps)
         self._batcher.drop(keep)

@@ -34,13 +34,13 @@ import numpy as np
 from confluent_kafka import KafkaError
 
 from streamer.config import ChallengerConfig, Config, shadow_topic
+from streamer.model.onnx_file import file_digest
 from streamer.model.outputs import decision_scores
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.pipeline.isolate import Scored
 from streamer.pipeline.records import Rows, Stamp
-from streamer.pipeline.reload import file_digest
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)

@@ -34,13 +34,14 @@ from streamer.kafka.offsets import OffsetTracker
 from streamer.kafka.retrylog import retry_level
 from streamer.kafka.topics import TopicWait
 from streamer.model.contract import Contract
+from streamer.model.onnx_file import file_digest
 from streamer.model.prediction_schema import check_schema, made_schema
 from streamer.model.runner import ModelRunner, OnnxRunner, cuda_options
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.breaker import Fallback
-from streamer.pipeline.records import TopicPartition
-from streamer.pipeline.reload import check_candidate, file_digest, file_version, served_file
+from streamer.pipeline.records import Partition
+from streamer.pipeline.reload import check_candidate, file_version, served_file
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
 from streamer.processor import Processor
@@ -199,7 +200,7 @@ def open_kafka(cfg: Config, clients: KafkaClients) -> OpenKafka:
     consumer, whose background commits are answered inside consume(), and the checkpoint."""
 
     def open_(tracker: OffsetTracker, clock: Callable[[], float],
-              commit_metadata: Callable[[TopicPartition], str] | None,
+              commit_metadata: Callable[[Partition], str] | None,
               on_stats: Callable[[str], None] | None, on_full: Callable[[], None]) -> KafkaSide:
         room = (clients.ensure_topic(dead_letter_topic(cfg), cfg.input.topics[0])
                 if cfg.processing.create_dead_letter_topic else None)  # the largest dead letter

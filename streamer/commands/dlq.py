@@ -46,6 +46,7 @@ from streamer.kafka.deadletter import (
     redrive_count,
 )
 from streamer.kafka.topics import create, partitions
+from streamer.pipeline.records import Partition
 
 REDRIVEN_SUFFIX = ".redriven"  # the compacted topic of selectively redriven letters, beside the dead letters
 Place = tuple[int, int]  # a letter's (partition, offset) in the dead-letter topic
@@ -127,7 +128,7 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None,
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": _group(cfg, stage)}))
     producer = Producer(clients.producer_config(cfg))
     redriven = refused = skipped = already = 0
-    positions: dict[tuple[str, int], int] = {}
+    positions: dict[Partition, int] = {}
     sent: list[Place] = []
     found_places: set[Place] = set()
     found_ids: set[str] = set()

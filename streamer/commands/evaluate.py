@@ -20,15 +20,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from streamer.commands.lake import LakeHouse, Target, lake_house, new_run_id, open_sink, replay_plan
-from streamer.commands.replay import When
+from streamer.commands.lake import LakeHouse, Target, lake_house, new_run_id, open_sink
 from streamer.config import Config, ModelConfig
 from streamer.errors import EXIT_GATE, CandidateFailedError, ConfigError
 from streamer.evaluate.labels import Known, LabelsFrom
 from streamer.evaluate.observations import ModelInfo, Run
 from streamer.evaluate.pair import PairColumns
-from streamer.lake.sink import Ranges, Shard, Sink
+from streamer.kafka.ranges import Ranges, When
+from streamer.lake.sink import Shard, Sink
+from streamer.lake.topic import replay_plan
 from streamer.model.runner import ModelRunner
+from streamer.observe.bar import ProgressBar
 
 _WITHIN = re.compile(r"^(\d+)(s|m|h|d)$")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -101,7 +103,6 @@ def parse_within(text: str | None) -> int | None:
 
 def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Result:
     """Score ``ev``'s range with the champion and the candidate, write both, report, and judge the gate."""
-    from streamer.commands.replay import Progress
     from streamer.evaluate.gate import check, parse_require
     from streamer.evaluate.labels import Outcomes
     from streamer.evaluate.metrics import summarize
@@ -130,7 +131,7 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     plan = replay_plan(cfg, ev.start, ev.end, Shard())
     resume = sink.resume(run_id, Shard(), plan, False)
     stages = Stages.serving(decoder, champion.encoder, cfg, champion.runner)
-    bar = Progress(resume.left(), progress or sys.stderr)
+    bar = ProgressBar(resume.left(), progress or sys.stderr, "evaluate")
     lake = LakeRun(sink, scorer, run_id, ev.batch_size or cfg.batching.max_size, lambda c: bar.update(c.rows))
     stopped = None
     try:

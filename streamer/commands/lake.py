@@ -19,18 +19,17 @@ from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
-from confluent_kafka import Consumer, TopicPartition
 
-from streamer.commands.replay import When, resolve
 from streamer.config import Config, ShadowConfig
 from streamer.errors import ConfigError
 from streamer.formats.codec import Codec
-from streamer.kafka import clients
-from streamer.kafka.topics import partitions
+from streamer.kafka.ranges import When, parse_when
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
 from streamer.lake.run import LakeCounts, LakeRun, Predictions, Source
-from streamer.lake.sink import Ranges, Resume, Shard, Sink
+from streamer.lake.sink import Resume, Shard, Sink
+from streamer.lake.topic import replay_plan
 from streamer.model.runner import ModelRunner
+from streamer.observe.bar import ProgressBar
 from streamer.pipeline.serving import Serving
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
@@ -141,17 +140,6 @@ def open_sink(cfg: Config, target: Target, schema: pa.Schema) -> Sink:
     return ParquetSink(cfg.lake, target.parquet, schema)
 
 
-def replay_plan(cfg: Config, start: When, end: When, shard: Shard) -> Ranges:
-    """The range's ``[start, end)`` offsets of this shard's partitions, as of now."""
-    consumer = Consumer(clients.consumer_config(cfg))
-    try:
-        tps = [TopicPartition(t, p) for t in cfg.input.topics for p in partitions(consumer, t, 30)
-               if shard.takes(p)]
-        return resolve(consumer, tps, start, end) if tps else {}
-    finally:
-        consumer.close()
-
-
 def run_lake_replay(cfg: Config, start: When, end: When, target: Target, *, run_id: str | None = None,
                     shard: Shard = Shard(), force: bool = False, batch_size: int | None = None,
                     model_path: Path | None = None, model_version: str | None = None,
@@ -191,9 +179,7 @@ def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None 
 
 def _run(verb: str, run_id: str, sink: Sink, house: LakeHouse, source: Source, resume: Resume,
          batch_size: int | None, progress: TextIO | None) -> LakeSummary:
-    from streamer.commands.replay import Progress
-
-    bar = Progress(resume.left(), progress or sys.stderr)
+    bar = ProgressBar(resume.left(), progress or sys.stderr, verb)
     started = time.monotonic()
     lake = LakeRun(sink, Predictions(house.serving, house.columns, run_id), run_id, batch_size or BATCH_SIZE,
                    lambda c: bar.update(c.rows))
@@ -208,8 +194,6 @@ def supervise_replay(argv: list[str], cfg: Config, workers: int, run_id: str | N
     is fixed here, so that every worker resolves the same time. Exit: the worst of theirs."""
     import signal
     import subprocess
-
-    from streamer.commands.replay import parse_when
 
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")

@@ -1,5 +1,6 @@
 """`streamer model inspect` and `streamer schema`: what a model takes and gives, a starting
-config for it, and the prediction schema a config produces.
+config for it, and the prediction schema a config produces; the calibration rows of `streamer
+model optimize --int8 --calibrate-from`.
 
 ``inspect`` reads the model's signature (every input and output: name, element type, shape),
 suggests ``model.inputs`` (each input from the event field of its name; a model with one input
@@ -11,6 +12,7 @@ would produce. ``schema`` loads a config, checks its model as start-up does and 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,15 @@ from streamer.config import Config
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
 from streamer.formats.avro import load_schema
+from streamer.kafka.ranges import parse_when
 from streamer.model.contract import Contract
+from streamer.model.optimize import Feeds
 from streamer.model.outputs import suggested_outputs
 from streamer.model.prediction_schema import made_schema
 from streamer.model.signature import DTYPES, Signature
+from streamer.pipeline.stages import Stages
 from streamer.schemas import bundled
+from streamer.wiring import checked_runner, input_codec, output_codec, prediction_schema
 
 
 def signature_of(path: Path) -> Signature:
@@ -74,10 +80,31 @@ def inspect(path: Path) -> str:
 
 def schema(cfg: Config) -> str:
     """The prediction schema a config produces, its model checked as at start-up."""
-    from streamer.wiring import checked_runner, prediction_schema
-
     return _json(prediction_schema(cfg, checked_runner(cfg)))
 
 
 def _json(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2)
+
+
+def calibration_rows(cfg: Config, span: str, rows: int) -> Iterator[Feeds]:
+    """Batches of the model's inputs from ``START..END`` of the config's input topics (replay's
+    forms), decoded and validated as the stream does, up to ``rows`` rows; rows that fail are skipped."""
+    from streamer.lake.sink import Resume, Shard  # the optimize extra's pyarrow
+    from streamer.lake.topic import TopicSource, replay_plan
+
+    start, sep, end = span.partition("..")
+    if not sep or not start or not end:
+        raise ConfigError("--calibrate-from", f"{span!r} is not START..END (e.g. 2h..latest, earliest..latest)")
+    runner = checked_runner(cfg)
+    bounds = replay_plan(cfg, parse_when(start, "--calibrate-from"), parse_when(end, "--calibrate-from"), Shard())
+    source = TopicSource(cfg, Stages.serving(input_codec(cfg), output_codec(cfg, runner), cfg, runner))
+    taken = 0
+    for chunk in source.chunks(Resume(bounds, {}, 0)):
+        if not len(chunk.rows):
+            continue
+        part = chunk.rows.features[: rows - taken]
+        yield runner.contract.feed(part)
+        taken += len(part)
+        if taken >= rows:
+            return

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
 import sys
 import time
 import uuid
@@ -24,80 +23,18 @@ from confluent_kafka import Consumer, TopicPartition
 
 from streamer.config import Config
 from streamer.errors import ConfigError, ReplayFinishedError
-from streamer.house import Bounds, Scope
+from streamer.house import Scope
 from streamer.kafka import clients
+from streamer.kafka.ranges import Ranges, When, resolve
 from streamer.kafka.topics import partitions
+from streamer.observe.bar import ProgressBar
 from streamer.observe.stats import Stats
 from streamer.wiring import build_processor
 
 log = logging.getLogger(__name__)
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
-_OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # Rows per model call of a replay unless --batch-size: nobody waits on a backfill's latency, so
 # it batches for throughput (a larger batching.max_size in the config is kept).
 REPLAY_BATCH_SIZE = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class When:
-    """A replay bound: 'earliest', 'latest', a timestamp in ms, or per-partition offsets."""
-
-    kind: str
-    timestamp_ms: int = 0
-    offsets: tuple[tuple[int, int], ...] = ()
-
-
-def parse_when(text: str, key: str, now_ms: int | None = None) -> When:
-    """ISO-8601 time, a duration ago (``2h``, ``30m``, ``7d``), earliest/latest, or ``P:O,...``
-    (those partitions only)."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    text = text.strip()
-    if text in ("earliest", "latest"):
-        return When(text)
-    if m := _DURATION.match(text):
-        return When("timestamp", now_ms - int(float(m.group(1)) * _UNIT_MS[m.group(2)]))
-    if _OFFSETS.match(text):
-        pairs = tuple((int(p), int(o)) for p, o in (item.split(":") for item in text.split(",")))
-        return When("offsets", offsets=pairs)
-    try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ConfigError(key, f"{text!r} is not an ISO-8601 time, a duration like 2h, "
-                               "'earliest', 'latest' or partition:offset pairs") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return When("timestamp", int(moment.timestamp() * 1000))
-
-
-def resolve(consumer: Consumer, tps: list[TopicPartition], start: When, end: When,
-            timeout_s: float = 30.0) -> Bounds:
-    """Turn the two bounds into ``[start, end)`` offsets per partition, as of now."""
-    marks = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=timeout_s)
-             for tp in tps}
-
-    def offsets(when: When) -> dict[tuple[str, int], int]:
-        if when.kind == "earliest":
-            return {k: low for k, (low, _) in marks.items()}
-        if when.kind == "latest":
-            return {k: high for k, (_, high) in marks.items()}
-        if when.kind == "offsets":
-            if len({tp.topic for tp in tps}) != 1:
-                raise ConfigError("--from/--to", "partition:offset bounds need a single input topic")
-            given = dict(when.offsets)
-            return {k: min(max(given.get(k[1], marks[k][0]), marks[k][0]), marks[k][1]) for k in marks}
-        found = consumer.offsets_for_times(
-            [TopicPartition(t, p, when.timestamp_ms) for t, p in marks], timeout=timeout_s)
-        # -1: no message at or after that time, so the bound is the partition's end.
-        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else marks[(tp.topic, tp.partition)][1]
-                for tp in found}
-
-    starts, ends = offsets(start), offsets(end)
-    # partition:offset bounds name the partitions to replay: an unlisted one has an empty range
-    # (``--from 0:5,1:5`` reads partitions 0 and 1 from offset 5, and nothing of partition 2).
-    listed = [{p for p, _ in w.offsets} for w in (start, end) if w.kind == "offsets"]
-    return {k: (starts[k], max(starts[k], ends[k])) if all(k[1] in named for named in listed)
-            else (starts[k], starts[k]) for k in marks}
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +135,7 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
     meta = {tp: json.dumps({"run": run_id, "end": e}) for tp, (_, e) in bounds.items()}
     processor = build_processor(rcfg, scope=Scope(bounds, run_id, meta.__getitem__),
                                 model_version=model_version)  # the label asked for, verbatim
-    bar = Progress(total, progress or sys.stderr)
+    bar = ProgressBar(total, progress or sys.stderr)
     started = time.monotonic()
     processor.run(until=lambda s: bar.update(s.outputs))
     bar.close(processor.stats.outputs)
@@ -206,14 +143,14 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
                          time.monotonic() - started)
 
 
-def _plan(cfg: Config, run_id: str, start: When, end: When, force: bool) -> tuple[Bounds, bool]:
+def _plan(cfg: Config, run_id: str, start: When, end: When, force: bool) -> tuple[Ranges, bool]:
     """The run's bounds: from its saved commit metadata when resuming, else resolved now and saved."""
     consumer = Consumer(clients.consumer_config(cfg))
     try:
         tps = []
         for topic in cfg.input.topics:
             tps += [TopicPartition(topic, p) for p in partitions(consumer, topic, 30)]
-        saved: Bounds = {}
+        saved: Ranges = {}
         for tp in clients.retrying(lambda: consumer.committed(tps, timeout=30), "reading the run's offsets"):
             info = _metadata(tp.metadata)
             if tp.offset >= 0 and info.get("run") == run_id:
@@ -238,32 +175,3 @@ def _metadata(text: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-class Progress:
-    """A progress bar on a terminal; a log line every few seconds elsewhere."""
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total, self.stream = max(total, 1), stream
-        self.tty = stream.isatty()
-        self.started = self.last = time.monotonic()
-
-    def update(self, done: int) -> bool:
-        now = time.monotonic()
-        if now - self.last >= (0.2 if self.tty else 5.0):
-            self.last = now
-            rate = done / max(now - self.started, 1e-9)
-            eta = (self.total - done) / rate if rate > 0 else float("inf")
-            text = (f"{done:,}/{self.total:,} events ({100 * done / self.total:.1f}%), "
-                    f"{rate:,.0f}/s, ETA {eta:,.0f} s")
-            if self.tty:
-                filled = int(30 * done / self.total)
-                self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}")
-                self.stream.flush()
-            else:
-                log.info("replay progress: %s", text)
-        return False  # never the reason to stop: the processor stops at the bounds
-
-    def close(self, done: int) -> None:
-        if self.tty:
-            self.stream.write("\n")

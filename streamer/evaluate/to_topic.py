@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from streamer.config import Config
 from streamer.errors import BrokerError
 from streamer.formats.codec import Codec
-from streamer.lake.sink import Ranges, Resume, Shard
+from streamer.kafka.ranges import Ranges
+from streamer.lake.sink import Resume, Shard
 
 FLUSH_TIMEOUT_S = 60.0
 

@@ -51,7 +51,7 @@ from streamer.kafka.pending import OnItsWay
 from streamer.kafka.quiet import MIN_QUIET_MS, QuietSpell
 from streamer.kafka.transactions import Transactions, fatal_error
 from streamer.kafka.watchdog import deadline
-from streamer.pipeline.records import TopicPartition
+from streamer.pipeline.records import Partition
 
 log = logging.getLogger(__name__)
 MAX_RENEWALS = 5  # producers replaced in a row without a commit in between; then exit
@@ -64,12 +64,12 @@ FENCE_WINDOW_S = 300.0
 class Commit:
     """What one commit did. Empty when there was nothing to commit."""
 
-    committed: dict[TopicPartition, int] = field(default_factory=dict)  # positions accepted
+    committed: dict[Partition, int] = field(default_factory=dict)  # positions accepted
     counted: Acked = field(default_factory=Acked)  # outputs that became final with it
     error: CommitError | None = None  # partitions whose commit failed (retried next time)
     failed_partitions: int = 0
     attempted: bool = False  # a commit request went to the broker
-    rewind: dict[TopicPartition, int] | None = None  # aborted: read from here again, drop the rest
+    rewind: dict[Partition, int] | None = None  # aborted: read from here again, drop the rest
     write_failure: str | None = None  # aborted because an output could not be written
 
 
@@ -89,7 +89,7 @@ class Checkpoint(Protocol):
         """Is a commit due: the interval passed, a failure waits, or the input went quiet (``read``:
         this pass read events) for a consume timeout, all done, with progress uncommitted? Each pass."""
 
-    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
+    def commit(self, tps: Iterable[Partition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
         """Commit progress (of ``tps`` only, where the guarantee allows); ``failing``: the loop
         died, commit only what is safe; ``background``: do not wait for the broker's answer
@@ -101,7 +101,7 @@ class Checkpoint(Protocol):
     def settled(self) -> Commit:
         """What the background commits answered since the last call did."""
 
-    def lost(self, tps: set[TopicPartition]) -> Commit:
+    def lost(self, tps: set[Partition]) -> Commit:
         """Partitions lost: their work is dropped and never committed."""
 
     def close(self) -> None:
@@ -114,7 +114,7 @@ class Checkpoint(Protocol):
 
 class _Base:
     def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
-                 clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
+                 clock: Callable[[], float], metadata: Callable[[Partition], str] | None) -> None:
         self.tracker = tracker
         self._consumer, self._deliveries, self._clock, self._metadata = consumer, deliveries, clock, metadata
         self._interval_s = cfg.processing.commit_interval_ms / 1000.0
@@ -169,7 +169,7 @@ class _Base:
     def _uncommitted(self) -> bool:  # progress no commit carries yet: each guarantee's own
         return False
 
-    def _position(self, tp: TopicPartition, offset: int) -> KafkaTopicPartition:
+    def _position(self, tp: Partition, offset: int) -> KafkaTopicPartition:
         if self._metadata is None:
             return KafkaTopicPartition(tp[0], tp[1], offset)
         return KafkaTopicPartition(tp[0], tp[1], offset, metadata=self._metadata(tp))
@@ -184,7 +184,7 @@ class AtLeastOnce(_Base):
     periodic, synchronously on revoke and stop."""
 
     def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
-                 clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
+                 clock: Callable[[], float], metadata: Callable[[Partition], str] | None) -> None:
         super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
         # Unanswered for the ack timeout (how long a broker's answer to outputs is waited for; at
         # least two intervals, so a slow, healthy coordinator is not asked twice): overdue.
@@ -201,7 +201,7 @@ class AtLeastOnce(_Base):
     def failed(self, failed: Failed) -> Failed:
         return failed
 
-    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
+    def commit(self, tps: Iterable[Partition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
         self._last = self._clock()
         if self._broken is not None:
@@ -237,7 +237,7 @@ class AtLeastOnce(_Base):
         if not self._reports:
             return Commit()
         reports, self._reports = self._reports, []
-        accepted: dict[TopicPartition, int] = {}
+        accepted: dict[Partition, int] = {}
         failures: dict[str, str] = {}
         for err, partitions in reports:
             if err is not None and not partitions:  # it names nothing: all on its way may be lost
@@ -263,7 +263,7 @@ class AtLeastOnce(_Base):
     def _uncommitted(self) -> bool:  # positions not yet sent
         return self._on_its_way.unsent(self.tracker.committable())
 
-    def lost(self, tps: set[TopicPartition]) -> Commit:
+    def lost(self, tps: set[Partition]) -> Commit:
         self._on_its_way.forget(tps)  # back later, their positions go anew
         return Commit()
 
@@ -280,7 +280,7 @@ class Transactional(_Base):
                 "transaction.timeout.ms": cfg.processing.transaction_timeout_ms}
 
     def __init__(self, cfg: Config, tracker: OffsetTracker, consumer: Any, deliveries: Deliveries,
-                 clock: Callable[[], float], metadata: Callable[[TopicPartition], str] | None) -> None:
+                 clock: Callable[[], float], metadata: Callable[[Partition], str] | None) -> None:
         super().__init__(cfg, tracker, consumer, deliveries, clock, metadata)
         self._txn = self._transactions()
         self._failure: str | None = None  # an output of the open transaction failed
@@ -324,7 +324,7 @@ class Transactional(_Base):
     def _uncommitted(self) -> bool:  # the open transaction
         return self._txn.open
 
-    def commit(self, tps: Iterable[TopicPartition] | None = None, failing: bool = False,
+    def commit(self, tps: Iterable[Partition] | None = None, failing: bool = False,
                background: bool = False) -> Commit:
         """Commit the open transaction with every partition's position (``tps`` cannot narrow a
         transaction: a revoke commits them all). Always waits: the transaction must end before
@@ -352,7 +352,7 @@ class Transactional(_Base):
         counted, self._uncounted = self._uncounted, Acked()
         return Commit(committed=positions, counted=counted, attempted=True)
 
-    def lost(self, tps: set[TopicPartition]) -> Commit:
+    def lost(self, tps: set[Partition]) -> Commit:
         # Its offsets can no longer be committed: abort, and read everything else again.
         return self._abort("partitions lost") if self._txn.open else Commit()
 

@@ -23,7 +23,7 @@ import numpy as np
 from confluent_kafka import KafkaError, Message
 
 from streamer.config import OutputKey
-from streamer.pipeline.records import Messages, Rows, TopicPartition
+from streamer.pipeline.records import Messages, Partition, Rows
 
 Headers = list[tuple[str, bytes]]
 
@@ -72,7 +72,7 @@ class Output:
     attempts: int = 0
 
     @property
-    def source_tp(self) -> tuple[str, int]:
+    def source_tp(self) -> Partition:
         return self.source.topic(), self.source.partition()
 
 
@@ -121,9 +121,9 @@ class Acked:
             return self
         return Acked(self.batches + other.batches, self.outputs + other.outputs) if self else other
 
-    def offsets(self) -> dict[tuple[str, int], list[np.ndarray]]:
+    def offsets(self) -> dict[Partition, list[np.ndarray]]:
         """The source offsets now done, per partition."""
-        out: dict[tuple[str, int], list[np.ndarray]] = {}
+        out: dict[Partition, list[np.ndarray]] = {}
         for rows in self.batches:
             for tp, offsets in rows.source.by_partition().items():
                 out.setdefault(tp, []).append(offsets)
@@ -150,7 +150,7 @@ class Failed:
     def __bool__(self) -> bool:
         return bool(self.refused or self.shrink or self.retry)
 
-    def within(self, tps: set[TopicPartition]) -> Failed:
+    def within(self, tps: set[Partition]) -> Failed:
         """Only the outputs of partitions ``tps`` (still assigned): the others are their new owner's to redo."""
         if all(o.source_tp in tps for o, _ in (*self.refused, *self.retry)) and \
                 all(o.source_tp in tps for o in self.shrink):

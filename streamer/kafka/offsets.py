@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from streamer.pipeline.records import TopicPartition
+from streamer.pipeline.records import Partition
 
 Offsets = Iterable[int] | np.ndarray | int
 
@@ -59,9 +59,9 @@ class OffsetTracker:
     """Tracks, for each assigned partition, which offsets are done and what is safe to commit."""
 
     def __init__(self) -> None:
-        self._parts: dict[TopicPartition, _Partition] = {}
+        self._parts: dict[Partition, _Partition] = {}
 
-    def consumed(self, tp: TopicPartition, offsets: Offsets) -> None:
+    def consumed(self, tp: Partition, offsets: Offsets) -> None:
         """Note offsets handed to us by the consumer (always increasing per partition)."""
         offs = _array(offsets)
         if not len(offs):
@@ -73,7 +73,7 @@ class OffsetTracker:
         state.flags.append(np.zeros(len(offs), bool))
         state.pending += len(offs)
 
-    def done(self, tp: TopicPartition, offsets: Offsets) -> None:
+    def done(self, tp: Partition, offsets: Offsets) -> None:
         """Mark offsets done (their outputs are acknowledged) and advance the prefix.
 
         Offsets that were never consumed, or are in the prefix already, change nothing.
@@ -111,17 +111,17 @@ class OffsetTracker:
                 state.head += k
             return
 
-    def committable(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+    def committable(self, tps: Iterable[Partition] | None = None) -> dict[Partition, int]:
         """Positions (next offset to read) that moved since their last successful commit."""
         chosen = self._parts if tps is None else [tp for tp in tps if tp in self._parts]
-        out: dict[TopicPartition, int] = {}
+        out: dict[Partition, int] = {}
         for tp in chosen:
             state = self._parts[tp]
             if state.position is not None and state.position != state.committed:
                 out[tp] = state.position
         return out
 
-    def mark_committed(self, positions: dict[TopicPartition, int]) -> None:
+    def mark_committed(self, positions: dict[Partition, int]) -> None:
         """Record positions the broker accepted, in the order it answered. An older position
         answered after a newer one is the broker's committed offset now (it keeps the last commit
         it applies, not the highest: a request retried across a coordinator's failover lands
@@ -131,7 +131,7 @@ class OffsetTracker:
             if state is not None:
                 state.committed = pos
 
-    def rewind(self) -> dict[TopicPartition, int]:
+    def rewind(self) -> dict[Partition, int]:
         """Forget everything not committed; return where each partition must be read again.
 
         For an aborted transaction: its outputs are gone, so every offset after the last commit
@@ -146,13 +146,13 @@ class OffsetTracker:
             self._parts[tp] = _Partition(committed=state.committed, first=start)
         return positions
 
-    def in_flight(self, tp: TopicPartition | None = None) -> int:
+    def in_flight(self, tp: Partition | None = None) -> int:
         """How many consumed offsets are not yet in a done prefix (one partition, or all)."""
         if tp is not None:
             return self._parts[tp].pending if tp in self._parts else 0
         return sum(s.pending for s in self._parts.values())
 
-    def forget(self, tps: Iterable[TopicPartition]) -> None:
+    def forget(self, tps: Iterable[Partition]) -> None:
         """Stop tracking partitions (revoked or lost); later acks for them are ignored."""
         for tp in tps:
             self._parts.pop(tp, None)
@@ -166,14 +166,14 @@ class ReadRange:
     every end.
     """
 
-    def __init__(self, bounds: dict[TopicPartition, tuple[int, int]]) -> None:
+    def __init__(self, bounds: dict[Partition, tuple[int, int]]) -> None:
         self.bounds = bounds
         self._todo = [tp for tp, (start, end) in bounds.items() if start < end]
 
     def assignment(self) -> list[KafkaTopicPartition]:
         return [KafkaTopicPartition(t, p, self.bounds[(t, p)][0]) for t, p in self._todo]
 
-    def past_end(self, tp: TopicPartition, offsets: np.ndarray) -> np.ndarray:
+    def past_end(self, tp: Partition, offsets: np.ndarray) -> np.ndarray:
         """Which of ``offsets`` (of partition ``tp``) are at or past its end."""
         return offsets >= self.bounds[tp][1]
 

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from streamer.kafka import watchdog
-from streamer.pipeline.records import TopicPartition
+from streamer.pipeline.records import Partition
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +39,14 @@ class OnItsWay:
 
     def __init__(self, deadline_s: float, clock: Callable[[], float]) -> None:
         self.deadline_s, self._clock = deadline_s, clock
-        self._sent: dict[TopicPartition, tuple[int, float]] = {}  # offset, when sent
-        self._resent: dict[TopicPartition, int] = {}  # sent again for want of an answer
+        self._sent: dict[Partition, tuple[int, float]] = {}  # offset, when sent
+        self._resent: dict[Partition, int] = {}  # sent again for want of an answer
 
-    def sendable(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    def sendable(self, positions: dict[Partition, int]) -> dict[Partition, int]:
         """``positions`` less the partitions with a commit on its way and not overdue yet, whatever
         position it carries: the broker may apply two commits of a partition in another order
         than they were sent, so a newer one waits for the answer to the older."""
-        out: dict[TopicPartition, int] = {}
+        out: dict[Partition, int] = {}
         overdue: list[str] = []
         now = self._clock()
         for tp, off in positions.items():
@@ -65,11 +65,11 @@ class OnItsWay:
                         "again", ", ".join(overdue), self.deadline_s)
         return out
 
-    def sent(self, positions: dict[TopicPartition, int]) -> None:
+    def sent(self, positions: dict[Partition, int]) -> None:
         now = self._clock()
         self._sent.update((tp, (off, now)) for tp, off in positions.items())
 
-    def answered(self, tp: TopicPartition, offset: int, ok: bool) -> None:
+    def answered(self, tp: Partition, offset: int, ok: bool) -> None:
         """An answer naming the position on its way clears it (and its resend: the consumer is
         not wedged), so does a failure naming no valid offset; a stale answer, to an older
         commit of the partition, leaves the newer one on its way."""
@@ -78,21 +78,21 @@ class OnItsWay:
             del self._sent[tp]
             self._resent.pop(tp, None)
 
-    def forget(self, tps: Iterable[TopicPartition] | None = None) -> None:
+    def forget(self, tps: Iterable[Partition] | None = None) -> None:
         """Nothing of these partitions (None: of any) is on its way any more: committed
         synchronously, lost, or named by no answer that failed."""
         for tp in list(self._sent if tps is None else tps):
             self._sent.pop(tp, None)
             self._resent.pop(tp, None)
 
-    def unsent(self, positions: dict[TopicPartition, int]) -> bool:
+    def unsent(self, positions: dict[Partition, int]) -> bool:
         """Would any of ``positions`` go out now: nothing of its partition on its way, or overdue?
         (A partition waiting for an older commit's answer does not, so a quiet spell does not
         spend its commit on it.)"""
         now = self._clock()
         return any(not self._held(tp, now) for tp in positions)
 
-    def _held(self, tp: TopicPartition, now: float) -> bool:
+    def _held(self, tp: Partition, now: float) -> bool:
         """A commit of ``tp`` is on its way and not overdue yet: nothing of it goes now."""
         sent = self._sent.get(tp)
         return sent is not None and now - sent[1] < self.deadline_s

@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from streamer.formats.columnar.texts import Texts
+from streamer.model.prediction_schema import include_name
 from streamer.model.signature import Columns
-from streamer.pipeline.records import Rows, Stamp, include_name
+from streamer.pipeline.records import Rows, Stamp
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PRIMITIVE = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "float": pa.float32(),

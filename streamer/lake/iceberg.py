@@ -32,10 +32,12 @@ import pyarrow as pa
 
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError, ReplayFinishedError
+from streamer.kafka.ranges import Ranges
 from streamer.lake.columns import REJECTS, describe
 from streamer.lake.files import DayFiles
 from streamer.lake.places import identifier, open_catalog
-from streamer.lake.sink import FilesSink, Ranges, Resume, Shard, ranges_of, ranges_text
+from streamer.lake.sink import FilesSink, Resume, Shard, ranges_of, ranges_text
+from streamer.pipeline.records import Partition
 
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20
@@ -55,7 +57,7 @@ class IcebergSink(FilesSink):
         self.table = ensure_table(catalog, self.ident, schema, "event_time")
         self.rejects = ensure_table(catalog, f"{self.ident}_rejects", REJECTS, "rejected_at")
         self.schema = schema
-        self._attempt, self._reached = "", dict[tuple[str, int], int]()
+        self._attempt, self._reached = "", dict[Partition, int]()
 
     # ---- the plan -------------------------------------------------------------------------
 
@@ -96,7 +98,7 @@ class IcebergSink(FilesSink):
                               f"run {run_id!r} was planned in {' and '.join(sorted(counts))} shards in {self.name}, "
                               f"not {shard.count}: resume it with the same count")
 
-    def _progress(self) -> tuple[dict[tuple[str, int], int], int]:
+    def _progress(self) -> tuple[dict[Partition, int], int]:
         """The attempt's position in each partition and its next commit's number, from its latest
         snapshot (each carries the positions reached so far: older ones may be expired)."""
         latest = None

@@ -26,10 +26,12 @@ import pyarrow.fs as pafs
 
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError, ReplayFinishedError
+from streamer.kafka.ranges import Ranges
 from streamer.lake.columns import REJECTS
 from streamer.lake.files import DayFiles
 from streamer.lake.places import filesystem
-from streamer.lake.sink import FilesSink, Ranges, Resume, Shard, ranges_of, ranges_text
+from streamer.lake.sink import FilesSink, Resume, Shard, ranges_of, ranges_text
+from streamer.pipeline.records import Partition
 
 log = logging.getLogger(__name__)
 LOG = "_streamer"
@@ -147,9 +149,9 @@ class ParquetSink(FilesSink):
             f.write(data)
 
 
-def _reached(entries: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
+def _reached(entries: list[dict[str, Any]]) -> dict[Partition, int]:
     """The position each partition reached in a shard's committed log entries."""
-    reached: dict[tuple[str, int], int] = {}
+    reached: dict[Partition, int] = {}
     for entry in entries:
         for tp, (_, to) in ranges_of(json.dumps(entry["offsets"])).items():
             reached[tp] = max(reached.get(tp, to), to)

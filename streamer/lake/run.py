@@ -18,10 +18,11 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from streamer.kafka.ranges import Ranges
 from streamer.lake.columns import PredictionColumns, rejects_table
-from streamer.lake.sink import Position, Ranges, Resume, Sink
+from streamer.lake.sink import Resume, Sink
 from streamer.pipeline.batcher import Batch, MicroBatcher
-from streamer.pipeline.records import Rows, Stamp
+from streamer.pipeline.records import Partition, Rows, Stamp
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Reject, without_poison
 
@@ -32,7 +33,7 @@ class Chunk:
 
     rows: Rows
     rejects: list[Reject]
-    reached: dict[Position, int]
+    reached: dict[Partition, int]
     gone: int = 0  # positions of the range the source no longer holds (a topic's retention deleted them)
 
 
@@ -108,7 +109,7 @@ class LakeRun:
         self.sink.finish()
         return self.counts
 
-    def _commit(self, covered: Ranges, since: dict[Position, int]) -> Ranges:
+    def _commit(self, covered: Ranges, since: dict[Partition, int]) -> Ranges:
         flushed = self._batcher.flush("shutdown")
         if flushed is not None:
             self._score([flushed])

@@ -15,10 +15,9 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from streamer.kafka.ranges import Ranges
 from streamer.lake.files import DayFiles
-
-Position = tuple[str, int]  # (topic, partition), or (source, file index) for a table's rows
-Ranges = dict[Position, tuple[int, int]]  # [from, to) per position
+from streamer.pipeline.records import Partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +39,7 @@ class Resume:
     """Where a run starts: its bounds, the position reached in each partition, its next commit's number."""
 
     bounds: Ranges
-    reached: dict[Position, int]
+    reached: dict[Partition, int]
     seq: int
 
     @property
@@ -82,7 +81,7 @@ class Sink(Protocol):
     def finish(self) -> None: ...
 
 
-def ranges_text(ranges: Mapping[Position, tuple[int, int]]) -> str:
+def ranges_text(ranges: Mapping[Partition, tuple[int, int]]) -> str:
     return json.dumps({f"{t}:{p}": [a, b] for (t, p), (a, b) in sorted(ranges.items())}, separators=(",", ":"))
 
 

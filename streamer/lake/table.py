@@ -22,11 +22,12 @@ import pyarrow.parquet as pq
 
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError, RecordError, detach
+from streamer.kafka.ranges import Ranges
 from streamer.lake.arrow_fields import ArrowFields
 from streamer.lake.columns import as_json
 from streamer.lake.places import filesystem
 from streamer.lake.run import Chunk
-from streamer.lake.sink import Ranges, Resume
+from streamer.lake.sink import Resume
 from streamer.model.signature import Columns
 from streamer.pipeline.records import Messages, Rows
 from streamer.pipeline.stages import Reject

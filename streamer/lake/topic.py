@@ -19,8 +19,11 @@ from streamer.config import Config
 from streamer.kafka import clients
 from streamer.kafka.clients import consume_batch
 from streamer.kafka.messages import consumed
+from streamer.kafka.ranges import Ranges, When, resolve
+from streamer.kafka.topics import partitions
 from streamer.lake.run import Chunk
-from streamer.lake.sink import Resume
+from streamer.lake.sink import Resume, Shard
+from streamer.pipeline.records import Partition
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
@@ -82,8 +85,8 @@ class TopicSource:
             consumer.close()
 
     @staticmethod
-    def _deleted(consumer: Any, todo: set[tuple[str, int]], start: dict[tuple[str, int], int],
-                 bounds: dict[tuple[str, int], tuple[int, int]]) -> int:
+    def _deleted(consumer: Any, todo: set[Partition], start: dict[Partition, int],
+                 bounds: dict[Partition, tuple[int, int]]) -> int:
         """Offsets of the range the broker deleted (retention) before the run read them: counted,
         logged, and ``start`` moved past them."""
         gone = 0
@@ -98,8 +101,8 @@ class TopicSource:
         return gone
 
     @staticmethod
-    def _idle(consumer: Any, todo: set[tuple[str, int]], where: dict[tuple[str, int], int],
-              bounds: dict[tuple[str, int], tuple[int, int]]) -> set[tuple[str, int]]:
+    def _idle(consumer: Any, todo: set[Partition], where: dict[Partition, int],
+              bounds: dict[Partition, tuple[int, int]]) -> set[Partition]:
         """Partitions left whose range has nothing more to read (their end is past what the broker
         holds: records deleted by retention, or aborted ones at the end); the others are asked for
         again from where they stand."""
@@ -118,3 +121,14 @@ class TopicSource:
                 except KafkaException as exc:  # not fetching yet: it is asked for anyway
                     log.warning("%s[%d]: %s", t, p, exc)
         return done
+
+
+def replay_plan(cfg: Config, start: When, end: When, shard: Shard) -> Ranges:
+    """The range's ``[start, end)`` offsets of this shard's partitions, as of now."""
+    consumer = Consumer(clients.consumer_config(cfg))
+    try:
+        tps = [TopicPartition(t, p) for t in cfg.input.topics for p in partitions(consumer, t, 30)
+               if shard.takes(p)]
+        return resolve(consumer, tps, start, end) if tps else {}
+    finally:
+        consumer.close()

@@ -15,6 +15,7 @@ length, so a large model costs one pass over its bytes.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import cast
 from streamer.errors import InferenceError
 from streamer.model.signature import Signature, TensorSpec
 
+DIGEST_HEX = 12  # of the SHA-256: enough to tell files apart, short enough to read in a header
 # TensorProto.DataType -> ONNX Runtime's element type names.
 _ELEMENT = {1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
             9: "bool", 10: "float16", 11: "double", 12: "uint32", 13: "uint64", 14: "complex64",
@@ -165,3 +167,15 @@ def _varint(data: memoryview, pos: int) -> tuple[int, int]:
         if byte < 0x80:
             return acc, i + 1
     raise _Bad(f"a truncated or overlong varint at byte {pos}")
+
+
+def file_digest(file: Path, strict: bool = False) -> str:
+    """The first :data:`DIGEST_HEX` hex digits of ``file``'s SHA-256. A file that cannot be read:
+    ``""`` (a runner that is not a file's: no digest travels), or with ``strict`` (a reload) the
+    OSError, so the candidate is refused rather than served under a digest it does not have."""
+    try:
+        return hashlib.sha256(file.read_bytes()).hexdigest()[:DIGEST_HEX]
+    except OSError:
+        if strict:
+            raise
+        return ""

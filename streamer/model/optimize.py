@@ -26,7 +26,7 @@ import numpy as np
 import onnxruntime as ort
 
 from streamer.errors import ConfigError
-from streamer.pipeline.reload import file_digest
+from streamer.model.onnx_file import file_digest
 
 LEVELS = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
           "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
@@ -167,30 +167,3 @@ def _deltas(parent: ort.InferenceSession, candidate: ort.InferenceSession, feeds
         if isinstance(a, np.ndarray) and a.dtype.kind in "fiub":
             out[name] = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
     return out
-
-
-def calibration_rows(cfg: Any, span: str, rows: int) -> Iterator[Feeds]:
-    """Batches of the model's inputs from ``START..END`` of the config's input topics (replay's
-    forms), decoded and validated as the stream does, up to ``rows`` rows; rows that fail are skipped."""
-    from streamer.commands.lake import replay_plan
-    from streamer.commands.replay import parse_when
-    from streamer.lake.sink import Resume, Shard
-    from streamer.lake.topic import TopicSource
-    from streamer.pipeline.stages import Stages
-    from streamer.wiring import checked_runner, input_codec, output_codec
-
-    start, sep, end = span.partition("..")
-    if not sep or not start or not end:
-        raise ConfigError("--calibrate-from", f"{span!r} is not START..END (e.g. 2h..latest, earliest..latest)")
-    runner = checked_runner(cfg)
-    bounds = replay_plan(cfg, parse_when(start, "--calibrate-from"), parse_when(end, "--calibrate-from"), Shard())
-    source = TopicSource(cfg, Stages.serving(input_codec(cfg), output_codec(cfg, runner), cfg, runner))
-    taken = 0
-    for chunk in source.chunks(Resume(bounds, {}, 0)):
-        if not len(chunk.rows):
-            continue
-        part = chunk.rows.features[: rows - taken]
-        yield runner.contract.feed(part)
-        taken += len(part)
-        if taken >= rows:
-            return

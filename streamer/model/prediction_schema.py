@@ -23,7 +23,12 @@ from typing import Any
 
 from streamer.errors import ConfigError
 from streamer.model.contract import Contract, input_field_type
-from streamer.pipeline.records import include_name
+
+
+def include_name(path: str) -> str:
+    """The prediction field a pass-through path becomes: ``card.country`` -> ``card_country``."""
+    return path.replace(".", "_")
+
 
 # A pass-through field of an input with no schema (JSON) may hold any JSON primitive.
 JSON_VALUE: list[Any] = ["null", "boolean", "long", "double", "string"]

@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from streamer.pipeline.records import Partition
+
 log = logging.getLogger(__name__)
 
 
@@ -77,7 +79,7 @@ class HealthServer:
 
 
 def loop_status(*, running: bool, silent_s: float, stall_s: float, blocked: str | None,
-                stalled: set[tuple[str, int]], ready: bool) -> Status:
+                stalled: set[Partition], ready: bool) -> Status:
     """A processor's status: alive (its loop turns within ``stall_s``), not blocked, no stalled
     partition; ready once warmed up and in the group."""
     if running and silent_s > stall_s:

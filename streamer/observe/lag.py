@@ -27,6 +27,7 @@ from streamer.config_check import check_types
 from streamer.errors import BrokerError, ConfigError
 from streamer.kafka.clients import admin_consumer, plain_admin, retrying
 from streamer.kafka.topics import partitions
+from streamer.pipeline.records import Partition
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class LagExporter:
         self.scrape_errors = Gauge(f"{p}_lag_exporter_errors", "1 when the last collection failed",
                                    ["group"], registry=registry)
 
-    def collect(self, timeout_s: float = 10.0) -> dict[tuple[str, int], int]:
+    def collect(self, timeout_s: float = 10.0) -> dict[Partition, int]:
         """Refresh every gauge; returns the lag in messages per (topic, partition)."""
         try:
             lags = self._collect(timeout_s)
@@ -101,14 +102,14 @@ class LagExporter:
         self.scrape_errors.labels(self.group).set(0)
         return lags
 
-    def _collect(self, timeout_s: float) -> dict[tuple[str, int], int]:
+    def _collect(self, timeout_s: float) -> dict[Partition, int]:
         tps = [TopicPartition(topic, p) for topic in self.topics
                for p in partitions(self._offsets, topic, timeout_s)]
         committed = {(tp.topic, tp.partition): tp.offset
                      for tp in retrying(lambda: self._offsets.committed(tps, timeout=timeout_s),
                                         "reading the group's offsets", timeout_s)}
-        lags: dict[tuple[str, int], int] = {}
-        starts: dict[tuple[str, int], int] = {}
+        lags: dict[Partition, int] = {}
+        starts: dict[Partition, int] = {}
         for tp in tps:
             low, high = self._offsets.get_watermark_offsets(tp, timeout=timeout_s)
             start = committed[(tp.topic, tp.partition)]
@@ -124,12 +125,12 @@ class LagExporter:
         self.members.labels(self.group).set(self._member_count(timeout_s))
         return lags
 
-    def _ages(self, starts: dict[tuple[str, int], int], timeout_s: float) -> dict[tuple[str, int], float]:
+    def _ages(self, starts: dict[Partition, int], timeout_s: float) -> dict[Partition, float]:
         """Seconds since the timestamp of each partition's first uncommitted message."""
         if not starts:
             return {}
         self._peek.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
-        ages: dict[tuple[str, int], float] = {}
+        ages: dict[Partition, float] = {}
         deadline = time.monotonic() + timeout_s
         while len(ages) < len(starts) and time.monotonic() < deadline:
             for m in self._peek.consume(len(starts), 0.2):

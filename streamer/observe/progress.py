@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Iterable
 
 from streamer.observe.metrics import Metrics, NullMetrics
-from streamer.pipeline.records import TopicPartition
+from streamer.pipeline.records import Partition
 
 
 class ProgressWatch:
@@ -18,28 +18,28 @@ class ProgressWatch:
                  metrics: Metrics | NullMetrics | None) -> None:
         self.stall_s, self._clock = stall_s, clock
         self._metrics = metrics if metrics is not None else NullMetrics()
-        self.lag: dict[TopicPartition, int] = {}
-        self._progress_at: dict[TopicPartition, float] = {}
-        self.stalled: set[TopicPartition] = set()
+        self.lag: dict[Partition, int] = {}
+        self._progress_at: dict[Partition, float] = {}
+        self.stalled: set[Partition] = set()
 
-    def assigned(self, tps: Iterable[TopicPartition]) -> None:
+    def assigned(self, tps: Iterable[Partition]) -> None:
         for tp in tps:
             self._progress_at[tp] = self._clock()
             # A series per partition from the start, for alerts.
             self._metrics.partition_stalled.labels(tp[0], str(tp[1])).set(0)
 
-    def committed(self, tps: Iterable[TopicPartition]) -> None:
+    def committed(self, tps: Iterable[Partition]) -> None:
         now = self._clock()
         for tp in tps:
             self._progress_at[tp] = now
 
-    def forget(self, tps: Iterable[TopicPartition]) -> None:
+    def forget(self, tps: Iterable[Partition]) -> None:
         for tp in tps:
             self.lag.pop(tp, None)
             self._progress_at.pop(tp, None)
             self.stalled.discard(tp)
 
-    def check(self, in_flight: Callable[[TopicPartition], int]) -> set[TopicPartition]:
+    def check(self, in_flight: Callable[[Partition], int]) -> set[Partition]:
         """Recompute the stalled set over the watched partitions; returns it."""
         now = self._clock()
         stalled = set()

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from streamer.formats.columnar.texts import Texts
+from streamer.model.prediction_schema import include_name
 from streamer.model.signature import Columns
 
-TopicPartition = tuple[str, int]
+Partition = tuple[str, int]  # (topic, partition): a partition of a topic, or of a table source (its file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ class Messages:
         idx = _index(idx)
         return Messages(_pick(self.items, idx), _pick(self.topics, idx), self.partitions[idx], self.offsets[idx])
 
-    def groups(self) -> dict[TopicPartition, np.ndarray]:
+    def groups(self) -> dict[Partition, np.ndarray]:
         """Row indices of each partition, ascending (so its offsets stay in consumption order)."""
         n = len(self.items)
         if n == 0:
@@ -93,17 +94,17 @@ class Messages:
             order = np.argsort(parts, kind="stable")
             cuts = [0, *(np.flatnonzero(np.diff(parts[order])) + 1).tolist(), n]
             return {(topic, int(parts[order[a]])): order[a:b] for a, b in zip(cuts, cuts[1:])}
-        out: dict[TopicPartition, list[int]] = {}
+        out: dict[Partition, list[int]] = {}
         for i, tp in enumerate(zip(self.topics, parts.tolist())):
             out.setdefault(tp, []).append(i)
         return {tp: np.array(rows, np.intp) for tp, rows in out.items()}
 
-    def by_partition(self) -> dict[TopicPartition, np.ndarray]:
+    def by_partition(self) -> dict[Partition, np.ndarray]:
         """The offsets of each partition, in consumption order."""
         return {tp: self.offsets[idx] for tp, idx in self.groups().items()}
 
-    def within(self, tps: Collection[TopicPartition],
-               past_end: Callable[[TopicPartition, np.ndarray], np.ndarray] | None = None) -> Messages:
+    def within(self, tps: Collection[Partition],
+               past_end: Callable[[Partition, np.ndarray], np.ndarray] | None = None) -> Messages:
         """The messages of partitions in ``tps``, less those ``past_end`` says are past an end."""
         groups = self.groups()
         if past_end is None and all(tp in tps for tp in groups):
@@ -114,7 +115,7 @@ class Messages:
                 keep[idx] = True if past_end is None else ~past_end(tp, self.offsets[idx])
         return self if keep.all() else self.take(keep)
 
-    def outside(self, tps: Collection[TopicPartition]) -> np.ndarray:
+    def outside(self, tps: Collection[Partition]) -> np.ndarray:
         """A mask of the rows whose partition is not in ``tps``."""
         mask = np.ones(len(self.items), bool)
         for tp, idx in self.groups().items():
@@ -181,7 +182,7 @@ class Rows:
                     self.event_times[idx], self.features[idx],
                     None if self.passthrough is None else _pick(self.passthrough, idx))
 
-    def without(self, tps: Collection[TopicPartition]) -> Rows:
+    def without(self, tps: Collection[Partition]) -> Rows:
         """These rows less those of partitions ``tps`` (revoked or lost)."""
         mask = self.source.outside(tps)
         return self if mask.all() else self.take(mask)
@@ -232,7 +233,3 @@ def prediction_fields(source: SourceRecord, outputs: Mapping[str, Any], stamp: S
     fields.update(zip((include_name(p) for p in include), source.passthrough, strict=True))
     return fields
 
-
-def include_name(path: str) -> str:
-    """The prediction field a pass-through path becomes: ``card.country`` -> ``card_country``."""
-    return path.replace(".", "_")

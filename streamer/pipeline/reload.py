@@ -25,7 +25,6 @@ the thread ends returns the checked Reload, which the serving model swaps in.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Callable
@@ -36,25 +35,11 @@ import numpy as np
 
 from streamer.config import ModelConfig, model_versions
 from streamer.model.contract import SCORES
+from streamer.model.onnx_file import file_digest
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 
 log = logging.getLogger(__name__)
-
-
-DIGEST_HEX = 12  # of the SHA-256: enough to tell files apart, short enough to read in a header
-
-
-def file_digest(file: Path, strict: bool = False) -> str:
-    """The first :data:`DIGEST_HEX` hex digits of ``file``'s SHA-256. A file that cannot be read:
-    ``""`` (a runner that is not a file's: no digest travels), or with ``strict`` (a reload) the
-    OSError, so the candidate is refused rather than served under a digest it does not have."""
-    try:
-        return hashlib.sha256(file.read_bytes()).hexdigest()[:DIGEST_HEX]
-    except OSError:
-        if strict:
-            raise
-        return ""
 
 
 def file_version(configured: str, place: str | None, runner: ModelRunner, digest: str) -> str:

@@ -22,13 +22,14 @@ from streamer import heap
 from streamer.config import Config
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.model.contract import SCORES
+from streamer.model.onnx_file import file_digest
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 from streamer.pipeline.breaker import Breaker, Fallback
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
 from streamer.pipeline.priority import PriorityGate
 from streamer.pipeline.records import Rows
-from streamer.pipeline.reload import Reload, Reloader, file_digest, file_version, served_file
+from streamer.pipeline.reload import Reload, Reloader, file_version, served_file
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]

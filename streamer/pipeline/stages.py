@@ -40,9 +40,10 @@ from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
 from streamer.formats.protobuf import ConfluentProtobufCodec
 from streamer.model.contract import FEATURES, SCORES, Contract
+from streamer.model.prediction_schema import include_name
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
-from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, include_name, prediction_fields
+from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 
 Reject = tuple[RecordError, Any]  # why a row failed, and the consumed message it came from

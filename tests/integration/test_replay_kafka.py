@@ -17,9 +17,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streamer.commands.demo import synthetic_events
-from streamer.commands.replay import ReplayFinishedError, When, parse_when, run_replay
+from streamer.commands.replay import run_replay
 from streamer.config import Config
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, ReplayFinishedError
+from streamer.kafka.ranges import When, parse_when
 from streamer.wiring import build_processor, input_codec, output_codec
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, run_until_outputs
 from tests.support.faults import read_all, wait_until, write_config

@@ -10,9 +10,10 @@ import duckdb
 import pytest
 
 from streamer.commands.lake import Target, run_lake_replay
-from streamer.commands.replay import ReplayFinishedError, When
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
+from streamer.errors import ReplayFinishedError
+from streamer.kafka.ranges import When
 from tests.conftest import Topics, make_config
 from tests.integration.test_replay_kafka import produce_stamped
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from streamer.commands.lake import Target, run_lake_replay
-from streamer.commands.replay import When
 from streamer.config_file import load_config
+from streamer.kafka.ranges import When
 from tests.conftest import Topics, make_config
 from tests.integration.test_replay_kafka import produce_stamped
 from tests.lake.test_replay_lake_kafka import iceberg, recent

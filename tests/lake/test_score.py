@@ -18,11 +18,10 @@ import pytest
 from streamer.cli import main
 from streamer.commands.demo import synthetic_events
 from streamer.commands.lake import Target, run_score
-from streamer.commands.replay import ReplayFinishedError
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
 from streamer.config_file import load_config
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, ReplayFinishedError
 from tests.conftest import EXAMPLE
 from tests.lake.test_replay_lake_kafka import iceberg
 

@@ -12,9 +12,10 @@ import onnxruntime as ort
 import pytest
 
 from streamer.cli import main
+from streamer.commands.model import calibration_rows
 from streamer.errors import ConfigError
-from streamer.model.optimize import calibration_rows, optimize
-from streamer.pipeline.reload import file_digest
+from streamer.model.onnx_file import file_digest
+from streamer.model.optimize import optimize
 from tests.conftest import ROOT, Topics, make_config
 
 HEAVY = ROOT / "models" / "fraud_encoder.onnx"

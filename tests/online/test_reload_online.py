@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from streamer.config import OnlineConfig
-from streamer.pipeline.reload import file_digest
+from streamer.model.onnx_file import file_digest
 from streamer.wiring import checked_runner, output_codec, serving
 from tests.conftest import ROOT
 from tests.online.doubler import TIMEOUT_S, free_port, running

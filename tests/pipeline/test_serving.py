@@ -439,7 +439,8 @@ def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fai
 
 
 def test_a_file_that_cannot_be_read_for_its_digest_is_refused_by_a_reload(tmp_path: Path) -> None:
-    from streamer.pipeline.reload import file_digest, file_version
+    from streamer.model.onnx_file import file_digest
+    from streamer.pipeline.reload import file_version
 
     gone = tmp_path / "gone.onnx"
     runner = FunctionRunner(lambda x: x[:, :1], N)  # declares no version
