@@ -95,7 +95,7 @@ from streamer.kafka.ranges import When  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.model.contract import SCORES  # noqa: E402
 from streamer.observe.stats import Stats  # noqa: E402
-from streamer.pipeline.records import Stamp, prediction_fields  # noqa: E402
+from streamer.pipeline.records import ModelId, Stamp, prediction_fields  # noqa: E402
 from streamer.pipeline.validate import EventValidator  # noqa: E402
 from streamer.testing import PoisonRunner, score_matrix  # noqa: E402
 from streamer.wiring import build_processor, checked_runner, input_codec, model_runner, output_codec  # noqa: E402
@@ -513,7 +513,7 @@ def naive(cfg: Config, n: int) -> float:
         rec = validator.to_record(decoder.decode(m.value()), m.topic(), m.partition(), m.offset(),
                                   m.key(), m.timestamp()[1])
         score = score_matrix(runner, rec.features[None, :])[0]
-        fields = prediction_fields(rec, {SCORES: score.tolist()}, Stamp(cfg.model.name, cfg.model.version, int(time.time() * 1000)))
+        fields = prediction_fields(rec, {SCORES: score.tolist()}, Stamp(ModelId(cfg.model.name, cfg.model.version), int(time.time() * 1000)))
         producer.produce(cfg.output.topic, encoder.encode(fields), m.key())
         if producer.flush(30):
             raise RuntimeError("naive loop: a prediction was not acknowledged")

@@ -19,8 +19,7 @@ from streamer.model.runner import ModelRunner
 from streamer.observe.health import Status
 from streamer.observe.metrics import Metrics
 from streamer.pipeline.batcher import Batch
-from streamer.pipeline.isolate import Scored
-from streamer.pipeline.records import Partition, Rows
+from streamer.pipeline.records import Partition, Rows, Scored
 from streamer.pipeline.serving import Serving
 
 

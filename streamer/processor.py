@@ -37,7 +37,7 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.broken import wholly_broken
 from streamer.pipeline.inference import Inference, Scoring
-from streamer.pipeline.records import Partition, Rows, Stamp
+from streamer.pipeline.records import ModelId, Partition, Rows, Stamp
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class Processor:
     def _open(self) -> None:
         self.serving.warm_up()
         self._inference.start()  # pipelined: the inference thread
-        self._account.started(self.serving.provider, self.serving.version)
+        self._account.started(self.serving.provider, self.serving.model.version)
         side = self._open_kafka(self._tracker, self._clock, self.scope.commit_metadata,
                                 self._progress.on_stats if self._observed else None,
                                 on_full=lambda: self._collect_acks(timeout_s=0.05))
@@ -296,11 +296,10 @@ class Processor:
         batch, out = done.batch, done.out
         self._account.breaker(self.serving.breaker.state.value)
         self._gate.model_answered()
-        stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.scope.run_id, out.degraded,
-                      out.digest)
+        stamp = Stamp.of(out, int(time.time() * 1000), self.scope.run_id)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
         self._observe.scored(batch, done.seconds, out, rows)
-        self._dead_letter(rejects, (out.model, out.version, out.digest))  # named by the model that scored them
+        self._dead_letter(rejects, out.model)  # named by the model that scored them
         return Predictions(self.cfg.output.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
@@ -334,9 +333,9 @@ class Processor:
         self._account.stopped(self._failed)
 
     def _dead_letter(self, rejects: Sequence[tuple[RecordError, Message]],
-                     scored_by: tuple[str, str, str] | None = None) -> None:
+                     scored_by: ModelId | None = None) -> None:
         """Dead letters as one unit, named by ``scored_by``, the model that scored them (default: serving)."""
-        name, version, digest = scored_by or (self.cfg.model.name, self.serving.version, self.serving.digest)
+        model = scored_by or self.serving.model
         self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
-                                         model_name=name, model_version=version, model_digest=digest)
+                                         model=model)
                               for error, message in rejects])

@@ -39,8 +39,7 @@ from streamer.model.outputs import decision_scores
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
-from streamer.pipeline.isolate import Scored
-from streamer.pipeline.records import Rows, Stamp
+from streamer.pipeline.records import ModelId, Rows, Scored, Stamp
 from streamer.pipeline.stages import Stages
 
 log = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ class Challenger:
 
     def __init__(self, spec: ChallengerConfig, runner: ModelRunner, depth: int) -> None:
         self.name, self.version, self.runner = spec.name, spec.version, runner
-        self.digest = file_digest(spec.path)  # its predictions' model_digest
+        self.model = ModelId(spec.name, spec.version, file_digest(spec.path))  # what its predictions carry
         self.inbox: queue.Queue[_Job | None] = queue.Queue(maxsize=depth)
         self.done: queue.Queue[_Done] = queue.Queue()
         self.thread = threading.Thread(target=self._work, name=f"shadow-{spec.name}", daemon=True)
@@ -171,9 +170,8 @@ class Shadow:
             self._failed(c, "score", f"answered {scores!r} for {n} rows")
             return
         self._compare(c, done.job.champion, scores)
-        rows, values, rejects = self._stages.encode(done.job.rows, scores, {},
-                                                    Stamp(c.name, c.version, int(time.time() * 1000),
-                                                          model_digest=c.digest))
+        stamp = Stamp.of(Scored(scores, model=c.model, provider=c.runner.provider), int(time.time() * 1000))
+        rows, values, rejects = self._stages.encode(done.job.rows, scores, {}, stamp)
         if rejects:
             self._failed(c, "encode", f"{len(rejects)} predictions could not be encoded: {rejects[0][0]}",
                          count=len(rejects))

@@ -40,8 +40,8 @@ from streamer.model.runner import ModelRunner, OnnxRunner, cuda_options
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.pipeline.breaker import Fallback
-from streamer.pipeline.records import Partition
-from streamer.pipeline.reload import check_candidate, file_version, served_file
+from streamer.pipeline.records import ModelId, Partition
+from streamer.pipeline.reload import check_candidate, file_version, served_file, served_model
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Stages
 from streamer.processor import Processor
@@ -150,7 +150,7 @@ def _fallback_width(cfg: Config, path: Path) -> int:
 
 
 def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
-            encoder: Codec | None = None) -> Serving:
+            encoder: Codec | None = None, label: str | None = None) -> Serving:
     """``runner`` serving, reloaded from ``model.path``, with the configured fallback and
     challengers (whose predictions ``encoder``, the output codec, writes)."""
     m = cfg.model
@@ -168,8 +168,9 @@ def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
         if m.fallback_path is not None:
             runner_of_fallback = checked_runner(cfg, m.fallback_path, "model.fallback_path", like=runner)
             version = file_version("", None, runner_of_fallback, file_digest(m.fallback_path))
-        fallback = Fallback(runner_of_fallback, m.fallback_scores, name=f"{m.name}-fallback", version=version)
-    return Serving(cfg, runner, time.monotonic, load=lambda path: model_runner(cfg, path), fallback=fallback,
+        fallback = Fallback(runner_of_fallback, m.fallback_scores, ModelId(f"{m.name}-fallback", version))
+    return Serving(m, cfg.processing, cfg.batching.max_size, runner, time.monotonic,
+                   model=served_model(m, runner, label), load=lambda path: model_runner(cfg, path), fallback=fallback,
                    shadow=shadow(cfg, runner, metrics, encoder))
 
 
@@ -249,9 +250,7 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
     if clients is None:
         check_topics(cfg, stopping=stopping)
         topics = topic_wait(cfg)
-    served = serving(cfg, runner, metrics, encoder)
-    if model_version is not None:
-        served.relabel(model_version)
+    served = serving(cfg, runner, metrics, encoder, model_version)
     health = None
     if cfg.metrics.enabled:
         exported = registry

@@ -88,7 +88,7 @@ def test_a_model_swap_settles_the_heap_and_a_refused_one_does_not(tmp_path: Path
     model = write_model(tmp_path / "model.onnx", version="1")
     serving, clock = reloading(serving_config(model, reload_check_ms=0))
     settled: list[str] = []
-    monkeypatch.setattr(heap, "settle", lambda: settled.append(serving.version))
+    monkeypatch.setattr(heap, "settle", lambda: settled.append(serving.model.version))
     write_model(model, seed=10, version="2")
     serving.ask_reload()
     assert next_reload(serving, clock).runner is not None

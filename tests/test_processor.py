@@ -30,11 +30,10 @@ from streamer.kafka.topics import TopicWait
 from streamer.observe.metrics import Metrics
 from streamer.observe.stats import Stats
 from streamer.pipeline.inference import FULL
-from streamer.pipeline.serving import Serving
 from streamer.processor import Processor
 from streamer.testing import FakeClock, FunctionRunner
 from streamer.wiring import open_kafka, output_codec
-from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka
+from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka, serving_of
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "features"
@@ -65,7 +64,7 @@ class Harness:
         runner = runner or FunctionRunner(lambda x: x[:, :1], 32)
         self.clock = FakeClock()  # each pass of the loop takes 10 ms of it
         self.metrics = metrics
-        wiring = Wiring(cfg, Serving(cfg, runner, self.clock), decoder or JsonCodec(cfg.input.max_message_bytes),
+        wiring = Wiring(cfg, serving_of(cfg, runner, self.clock), decoder or JsonCodec(cfg.input.max_message_bytes),
                         output_codec(cfg), open_kafka(cfg, clients), metrics=metrics, clock=self.clock,
                         topics=topics)
         self.processor = Processor(wiring)

@@ -18,7 +18,7 @@ from streamer.formats.json_events import JsonCodec
 from streamer.model.contract import Contract
 from streamer.model.signature import Columns
 from streamer.observe.metrics import Metrics
-from streamer.pipeline.isolate import Scored
+from streamer.pipeline.records import ModelId, Scored
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow
 from streamer.testing import FakeClock, FunctionRunner, matrix_signature
@@ -58,7 +58,7 @@ def make(tmp_path: Path, runners: dict[str, Any], **shadow: object) -> tuple[Sha
 
 
 def champion(features: np.ndarray, degraded: str | None = None) -> Scored:
-    return Scored(Columns({"scores": features[:, :1].copy()}), version="1", provider="cpu", degraded=degraded)
+    return Scored(Columns({"scores": features[:, :1].copy()}), model=ModelId("m", "1"), provider="cpu", degraded=degraded)
 
 
 def drain(s: Shadow) -> None:

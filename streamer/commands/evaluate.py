@@ -205,7 +205,8 @@ def _labels(cfg: Config, spec: LabelsFrom | None) -> Known | None:
 
 
 def _info(house: LakeHouse, path: Path) -> ModelInfo:
-    return ModelInfo(house.cfg.model.name, house.serving.version, house.serving.digest, str(path))
+    model = house.serving.model
+    return ModelInfo(model.name, model.version, model.digest, str(path))
 
 
 def _range_text(plan: Ranges, obs: Any) -> str:

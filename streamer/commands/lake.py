@@ -121,9 +121,7 @@ def lake_house(cfg: Config, model_path: Path | None = None, model_version: str |
                                 version=model_version or cfg.model.version, reload_check_ms=0))
     runner = checked_runner(cfg, model_path, key, like)
     encoder = output_codec(cfg, runner)
-    served = serving(cfg, runner, None, encoder)
-    if model_version is not None:
-        served.relabel(model_version)
+    served = serving(cfg, runner, None, encoder, model_version)
     columns = PredictionColumns(prediction_arrow_schema(prediction_schema(cfg, runner)), cfg.output.include)
     return LakeHouse(cfg, runner, served, encoder, columns)
 

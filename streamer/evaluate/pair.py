@@ -27,8 +27,7 @@ from streamer.evaluate.observations import ModelTiming, Observations
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
 from streamer.model.outputs import decision_scores
 from streamer.model.signature import Columns
-from streamer.pipeline.isolate import Scored
-from streamer.pipeline.records import Rows, Stamp
+from streamer.pipeline.records import Rows, Scored, Stamp
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.stages import Reject, without_poison
 
@@ -80,7 +79,7 @@ class PairScorer:
         self.sides = (champion, candidate)
         self.columns, self.pair, self.run_id, self.threshold = columns, pair, run_id, threshold
         self.outcomes = outcomes
-        self.timings = (ModelTiming("champion", champion.version), ModelTiming("candidate", candidate.version))
+        self.timings = (ModelTiming("champion", champion.model.version), ModelTiming("candidate", candidate.model.version))
         self._clock, self._cpu = clock, cpu
         self._parts: list[tuple[np.ndarray, ...]] = []  # per batch: times, scores and labels of both
         self._outcomes: list[np.ndarray] = []  # per batch, with --labels FIELD
@@ -103,8 +102,7 @@ class PairScorer:
         kept, rows, champion, rejects = without_poison(rows, outs[0].scores, poison)
         scores = [champion, outs[1].scores[kept] if len(kept) < len(outs[1].scores) else outs[1].scores]
         now = int(time.time() * 1000)
-        tables = [self.columns.table(rows, s, Stamp(out.model, out.version, now, self.run_id, None, out.digest))
-                  for s, out in zip(scores, outs, strict=True)]
+        tables = [self.columns.table(rows, s, Stamp.of(out, now, self.run_id)) for s, out in zip(scores, outs, strict=True)]
         self._observe(rows, scores)
         return self.pair.table(tables), rejects
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from streamer.errors import RecordError, frames
 from streamer.kafka.messages import Output
+from streamer.pipeline.records import ModelId
 
 Headers = list[tuple[str, bytes]]
 HEADER_PREFIX = "streamer.dlq."
@@ -121,13 +122,13 @@ _DIRECT = "The above exception was the direct cause of the following exception:"
 _DURING = "During handling of the above exception, another exception occurred:"
 
 
-def letter_for(error: RecordError, message: Any, *, dlq_topic: str, group_id: str, model_name: str,
-               model_version: str, model_digest: str = "") -> Output:
-    """The output that dead-letters consumed ``message`` for ``error`` (coordinates filled in)."""
+def letter_for(error: RecordError, message: Any, *, dlq_topic: str, group_id: str, model: ModelId) -> Output:
+    """The output that dead-letters consumed ``message`` for ``error`` (coordinates filled in),
+    named by ``model``, the one that scored it (or serves, for a row refused before scoring)."""
     error.at(message.topic(), message.partition(), message.offset(), message.value())
     letter = dead_letter(error, dlq_topic=dlq_topic, key=message.key(), original_headers=message.headers(),
                          timestamp_ms=message.timestamp()[1], group_id=group_id,
-                         model_name=model_name, model_version=model_version, model_digest=model_digest)
+                         model_name=model.name, model_version=model.version, model_digest=model.digest)
     log.debug("dead letter %s at %s: %s", error.stage, error.coordinates(), error)
     return Output(letter.topic, letter.key, letter.value, letter.headers, message, stage=letter.stage)
 

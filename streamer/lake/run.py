@@ -75,9 +75,8 @@ class Predictions:
 
     def score(self, rows: Rows) -> tuple[pa.Table, list[Reject]]:
         out = self.serving.score(rows)  # ModelBrokenError: the run fails, resumable
-        stamp = Stamp(out.model, out.version, int(time.time() * 1000), self.run_id, out.degraded, out.digest)
         _, rows, scores, rejects = without_poison(rows, out.scores, out.poison)
-        return self.columns.table(rows, scores, stamp), rejects
+        return self.columns.table(rows, scores, Stamp.of(out, int(time.time() * 1000), self.run_id)), rejects
 
 
 class LakeRun:

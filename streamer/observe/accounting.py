@@ -23,8 +23,7 @@ from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.observe.report import ProgressLog
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import Batch
-from streamer.pipeline.isolate import Scored
-from streamer.pipeline.records import Rows
+from streamer.pipeline.records import Rows, Scored
 from streamer.pipeline.reload import Reload
 
 log = logging.getLogger(__name__)
@@ -93,7 +92,7 @@ class Accounting:
         m.batch_size.observe(len(batch.rows))
         m.flushes.labels(batch.reason).inc()
         m.batch_wait.observe(batch.wait_s)
-        m.inference.labels(out.model or self._model[0], out.version, out.provider).observe(seconds)
+        m.inference.labels(out.model.name or self._model[0], out.model.version, out.provider).observe(seconds)
         if out.degraded is not None:
             s.degraded += len(batch.rows)
             m.degraded.inc(len(batch.rows))

@@ -27,7 +27,7 @@ from streamer.config import Config
 from streamer.errors import BadRequest, Refused, ValidationError
 from streamer.online.dispatch import Dispatcher
 from streamer.online.http import TIMEOUT_HEADER, json_error, read_body, timeout_s
-from streamer.pipeline.records import Stamp, prediction_fields
+from streamer.pipeline.records import ModelId, Stamp, prediction_fields
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.validate import EventValidator
 
@@ -71,7 +71,7 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
         except Refused as exc:
             return json_error(exc.status, str(exc), exc.headers)
         outputs = {k: _value(v[0]) for k, v in answer.outputs.items()}
-        stamp = Stamp(answer.model, answer.version, now_ms, None, answer.degraded, answer.digest)
+        stamp = Stamp(ModelId(answer.model, answer.version, answer.digest), now_ms, None, answer.degraded)
         return Response(orjson.dumps(prediction_fields(record, outputs, stamp, cfg.output.include)),
                         media_type="application/json")
 

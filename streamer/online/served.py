@@ -70,7 +70,7 @@ class ServedModel:
 
     @property
     def version(self) -> str:
-        return self.serving.version
+        return self.serving.model.version
 
     def ready(self) -> bool:
         return self.readiness.is_set()
@@ -129,7 +129,7 @@ class ServedModel:
         if self.drift is not None:
             self.drift.add(features)
         # rows the model fails on alone: their requests get the model's error, the others their scores
-        return Scoring(dict(out.scores.arrays), out.model, out.version, out.digest, out.degraded,
+        return Scoring(dict(out.scores.arrays), out.model.name, out.model.version, out.model.digest, out.degraded,
                        {row: str(error) for row, error in out.poison.items()})
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from streamer.model.contract import SCORES
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
-from streamer.pipeline.isolate import Scored
+from streamer.pipeline.records import ModelId, Scored
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +83,17 @@ class Breaker:
 
 class Fallback:
     """The degraded answer: a simpler model, or the same constant row for every event. Its
-    predictions carry its own ``name`` and ``version`` (and the degraded reason), never the
-    serving model's."""
+    predictions carry its own name and version (and the degraded reason), never the serving
+    model's."""
 
     def __init__(self, runner: ModelRunner | None, scores: tuple[float, ...] | None,
-                 name: str = "fallback", version: str = "constant") -> None:
-        self.runner, self.name, self.version = runner, name, version
+                 model: ModelId = ModelId("fallback", "constant")) -> None:
+        self.runner, self.model = runner, model
         self._row = None if scores is None else np.asarray(scores, np.float32).reshape(1, -1)
 
     def score(self, features: Columns) -> Scored:
         if self.runner is None:
             assert self._row is not None
-            return Scored(Columns({SCORES: np.repeat(self._row, len(features), axis=0)}), calls=0)
-        return Scored(self.runner.run(features), calls=1)
+            return Scored(Columns({SCORES: np.repeat(self._row, len(features), axis=0)}), calls=0, model=self.model,
+                          provider="fallback")
+        return Scored(self.runner.run(features), calls=1, model=self.model, provider="fallback")

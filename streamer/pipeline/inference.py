@@ -38,8 +38,7 @@ from dataclasses import dataclass
 
 from streamer.errors import ModelBrokenError
 from streamer.pipeline.batcher import Batch
-from streamer.pipeline.isolate import Scored
-from streamer.pipeline.records import Rows
+from streamer.pipeline.records import Rows, Scored
 from streamer.pipeline.serving import Serving
 
 log = logging.getLogger(__name__)

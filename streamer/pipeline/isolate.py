@@ -31,29 +31,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from streamer.errors import InferenceError, ModelBrokenError, TransientInferenceError, detach
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
-
-
-@dataclass(frozen=True, slots=True)
-class Scored:
-    """One scored batch: the results of the good rows, an error for each poison row, and the
-    model that scored it (serving.py returns a copy that names it); ``degraded`` is the reason
-    the fallback did instead."""
-
-    scores: Columns  # by prediction field; poison rows hold NaN (or 0, '')
-    poison: dict[int, InferenceError] = field(default_factory=dict)
-    calls: int = 0  # model calls made, the first one included
-    bisections: int = 0  # batches split in two
-    model: str = ""  # the name of the model that scored it (the fallback's, when it did)
-    version: str = ""  # of the model that scored it
-    digest: str = ""  # of the model file that scored it ("": none, a fallback or a runner not from a file)
-    provider: str = ""  # its execution provider, or 'fallback'
-    degraded: str | None = None
+from streamer.pipeline.records import Scored
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,12 @@ Worked example: three messages of partitions 0, 1, 0 (offsets 7, 3, 8)::
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from streamer.errors import InferenceError
 from streamer.formats.columnar.texts import Texts
 from streamer.model.prediction_schema import include_name
 from streamer.model.signature import Columns
@@ -197,19 +198,73 @@ class Rows:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelId:
+    """Which model scored: its name (a fallback's is ``<model.name>-fallback``), its version label
+    and the digest of its file (onnx_file.file_digest; "": none, a fallback or a runner not from a file)."""
+
+    name: str
+    version: str
+    digest: str = ""
+
+
+NO_MODEL = ModelId("", "")  # a batch not yet named by the serving that scored it
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One scored batch, the one shape every mode hands on: the results of the good rows, an
+    error for each poison row, the model that scored it (the serving names it), and ``degraded``,
+    the reason the fallback scored instead."""
+
+    scores: Columns  # by prediction field; poison rows hold NaN (or 0, '')
+    poison: dict[int, InferenceError] = field(default_factory=dict)
+    calls: int = 0  # model calls made, the first one included
+    bisections: int = 0  # batches split in two
+    model: ModelId = NO_MODEL
+    provider: str = ""  # its execution provider, or 'fallback'
+    degraded: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def rows(self, lo: int, hi: int) -> Scored:
+        """Rows ``[lo, hi)`` of the batch, their poison rows numbered from ``lo``: one request's
+        share of an online batch."""
+        poison = {i - lo: e for i, e in self.poison.items() if lo <= i < hi}
+        return replace(self, scores=self.scores[lo:hi], poison=poison)
+
+
+@dataclass(frozen=True, slots=True)
 class Stamp:
     """What every prediction of a batch says about its scoring: the model that scored it (a
-    fallback's predictions name the fallback, ``<model.name>-fallback``, and are flagged
-    ``degraded`` with the reason), when, the replay run (None: live scoring), and the digest of
-    the model file that scored it (reload.file_digest; "": no file did; None: not written, the
-    output schema has no ``model_digest`` field)."""
+    fallback's predictions name the fallback and are flagged ``degraded`` with the reason), when,
+    and the run (None: live scoring). ``with_digest``: the output schema has a ``model_digest``
+    field (a user's may leave it out)."""
 
-    model_name: str
-    model_version: str
+    model: ModelId
     scored_at_ms: int
     run_id: str | None = None
     degraded: str | None = None
-    model_digest: str | None = ""
+    with_digest: bool = True
+
+    @classmethod
+    def of(cls, scored: Scored, scored_at_ms: int, run_id: str | None = None) -> Stamp:
+        """The stamp of a scored batch: the one way every mode (the stream, the lake, evaluate,
+        online, the challengers) names what scored its predictions."""
+        return cls(scored.model, scored_at_ms, run_id, scored.degraded)
+
+    @property
+    def model_name(self) -> str:
+        return self.model.name
+
+    @property
+    def model_version(self) -> str:
+        return self.model.version
+
+    @property
+    def model_digest(self) -> str | None:
+        """The digest written, None where the output schema has no field for it."""
+        return self.model.digest if self.with_digest else None
 
 
 def prediction_fields(source: SourceRecord, outputs: Mapping[str, Any], stamp: Stamp,

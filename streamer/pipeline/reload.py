@@ -38,6 +38,7 @@ from streamer.model.contract import SCORES
 from streamer.model.onnx_file import file_digest
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
+from streamer.pipeline.records import ModelId
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,14 @@ def file_version(configured: str, place: str | None, runner: ModelRunner, digest
         return configured
     declared = place or getattr(runner, "declared_version", None)
     return str(declared) if declared else digest or "?"
+
+
+def served_model(m: ModelConfig, runner: ModelRunner, label: str | None = None) -> ModelId:
+    """The name, version label and digest of the file ``model.path`` serves, loaded as ``runner``;
+    ``label``: a version given verbatim (``replay --model-version``), whatever the file says."""
+    file, place = served_file(m)
+    digest = file_digest(file)
+    return ModelId(m.name, label or file_version(m.version, place, runner, digest), digest)
 
 
 def served_file(m: ModelConfig) -> tuple[Path, str | None]:

@@ -19,17 +19,16 @@ from pathlib import Path
 from typing import Protocol
 
 from streamer import heap
-from streamer.config import Config
+from streamer.config import ModelConfig, ProcessingConfig
 from streamer.errors import InferenceError, ModelBrokenError
 from streamer.model.contract import SCORES
-from streamer.model.onnx_file import file_digest
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 from streamer.pipeline.breaker import Breaker, Fallback
-from streamer.pipeline.isolate import BatchScorer, IsolationPolicy, Scored
+from streamer.pipeline.isolate import BatchScorer, IsolationPolicy
 from streamer.pipeline.priority import PriorityGate
-from streamer.pipeline.records import Rows
-from streamer.pipeline.reload import Reload, Reloader, file_version, served_file
+from streamer.pipeline.records import ModelId, Rows, Scored
+from streamer.pipeline.reload import Reload, Reloader, served_model
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -38,8 +37,7 @@ Clock = Callable[[], float]
 @dataclass(frozen=True, slots=True)
 class _Model:
     runner: ModelRunner
-    version: str
-    digest: str  # of its file (reload.file_digest); "" for a runner not from a file
+    model: ModelId  # its name, version label and file digest ("" for a runner not from a file)
     scorer: BatchScorer
     breaker: Breaker
 
@@ -60,33 +58,33 @@ class Beside(Protocol):
 class Serving:
     """The serving model, its reloads, its fallback behind a breaker, and its challengers."""
 
-    def __init__(self, cfg: Config, runner: ModelRunner, clock: Clock,
-                 load: Callable[[Path], ModelRunner] | None = None, fallback: Fallback | None = None,
-                 shadow: Beside | None = None) -> None:
-        m, p = cfg.model, cfg.processing
-        self._m, self._clock, self._rows = m, clock, cfg.batching.max_size
+    def __init__(self, m: ModelConfig, p: ProcessingConfig, rows: int, runner: ModelRunner, clock: Clock, *,
+                 model: ModelId | None = None, load: Callable[[Path], ModelRunner] | None = None,
+                 fallback: Fallback | None = None, shadow: Beside | None = None) -> None:
+        """``rows``: a batch's size (``batching.max_size``: warm-ups, a reload's probe);
+        ``model``: the serving model's name, version label and digest (default: its file's, as a
+        reload names it: reload.served_model)."""
+        self._m, self._clock, self._rows = m, clock, rows
         self._policy = IsolationPolicy(max_poison_fraction=p.max_poison_fraction)
         self._broken_after = p.broken_after_failed_batches
         self.fallback, self.shadow = fallback, shadow
         # The serving model as one value, swapped in one assignment: a batch scored on the
         # inference thread (pipelined) while the loop swaps names the model that scored it.
-        file, place = served_file(m)
-        digest = file_digest(file)
-        self._current = self._model(runner, file_version(m.version, place, runner, digest), digest)
+        self._current = self._model(runner, model or served_model(m, runner))
         self._timeout_s = m.timeout_ms / 1000
         self._width = 0  # the serving model's output width, once known
         self._last: Columns | None = None  # the last live batch: a candidate's probe
-        self.reloader = Reloader(m, load, clock, cfg.batching.max_size)
+        self.reloader = Reloader(m, load, clock, rows)
         self.gate = PriorityGate()  # the stream and the online server call one model: online first
         self.warmed = threading.Event()  # set once warm_up() ran: the challengers take batches
 
-    def _model(self, runner: ModelRunner, version: str, digest: str) -> _Model:
+    def _model(self, runner: ModelRunner, model: ModelId) -> _Model:
         """A model to serve, with a scorer and a closed breaker of its own (a new version does
         not inherit its predecessor's failures, even those of batches still in flight)."""
         m = self._m
         breaker = Breaker(m.breaker_failures, m.breaker_probe_ms / 1000, m.breaker_probe_max_ms / 1000,
                           self._clock)
-        return _Model(runner, version, digest, BatchScorer(runner, self._policy, self._broken_after), breaker)
+        return _Model(runner, model, BatchScorer(runner, self._policy, self._broken_after), breaker)
 
     @property
     def runner(self) -> ModelRunner:
@@ -97,17 +95,9 @@ class Serving:
         return self._current.breaker
 
     @property
-    def version(self) -> str:
-        return self._current.version
-
-    @property
-    def digest(self) -> str:
-        """The serving file's digest (reload.file_digest): its predictions' ``model_digest``."""
-        return self._current.digest
-
-    def relabel(self, version: str) -> None:
-        """Name the serving model ``version`` whatever its file says (``replay --model-version``)."""
-        self._current = replace(self._current, version=version)
+    def model(self) -> ModelId:
+        """The serving model's name, version label and file digest: what its predictions carry."""
+        return self._current.model
 
     @property
     def provider(self) -> str:
@@ -162,8 +152,7 @@ class Serving:
         scores = scored.scores.arrays.get(SCORES)
         if len(scored.poison) < len(scored.scores) and scores is not None:
             self._width = scores.shape[1]  # the serving width: what a candidate must give
-        return replace(scored, model=self._m.name, version=model.version, digest=model.digest,
-                       provider=model.runner.provider)
+        return replace(scored, model=model.model, provider=model.runner.provider)
 
     def _degraded(self, model: _Model, features: Columns, reason: str) -> Scored:
         assert self.fallback is not None
@@ -171,8 +160,7 @@ class Serving:
             scored = self.fallback.score(features)
         except InferenceError as exc:
             raise ModelBrokenError(f"{reason}; and the fallback fails too: {exc}") from exc
-        return replace(scored, model=self.fallback.name, version=self.fallback.version, provider="fallback",
-                       degraded=reason)
+        return replace(scored, degraded=reason)
 
     # ---- reloads --------------------------------------------------------------------------
 
@@ -185,7 +173,7 @@ class Serving:
         refused one reported (the Reloader starts loads when ``model.path`` changes)."""
         if self.shadow is not None:
             self.shadow.pump()
-        done = self.reloader.poll(self.runner, self.version, self._width, self._last)
+        done = self.reloader.poll(self.runner, self.model.version, self._width, self._last)
         if done is not None and done.runner is not None:
             self.swap(done)
         return done
@@ -194,7 +182,7 @@ class Serving:
         """Serve a checked candidate from the next batch on, with a closed breaker of its own (a
         batch still in flight on the inference thread names the model that scored it)."""
         assert done.runner is not None, "a refused candidate is never swapped in"
-        self._current = self._model(done.runner, done.version, done.digest)
+        self._current = self._model(done.runner, ModelId(self._m.name, done.version, done.digest))
         heap.settle()  # the old model is garbage now: collected before the heap is frozen again
         log.warning("model version %s swapped in from %s, %.2f s after the change", done.version, done.file,
                     done.seconds)

@@ -179,7 +179,7 @@ class Stages:
         is the prediction of row j of ``kept``; rows the model failed on alone are rejects.
         ``scores``: the prediction fields' columns."""
         if not self._digest:
-            stamp = replace(stamp, model_digest=None)
+            stamp = replace(stamp, with_digest=False)
         if self.fast_encoder is None:
             kept, values, rejects = encode_batch(rows, scores, poison, self.encoder, stamp, self.include)
             return (rows if len(kept) == len(rows) else rows.take(kept)), values, rejects

@@ -12,6 +12,7 @@ from streamer import cli
 from streamer.commands import replay
 from streamer.config import Config, with_overrides
 from streamer.config_file import load_config
+from streamer.kafka.ranges import When
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
@@ -65,9 +66,9 @@ def test_a_replay_batches_large_unless_overridden(no_broker: list[Config]) -> No
     big = with_overrides(cfg, batching={"max_size": 8192})
     for args in ({}, {"batch_size": 64}, {"batch_size": 64, "max_wait_ms": 5}):
         with pytest.raises(Planned):
-            replay.run_replay(cfg, replay.When("earliest"), run_id="r", **args)  # type: ignore[arg-type]
+            replay.run_replay(cfg, When("earliest"), run_id="r", **args)  # type: ignore[arg-type]
     with pytest.raises(Planned):
-        replay.run_replay(big, replay.When("earliest"), run_id="r")
+        replay.run_replay(big, When("earliest"), run_id="r")
     assert [(c.batching.max_size, c.batching.max_wait_ms) for c in no_broker] == [
         (replay.REPLAY_BATCH_SIZE, cfg.batching.max_wait_ms), (64, cfg.batching.max_wait_ms), (64, 5),
         (8192, cfg.batching.max_wait_ms)]
@@ -85,36 +86,13 @@ def test_cli_flags_override_the_replay_defaults(no_broker: list[Config]) -> None
         (replay.REPLAY_BATCH_SIZE, cfg.batching.max_wait_ms), (128, 200)]
 
 
-class Marks:
-    """A consumer that knows each partition's watermarks (what resolve asks of the broker)."""
-
-    def __init__(self, marks: dict[int, tuple[int, int]]) -> None:
-        self.marks = marks
-
-    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
-        return self.marks[tp.partition]
-
-
-def test_partition_offset_bounds_replay_the_listed_partitions_only() -> None:
-    from confluent_kafka import TopicPartition
-
-    tps = [TopicPartition("t", p) for p in range(3)]
-    consumer = Marks({0: (0, 100), 1: (10, 50), 2: (0, 70)})
-    got = replay.resolve(consumer, tps, replay.parse_when("0:5,1:5", "--from"), replay.When("latest"))  # type: ignore[arg-type]
-    assert got == {("t", 0): (5, 100), ("t", 1): (10, 50), ("t", 2): (0, 0)}  # 1:5 is below its start
-    got = replay.resolve(consumer, tps, replay.When("earliest"), replay.parse_when("2:20", "--to"))  # type: ignore[arg-type]
-    assert got == {("t", 0): (0, 0), ("t", 1): (10, 10), ("t", 2): (0, 20)}
-    assert replay.resolve(consumer, tps, replay.When("earliest"), replay.When("latest")) == {  # type: ignore[arg-type]
-        ("t", 0): (0, 100), ("t", 1): (10, 50), ("t", 2): (0, 70)}
-
-
 def test_the_replay_metrics_server_takes_a_free_port_beside_the_live_one(no_broker: list[Config]) -> None:
     from dataclasses import replace
 
     cfg = load_config(EXAMPLE)
     cfg = replace(cfg, metrics=replace(cfg.metrics, enabled=True, port=9400))
     with pytest.raises(Planned):
-        replay.run_replay(cfg, replay.When("earliest"), run_id="r")
+        replay.run_replay(cfg, When("earliest"), run_id="r")
     assert no_broker[0].metrics.port == 0 and no_broker[0].metrics.enabled
 
 

@@ -16,8 +16,7 @@ from streamer.evaluate.pair import PairColumns, PairScorer
 from streamer.formats.avro import load_schema
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
 from streamer.model.signature import Columns
-from streamer.pipeline.isolate import Scored
-from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.records import Messages, ModelId, Rows, Scored
 from streamer.schemas import bundled
 from tests.support.fakes import FakeMessage
 
@@ -32,6 +31,10 @@ class FakeServing:
     broken: bool = False
     calls: list[str] = field(default_factory=list)
 
+    @property
+    def model(self) -> ModelId:
+        return ModelId("m", self.version, self.version * 3)
+
     def warm_up(self) -> None:
         pass
 
@@ -42,7 +45,7 @@ class FakeServing:
         x = rows.features.arrays["features"][:, 0]
         out = self.fn(x).astype(np.float32).reshape(-1, 1)
         return Scored(Columns({"scores": out}), {i: InferenceError(f"row {i}") for i in self.poison if i < len(rows)},
-                      model="m", version=self.version, digest=self.version * 3)
+                      model=self.model)
 
 
 def rows(n: int) -> Rows:

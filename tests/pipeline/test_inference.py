@@ -15,9 +15,9 @@ from streamer.model.signature import Columns
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.inference import DEPTH, Inference, Scoring
 from streamer.pipeline.records import Rows
-from streamer.pipeline.serving import Serving
 from streamer.testing import FakeClock, FunctionRunner, matrix_signature
 from tests.pipeline.test_serving import N, config, rows
+from tests.support.fakes import serving_of
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "fraud_mlp.onnx"
 
@@ -54,7 +54,7 @@ def batch(first: int, n: int = 4, partition: int = 0) -> Batch[Rows]:
 
 
 def inference(runner: object, pipelined: bool | None) -> Inference:
-    serving = Serving(config(MODEL), runner, FakeClock())  # type: ignore[arg-type]
+    serving = serving_of(config(MODEL), runner, FakeClock())  # type: ignore[arg-type]
     inf = Inference(serving, pipelined, rows=8)
     inf.start()
     return inf

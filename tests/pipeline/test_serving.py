@@ -18,13 +18,12 @@ from streamer.errors import InferenceError, ModelBrokenError
 from streamer.model.runner import OnnxRunner
 from streamer.model.signature import Columns
 from streamer.pipeline.breaker import Breaker, BreakerState, Fallback
-from streamer.pipeline.isolate import Scored
-from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.records import Messages, Rows, Scored
 from streamer.pipeline.reload import Reload, served_file
 from streamer.pipeline.serving import Serving
 from streamer.testing import FakeClock, FunctionRunner
 from tests.model.test_runner import build_models_script
-from tests.support.fakes import FakeMessage
+from tests.support.fakes import FakeMessage, serving_of
 
 N = 32
 
@@ -81,7 +80,7 @@ def flaky_serving(model: Path, **keys: object) -> tuple[Serving, Flaky, FakeCloc
     flaky = Flaky(clock)
     cfg = config(model, fallback_scores=[0.5], breaker_failures=3, breaker_probe_ms=1000,
                  breaker_probe_max_ms=4000, **keys)
-    serving = Serving(cfg, flaky, clock, fallback=Fallback(None, cfg.model.fallback_scores))
+    serving = serving_of(cfg, flaky, clock, fallback=Fallback(None, cfg.model.fallback_scores))
     serving.warm_up()
     return serving, flaky, clock
 
@@ -161,7 +160,7 @@ def test_a_batch_over_the_timeout_opens_the_breaker_at_once_and_keeps_its_scores
 def test_without_a_fallback_a_broken_model_is_held_as_before(model: Path) -> None:
     clock = FakeClock()
     flaky = Flaky(clock)
-    serving = Serving(config(model), flaky, clock)
+    serving = serving_of(config(model), flaky, clock)
     flaky.failing = True
     with pytest.raises(ModelBrokenError):
         serving.score(rows(BATCH))
@@ -171,7 +170,7 @@ def test_a_failing_fallback_holds_the_batch(model: Path) -> None:
     clock = FakeClock()
     flaky = Flaky(clock)
     broken = FunctionRunner(lambda x: (_ for _ in ()).throw(InferenceError("fallback down")), N)
-    serving = Serving(config(model, fallback_path=str(model)), flaky, clock, fallback=Fallback(broken, None))
+    serving = serving_of(config(model, fallback_path=str(model)), flaky, clock, fallback=Fallback(broken, None))
     flaky.failing = True
     with pytest.raises(ModelBrokenError, match="fallback fails too"):
         serving.score(rows(BATCH))
@@ -181,7 +180,7 @@ def test_a_failing_fallback_holds_the_batch(model: Path) -> None:
 
 def reloading(cfg: Config) -> tuple[Serving, FakeClock]:
     clock = FakeClock()
-    serving = Serving(cfg, OnnxRunner(served_file(cfg.model)[0], ("cpu",)), clock,
+    serving = serving_of(cfg, OnnxRunner(served_file(cfg.model)[0], ("cpu",)), clock,
                       load=lambda path: OnnxRunner(path, ("cpu",)))
     serving.warm_up()
     return serving, clock
@@ -210,7 +209,7 @@ def test_a_changed_file_is_loaded_checked_and_swapped_in_with_its_declared_versi
     done = next_reload(serving, clock)
     assert done.runner is not None and done.refused is None and done.version == "2"
     after = serving.score(rows(BATCH))
-    assert after.version == "2" and not np.allclose(after.scores.arrays["scores"], before)
+    assert after.model.version == "2" and not np.allclose(after.scores.arrays["scores"], before)
 
 
 def test_a_file_without_a_declared_version_is_named_by_its_digest(model: Path) -> None:
@@ -227,13 +226,13 @@ def test_a_configured_version_is_kept_verbatim_and_the_digest_tells_the_files_ap
     serving, clock = reloading(config(model, version="1"))
     first = hashlib.sha256(model.read_bytes()).hexdigest()[:12]
     scored = serving.score(rows(BATCH))
-    assert (serving.version, serving.digest) == ("1", first) and (scored.version, scored.digest) == ("1", first)
+    assert serving.model.version == scored.model.version == "1" and serving.model.digest == scored.model.digest == first
     write_model(model, seed=13, version="9")
     done = next_reload(serving, clock)
     second = hashlib.sha256(model.read_bytes()).hexdigest()[:12]
     assert done.runner is not None and (done.version, done.digest) == ("1", second) and second != first
     scored = serving.score(rows(BATCH))
-    assert (scored.version, scored.digest) == ("1", second)
+    assert (scored.model.version, scored.model.digest) == ("1", second)
 
 
 def test_a_change_is_loaded_only_once_it_has_held_still_for_one_look(model: Path) -> None:
@@ -257,7 +256,7 @@ def test_a_model_that_fails_its_check_is_refused_and_the_old_one_scores_on(model
     done = next_reload(serving, clock)
     assert done.runner is None and done.refused
     assert {"garbage": "cannot load", "width": "takes 16 features", "nan": "non-finite"}[broken] in done.refused
-    assert serving.version == "1" and np.array_equal(serving.score(rows(BATCH)).scores.arrays["scores"], before)
+    assert serving.model.version == "1" and np.array_equal(serving.score(rows(BATCH)).scores.arrays["scores"], before)
     for _ in range(3):  # the refused file is not tried again until it changes
         clock.advance(0.1)
         assert serving.poll() is None and not serving.reloader.loading
@@ -267,7 +266,7 @@ def test_a_model_of_another_output_width_is_refused_by_hot_reload(model: Path) -
     """A model whose signature does not fix its output width (a runner without one here) is held
     to the width the serving model answered with: two score columns for one are refused."""
     clock = FakeClock()
-    serving = Serving(config(model, reload_check_ms=0), FunctionRunner(lambda x: x[:, :1], N), clock,
+    serving = serving_of(config(model, reload_check_ms=0), FunctionRunner(lambda x: x[:, :1], N), clock,
                       load=lambda path: FunctionRunner(lambda x: x[:, :2], N))
     serving.warm_up()
     before = serving.score(rows(BATCH)).scores.arrays["scores"]
@@ -281,34 +280,34 @@ def test_a_file_has_one_version_label_whether_loaded_at_start_or_by_a_reload(tmp
     """Start-up names the file as a reload does: model.version, else its declared version, else
     its digest, so a restart does not relabel the model a reload swapped in."""
     declared = write_model(tmp_path / "declared.onnx", seed=3, version="7")
-    assert reloading(config(declared))[0].version == "7"
-    assert reloading(config(declared, version="1"))[0].version == "1"  # the configured label wins
+    assert reloading(config(declared))[0].model.version == "7"
+    assert reloading(config(declared, version="1"))[0].model.version == "1"  # the configured label wins
     plain = write_model(tmp_path / "plain.onnx", seed=4)
     serving, clock = reloading(config(plain))
-    started_as = serving.version
-    assert started_as == serving.digest and len(started_as) == 12
+    started_as = serving.model.version
+    assert started_as == serving.model.digest and len(started_as) == 12
     serving.ask_reload()  # the same file reloaded: the same label
     assert next_reload(serving, clock).version == started_as
     write_model(plain, seed=5)
     serving.ask_reload()
     swapped = next_reload(serving, clock).version
-    assert swapped != started_as and reloading(config(plain))[0].version == swapped  # then a restart
+    assert swapped != started_as and reloading(config(plain))[0].model.version == swapped  # then a restart
 
 
 def test_fallback_predictions_name_the_fallback_not_the_serving_model(model: Path, tmp_path: Path) -> None:
     from streamer.wiring import serving as build_serving
 
     constant = build_serving(config(model, fallback_scores=[0.5]), OnnxRunner(model, ("cpu",)))
-    assert (constant.fallback.name, constant.fallback.version) == ("fraud-fallback", "constant")
+    assert (constant.fallback.model.name, constant.fallback.model.version) == ("fraud-fallback", "constant")
     simple = write_model(tmp_path / "simple.onnx", seed=12, version="s3")
     by_file = build_serving(config(model, fallback_path=str(simple)), OnnxRunner(model, ("cpu",)))
-    assert (by_file.fallback.name, by_file.fallback.version) == ("fraud-fallback", "s3")
+    assert (by_file.fallback.model.name, by_file.fallback.model.version) == ("fraud-fallback", "s3")
     serving, flaky, _ = flaky_serving(model)
     healthy = serving.score(rows(BATCH))
-    assert (healthy.model, healthy.version) == ("fraud", serving.version)
+    assert (healthy.model.name, healthy.model.version) == ("fraud", serving.model.version)
     flaky.failing = True
     degraded = serving.score(rows(BATCH))
-    assert degraded.degraded and (degraded.model, degraded.version, degraded.provider) == \
+    assert degraded.degraded and (degraded.model.name, degraded.model.version, degraded.provider) == \
         ("fallback", "constant", "fallback")
 
 
@@ -317,7 +316,7 @@ def test_a_folder_of_versions_serves_the_highest_and_takes_a_new_one(tmp_path: P
     write_model(folder / "3" / "model.onnx")
     write_model(folder / "not-a-version" / "model.onnx", seed=5)
     serving, clock = reloading(config(folder))
-    assert serving.version == "3"
+    assert serving.model.version == "3"
     write_model(folder / "12" / "model.onnx", seed=6)
     done = next_reload(serving, clock)
     assert done.runner is not None and done.version == "12" and done.file == folder / "12" / "model.onnx"
@@ -331,7 +330,7 @@ def test_sighup_reloads_at_once_without_a_change(model: Path) -> None:
         assert serving.poll() is None and not serving.reloader.loading
     serving.ask_reload()
     done = next_reload(serving, clock)
-    assert done.version == "5" and serving.version == "5"
+    assert done.version == "5" and serving.model.version == "5"
 
 
 def test_a_slow_load_keeps_the_old_model_scoring_meanwhile(model: Path) -> None:
@@ -343,7 +342,7 @@ def test_a_slow_load_keeps_the_old_model_scoring_meanwhile(model: Path) -> None:
         time.sleep(0.3)  # a big model loading: the loop must not wait for it
         return OnnxRunner(path, ("cpu",))
 
-    serving = Serving(cfg, OnnxRunner(model, ("cpu",)), clock, load=slow_load)
+    serving = serving_of(cfg, OnnxRunner(model, ("cpu",)), clock, load=slow_load)
     serving.warm_up()
     write_model(model, seed=11, version="2")
     clock.advance(0.1)
@@ -353,10 +352,10 @@ def test_a_slow_load_keeps_the_old_model_scoring_meanwhile(model: Path) -> None:
     assert serving.reloader.loading
     scored_meanwhile = 0
     while (done := serving.poll()) is None:
-        assert serving.score(rows(BATCH)).version == "1"
+        assert serving.score(rows(BATCH)).model.version == "1"
         scored_meanwhile += 1
         assert time.monotonic() - slow_started < 30
-    assert scored_meanwhile > 0 and done.version == serving.version == "2"
+    assert scored_meanwhile > 0 and done.version == serving.model.version == "2"
 
 
 def test_a_fallback_needs_an_output_schema_that_can_flag_degraded_predictions(model: Path, tmp_path: Path) -> None:
@@ -381,7 +380,7 @@ def test_sighup_on_an_unchanged_file_keeps_its_version(model: Path) -> None:
     serving, clock = reloading(config(model, reload_check_ms=0))
     serving.ask_reload()
     done = next_reload(serving, clock)
-    assert done.runner is not None and serving.version == "1"
+    assert done.runner is not None and serving.model.version == "1"
 
 
 def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(model: Path) -> None:
@@ -396,8 +395,8 @@ def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(mo
         assert go.wait(10)
         return x[:, :1]
 
-    serving = Serving(config(model), FunctionRunner(old_model, N), FakeClock())
-    old = serving.version
+    serving = serving_of(config(model), FunctionRunner(old_model, N), FakeClock())
+    old = serving.model.version
     got: list[Any] = []
     worker = threading.Thread(target=lambda: got.append(serving.score(rows(BATCH))))
     worker.start()
@@ -405,9 +404,9 @@ def test_a_batch_in_flight_during_a_swap_is_named_by_the_model_that_scored_it(mo
     serving.swap(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1] + 1, N)))
     go.set()
     worker.join(10)
-    assert got[0].version == old and got[0].scores.arrays["scores"][0, 0] == 1.0
+    assert got[0].model.version == old and got[0].scores.arrays["scores"][0, 0] == 1.0
     after = serving.score(rows(BATCH))
-    assert after.version == "2" and after.scores.arrays["scores"][0, 0] == 2.0
+    assert after.model.version == "2" and after.scores.arrays["scores"][0, 0] == 2.0
 
 
 def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fails_in_flight(model: Path) -> None:
@@ -423,7 +422,7 @@ def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fai
         raise InferenceError("the old model's device went away")
 
     cfg = config(model, fallback_scores=[0.5], breaker_failures=1)
-    serving = Serving(cfg, FunctionRunner(failing_old, N), FakeClock(), fallback=Fallback(None, (0.5,)))
+    serving = serving_of(cfg, FunctionRunner(failing_old, N), FakeClock(), fallback=Fallback(None, (0.5,)))
     got: list[Any] = []
     worker = threading.Thread(target=lambda: got.append(serving.score(rows(BATCH))))
     worker.start()
@@ -432,7 +431,7 @@ def test_a_new_model_gets_a_closed_breaker_of_its_own_even_while_the_old_one_fai
     serving.swap(Reload(model, "2", 0.0, runner=FunctionRunner(lambda x: x[:, :1], N)))
     go.set()
     worker.join(10)
-    assert got[0].degraded and (got[0].model, got[0].version) == ("fallback", "constant")  # it stood in
+    assert got[0].degraded and (got[0].model.name, got[0].model.version) == ("fallback", "constant")  # it stood in
     assert old_breaker.state == BreakerState.OPEN and serving.breaker is not old_breaker
     assert serving.breaker.state == BreakerState.CLOSED
     assert serving.score(rows(BATCH)).degraded is None  # the new model scores at once

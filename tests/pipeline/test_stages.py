@@ -22,7 +22,7 @@ from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
 from streamer.model.contract import Contract
 from streamer.model.signature import Columns, Signature
-from streamer.pipeline.records import Messages, Rows, Stamp
+from streamer.pipeline.records import Messages, ModelId, Rows, Stamp
 from streamer.pipeline.stages import Stages, stamp_fields
 from streamer.testing import matrix_signature
 from tests.support.fakes import FakeMessage
@@ -126,8 +126,8 @@ def test_encode_keeps_order_and_turns_poison_into_dead_letters(kinds: list[str],
     rows, _ = fast.decode(chunk)
     poison = {i: InferenceError("bad row") for i in poisoned if i < len(rows)}
     scores = Columns({"scores": np.arange(len(rows) * 2, dtype=np.float32).reshape(-1, 2)})
-    got = fast.encode(rows, scores, poison, Stamp("m", "1", 1234, "run"))
-    want = slow.encode(rows, scores, poison, Stamp("m", "1", 1234, "run"))
+    got = fast.encode(rows, scores, poison, Stamp(ModelId("m", "1"), 1234, "run"))
+    want = slow.encode(rows, scores, poison, Stamp(ModelId("m", "1"), 1234, "run"))
     assert got[0].source.offsets.tolist() == want[0].source.offsets.tolist() == \
         [o for i, o in enumerate(rows.source.offsets.tolist()) if i not in poison]
     assert got[1] == want[1]  # byte for byte
@@ -141,7 +141,7 @@ def test_the_digest_is_written_where_the_output_schema_has_model_digest(fast: bo
     chunk, decoder, cfg = messages("avro", ["good"] * 4)
     shipped = json.loads(PREDICTION.schema_json)
     older = AvroCodec({**shipped, "fields": [f for f in shipped["fields"] if f["name"] != "model_digest"]})
-    stamp = Stamp("m", "1", 1234, None, None, "0123456789ab")
+    stamp = Stamp(ModelId("m", "1", "0123456789ab"), 1234)
     written = {}
     for name, encoder in (("shipped", PREDICTION), ("older", older), ("json", JsonCodec())):
         stages = Stages(decoder, encoder, cfg, CONTRACT, fast=fast)
@@ -181,7 +181,7 @@ def test_rejected_rows_leave_no_reference_cycle_behind() -> None:
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         rows, rejects = stages.decode(chunk)
-        kept, _, bad = stages.encode(rows, Columns({"scores": np.zeros((len(rows), 1), np.float32)}), {}, Stamp("m", "1", 1, None))
+        kept, _, bad = stages.encode(rows, Columns({"scores": np.zeros((len(rows), 1), np.float32)}), {}, Stamp(ModelId("m", "1"), 1))
         assert (len(rejects), len(rows), len(bad), len(kept)) == (4, 2, 1, 1)
         for error, _ in rejects + bad:
             link: BaseException | None = error
@@ -239,7 +239,7 @@ def test_named_outputs_and_include_encode_identically_fast_and_per_row(converter
     (a, _), (b, _) = fast.decode(chunk), slow.decode(chunk)
     assert len(a) == len(b) == 60 and a.passthrough == b.passthrough
     scores = contract.collect(sess.run(contract.output_names, contract.feed(a.features)), len(a))
-    stamp = Stamp("ct", "3", 1_764_417_600_000, "run-1", None, "sha256:ab")
+    stamp = Stamp(ModelId("ct", "3", "sha256:ab"), 1_764_417_600_000, "run-1")
     got, want = fast.encode(a, scores, {}, stamp), slow.encode(b, scores, {}, stamp)
     assert got[1] == want[1] and len(got[1]) == 60
     assert fast.fast_encoder.encode(a.event_ids, a.entity_ids, scores.arrays, a.source.topics, a.source.partitions,

@@ -273,3 +273,10 @@ class FakeProducer:
 
 def raise_kafka(code: int) -> KafkaException:
     return KafkaException(KafkaError(code))
+
+
+def serving_of(cfg: Any, runner: Any, clock: Callable[[], float], **kw: Any) -> Any:
+    """A Serving of ``runner`` under ``cfg``'s model, processing and batch size (what wiring hands it)."""
+    from streamer.pipeline.serving import Serving
+
+    return Serving(cfg.model, cfg.processing, cfg.batching.max_size, runner, clock, **kw)

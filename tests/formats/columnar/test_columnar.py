@@ -27,7 +27,7 @@ from streamer.formats.columnar.decode import ColumnarDecoder
 from streamer.formats.columnar.encode import PredictionEncoder
 from streamer.formats.columnar.walk import DecodedColumns
 from streamer.formats.confluent import ConfluentAvroCodec
-from streamer.pipeline.records import SourceRecord, Stamp, prediction_fields
+from streamer.pipeline.records import ModelId, SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "streamer" / "schemas"
@@ -485,6 +485,13 @@ def test_feature_bounds_match_the_validator_at_every_edge(bounds: tuple[Any, Any
 
 # ---- encoding ---------------------------------------------------------------------------------------
 
+def stamp_of(common: dict[str, Any]) -> Stamp:
+    """The stamp of ``common``'s fields; a ``model_digest`` of None: the schema has no field for it."""
+    digest = common.get("model_digest", "")
+    return Stamp(ModelId(common["model_name"], common["model_version"], digest or ""), common["scored_at_ms"],
+                 common.get("run_id"), common.get("degraded"), with_digest=digest is not None)
+
+
 def reference_encode(codec: AvroCodec, row: dict[str, Any], scores: np.ndarray,
                      common: dict[str, Any]) -> bytes | None:
     """What encode_batch gives for one row: the value, or None where it raises SerializeError."""
@@ -492,7 +499,7 @@ def reference_encode(codec: AvroCodec, row: dict[str, Any], scores: np.ndarray,
                           event_id=row["event_id"], entity_id=row["entity_id"], event_time_ms=row["time"],
                           timestamp_ms=0, features=np.zeros(1, np.float32))
     try:
-        return codec.encode(prediction_fields(record, {"scores": scores.tolist()}, Stamp(**common)))
+        return codec.encode(prediction_fields(record, {"scores": scores.tolist()}, stamp_of(common)))
     except SerializeError:
         return None
 

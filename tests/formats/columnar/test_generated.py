@@ -353,7 +353,7 @@ def test_stages_with_pass_through_fields_decode_and_encode_as_the_reference(fmt:
     from streamer.formats.confluent import ConfluentAvroCodec
     from streamer.model.contract import SCORES
     from streamer.model.signature import Columns
-    from streamer.pipeline.records import Messages, Stamp
+    from streamer.pipeline.records import Messages, ModelId, Stamp
     from streamer.pipeline.stages import Stages
     from tests.pipeline.test_stages import PREDICTION, said
     from tests.support.fakes import FakeMessage
@@ -400,5 +400,5 @@ def test_stages_with_pass_through_fields_decode_and_encode_as_the_reference(fmt:
         x, y = a.features.arrays[name], b.features.arrays[name]
         assert x.dtype == y.dtype and x.tolist() == y.tolist()
     scores = Columns({SCORES: np.zeros((len(a), 1), np.float32)})
-    stamp = Stamp("m", "1", 5)
+    stamp = Stamp(ModelId("m", "1"), 5)
     assert fast.encode(a, scores, {}, stamp)[1] == slow.encode(b, scores, {}, stamp)[1]

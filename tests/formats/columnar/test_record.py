@@ -23,7 +23,7 @@ from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.columnar.record import RecordEncoder
 from streamer.formats.columnar.values import column
 from streamer.model.prediction_schema import JSON_VALUE
-from streamer.pipeline.records import SourceRecord, Stamp, prediction_fields
+from streamer.pipeline.records import ModelId, SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.stages import stamp_fields
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "streamer" / "schemas"
@@ -113,7 +113,7 @@ def test_any_made_layout_is_byte_identical_to_fastavro(drawn: Any, per_row_topic
     codec = AvroCodec(schema, prefix=prefix)
     encoder = RecordEncoder.compile(json.loads(codec.schema_json), outputs, include, prefix)
     assert encoder is not None
-    stamp = Stamp("m", "1", 1_764_417_600_000, run_id, degraded, digest)
+    stamp = Stamp(ModelId("m", "1", digest or ""), 1_764_417_600_000, run_id, degraded, with_digest=digest is not None)
     topics = [f"t{i % 2}é" for i in range(k)] if per_row_topics else ["t"] * k
     lists = {n: c.tolist() for n, c in columns.items()}
     want = [reference(codec, prediction_fields(
@@ -157,12 +157,12 @@ def encode_j(encoder: RecordEncoder, columns: dict[str, np.ndarray], passthrough
     k = len(passthrough)
     return encoder.encode([f"evt-{i}" for i in range(k)], [f"acct-{i % 50}" for i in range(k)], columns, "t",
                           np.zeros(k, np.int64), np.arange(k), np.full(k, 1_764_417_600_000), passthrough,
-                          stamp_fields(Stamp("m", "1", 1_764_417_600_001)))
+                          stamp_fields(Stamp(ModelId("m", "1"), 1_764_417_600_001)))
 
 
 def per_row_j(codec: AvroCodec, columns: dict[str, np.ndarray], passthrough: list[tuple[Any, ...]]) -> list[bytes]:
     lists = {n: c.tolist() for n, c in columns.items()}
-    stamp = Stamp("m", "1", 1_764_417_600_001)
+    stamp = Stamp(ModelId("m", "1"), 1_764_417_600_001)
     return [codec.encode(prediction_fields(
         SourceRecord("t", 0, i, None, f"evt-{i}", f"acct-{i % 50}", 1_764_417_600_000, 0, None, passthrough[i]),
         {n: v[i] for n, v in lists.items()}, stamp, ("country", "amount"))) for i in range(len(passthrough))]
