@@ -191,7 +191,8 @@ def _open_outputs(cfg: Config, ev: Evaluation, pair: PairColumns) -> Sink:
         if out.topic in (cfg.output.topic, *cfg.input.topics):
             raise ConfigError("--to-topic", f"{out.topic!r} is a topic of the live stream; name another one")
         ensure_topic(cfg, out.topic, like=cfg.output.topic)
-        return TopicSink(cfg, out.topic, topic_codec(cfg, out.topic, pair.avro), make_producer(cfg))
+        return TopicSink(out.topic, topic_codec(cfg, out.topic, pair.avro), make_producer(cfg),
+                         cfg.output.ack_timeout_ms / 1000.0)
     target = Target(out.table, out.parquet if out.table or out.parquet else str(Path(ev.report or ".") / "predictions"))
     return open_sink(cfg, target, pair.schema)
 

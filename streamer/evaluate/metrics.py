@@ -21,13 +21,13 @@ from streamer.evaluate.figures import (
     TimeBin,
 )
 from streamer.evaluate.observations import ModelTiming, Observations
+from streamer.observe.drift import psi_of_shares
 
 __all__ = ["METRICS", "Confusion", "Curve", "Histogram", "Summary", "TimeBin", "psi", "summarize"]
 
 NO_OUTCOMES = "no outcomes: give --labels FIELD or --labels-from PATH"
 HOUR_MS, DAY_MS = 3_600_000, 86_400_000
 HOURLY_UP_TO_MS = 72 * HOUR_MS  # a longer span is binned by day: a week by hour is too many points to read
-PSI_FLOOR = 1e-4  # an empty bin's fraction: the log of zero would make one empty bin infinite
 HISTOGRAM_BINS = 50
 
 
@@ -105,7 +105,8 @@ def psi(expected: np.ndarray, actual: np.ndarray) -> float:
 
     The bins are cut at the champion's deciles (ten bins, fewer where deciles tie), so each holds
     about a tenth of the champion's scores. With e_i and a_i each side's fraction of scores in bin
-    i, both floored at 1e-4 so an empty bin stays finite:
+    i, both floored at 1e-4 so an empty bin stays finite (the stream's drift gauges' PSI,
+    observe/drift.py's :func:`~streamer.observe.drift.psi_of_shares`):
 
         PSI = sum_i (a_i - e_i) * ln(a_i / e_i)
 
@@ -114,8 +115,7 @@ def psi(expected: np.ndarray, actual: np.ndarray) -> float:
     edges = np.unique(np.quantile(expected, np.linspace(0.1, 0.9, 9)))
     e = np.bincount(np.searchsorted(edges, expected, side="right"), minlength=len(edges) + 1) / len(expected)
     a = np.bincount(np.searchsorted(edges, actual, side="right"), minlength=len(edges) + 1) / len(actual)
-    e, a = np.maximum(e, PSI_FLOOR), np.maximum(a, PSI_FLOOR)
-    return float(np.sum((a - e) * np.log(a / e)))
+    return float(psi_of_shares(e, a))
 
 
 def bin_width_ms(event_time_ms: np.ndarray) -> int:

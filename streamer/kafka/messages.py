@@ -66,7 +66,8 @@ class Output:
     key: bytes | None
     value: bytes | None
     headers: Headers | None
-    source: Any  # the consumed confluent_kafka.Message this output stands for
+    source: Any  # the consumed confluent_kafka.Message this output stands for (where no offset waits on
+    # the output, whatever names it: then source_tp, Acked.offsets and Failed.within do not apply)
     stage: str | None = None  # None for a prediction, else the dead letter's stage
     event_time_ms: int = 0
     attempts: int = 0

@@ -1,9 +1,9 @@
 """The loop of a lake run: read chunks, batch, score, write, commit at the file size; until the range is read.
 
 One loop for both sources, a topic's range (topic.py) and a table's rows (table.py), on the
-stream's parts: the same decode and validation, the same batcher (its ``max_size`` flush; a run's
-rows never wait on a clock), and a scorer: one model's serving (breaker, fallback, the model's
-version and digest in every row), or a champion and a candidate side by side (evaluate/pair.py). A commit first scores every row read so far, so the range it records is wholly
+stream's parts: the same decode and validation, the same batcher (size-only: a batch flushes at
+``max_size`` rows, a run's rows never wait on a clock), and a scorer: one model's serving
+(breaker, fallback, the model's version and digest in every row), or a champion and a candidate side by side (evaluate/pair.py). A commit first scores every row read so far, so the range it records is wholly
 written: predictions, and rejects (rows that cannot be decoded, validated or scored) with their
 reason and original bytes. A model that cannot score at all fails the run; the same run id
 resumes it from its last commit.
@@ -85,7 +85,7 @@ class LakeRun:
     def __init__(self, sink: Sink, scorer: Scorer, run_id: str,
                  batch_size: int, on_progress: Callable[[LakeCounts], Any] = lambda c: None) -> None:
         self.sink, self.scorer, self.run_id = sink, scorer, run_id
-        self._batcher: MicroBatcher[Rows] = MicroBatcher(batch_size, 1 << 30, join=Rows.join)
+        self._batcher: MicroBatcher[Rows] = MicroBatcher(batch_size, None, join=Rows.join)
         self.counts = LakeCounts()
         self._on_progress = on_progress
 

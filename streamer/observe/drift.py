@@ -9,7 +9,8 @@ last ``model.drift_window_rows`` rows and exports, per feature:
 
 - the population stability index, PSI = sum over bins of (a - e) * ln(a / e), with ``a`` the live
   share and ``e`` the reference share of a bin (both floored at 1e-4 so an empty bin stays
-  finite). Common reading: below 0.1 stable, 0.1-0.25 moderate shift, above 0.25 a major shift;
+  finite; :func:`psi_of_shares`, which evaluate's PSI of two models' scores uses too). Common
+  reading: below 0.1 stable, 0.1-0.25 moderate shift, above 0.25 a major shift;
 - the share of live values outside the reference range (below its first edge or above its last).
 
 Feature labels are the profile's names (or indices), never values from payloads.
@@ -40,6 +41,23 @@ from streamer.model.signature import Columns, numeric_matrix
 
 FLOOR = 1e-4  # shares below this count as this: an empty bin gives a large, finite PSI term
 REFRESH_S = 1.0  # how often the gauges are set from the window
+
+
+def psi_of_shares(expected: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """The population stability index of the bin shares ``actual`` against ``expected``, summed
+    over the last axis (a 2-D pair, a row per feature, gives one PSI per feature).
+
+    With e_i and a_i the two shares of bin i, both floored at :data:`FLOOR`:
+
+        PSI = sum_i (a_i - e_i) * ln(a_i / e_i)
+
+    Worked example: expected [0.5, 0.5], actual [0.25, 0.75] gives
+    -0.25 * ln(0.5) + 0.25 * ln(1.5) = 0.1733 + 0.1014 = 0.2747. An empty bin stays finite:
+    actual [1.0, 0.0] counts as [1.0, 0.0001], giving 0.5 * ln(2) + 0.4999 * ln(5000) = 4.6043.
+    Bins empty on both sides (padding) add 0.
+    """
+    a, e = np.maximum(actual, FLOOR), np.maximum(expected, FLOOR)
+    return np.asarray(np.sum((a - e) * np.log(a / e), axis=-1))
 
 
 @dataclass(frozen=True)
@@ -144,9 +162,7 @@ class DriftMonitor:
         """Per feature, the population stability index of the window against the reference."""
         if not self._rows:
             return np.zeros(len(self._counts))
-        a = np.maximum(self._counts / self._rows, FLOOR)
-        e = np.maximum(self._expected, FLOOR)
-        return np.asarray(np.sum((a - e) * np.log(a / e), axis=1))
+        return psi_of_shares(self._expected, self._counts / self._rows)
 
     def outside_share(self) -> np.ndarray:
         return self._outside / self._rows if self._rows else np.zeros_like(self._outside)

@@ -132,6 +132,7 @@ class Dispatcher:
         self.metrics = metrics or OnlineMetrics()
         self.max_queue_rows = max_queue_rows
         self._batcher: MicroBatcher[Any] = MicroBatcher(max_size, max_wait_ms, clock, join=list)
+        self._batch_wait_s = max_wait_ms / 1000.0  # the longest a request waits for its batch to flush
         self._inbox: queue.Queue[_Pending | None] = queue.Queue()
         self._lock = threading.Lock()
         self.queued_rows = 0  # admitted, not yet scored
@@ -205,7 +206,7 @@ class Dispatcher:
         """Seconds until a request with ``rows`` rows ahead of it would be answered: one batch
         wait, the rows ahead at the measured rate, one call."""
         rate = self.rows_per_s if self.rows_per_s > 0 else math.inf
-        return self._batcher.max_wait_s + rows / rate + self.call_s
+        return self._batch_wait_s + rows / rate + self.call_s
 
     def _retry_after(self, rows: int) -> float:
         return max(1.0, math.ceil(self._answer_in(rows)))

@@ -5,6 +5,12 @@ since its FIRST row arrived (``timeout``): the deadline is fixed by the first ro
 extended by later ones, so a steady trickle cannot starve that row. The owner also flushes on
 ``revoke`` and ``shutdown``. No Kafka, no ONNX and no sleeping here: time comes from an injected
 clock, which makes every rule testable to the millisecond.
+
+With ``max_wait_ms=None`` the batcher is size-only (a bounded run reading a range as fast as it
+can, where no row waits on a clock): no deadline, so ``remaining_s()`` is None and ``poll()``
+never flushes; a batch flushes when full, or when the owner flushes it. Worked rule, ``max_size``
+4: rows 0-2 wait however long the clock runs; row 3 flushes (0, 1, 2, 3) as ``full``; rows 4-5
+stay open until ``flush("shutdown")``. Each batch's ``wait_s`` still runs from its first row.
 """
 
 from __future__ import annotations
@@ -57,14 +63,14 @@ class MicroBatcher(Generic[C]):
     are cut and joined per chunk, never per row; ``join`` makes one chunk of several.
     """
 
-    def __init__(self, max_size: int, max_wait_ms: int, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, max_size: int, max_wait_ms: int | None, clock: Callable[[], float] = time.monotonic,
                  join: Callable[[list[C]], C] = join_rows) -> None:  # type: ignore[assignment]
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1, got {max_size}")
-        if max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms}")
+        if max_wait_ms is not None and max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0 (or None: no deadline), got {max_wait_ms}")
         self.max_size = max_size
-        self.max_wait_s = max_wait_ms / 1000.0
+        self.max_wait_s = None if max_wait_ms is None else max_wait_ms / 1000.0  # None: size-only
         self._clock, self._join = clock, join
         self._pieces: list[C] = []
         self._size = 0
@@ -97,17 +103,20 @@ class MicroBatcher(Generic[C]):
         return out
 
     def poll(self) -> Batch[C] | None:
-        """The open batch if its first row has waited ``max_wait_ms``, else None."""
-        if self._pieces and self.remaining_s() <= _EPSILON_S:  # type: ignore[operator]
+        """The open batch if its first row has waited ``max_wait_ms``, else None (always None
+        when size-only)."""
+        remaining = self.remaining_s()
+        if remaining is not None and remaining <= _EPSILON_S:
             return self._take("timeout")
         return None
 
     def remaining_s(self) -> float | None:
-        """Seconds until the open batch is due; None when there is no open batch.
+        """Seconds until the open batch is due; None when there is no open batch, or no deadline
+        (size-only).
 
         The consume loop uses it as its wait, so a quiet topic does not delay the flush.
         """
-        if self._first_at is None:
+        if self._first_at is None or self.max_wait_s is None:
             return None
         return max(0.0, self._first_at + self.max_wait_s - self._clock())
 

@@ -21,10 +21,11 @@ from streamer.commands.demo import produce_events
 from streamer.commands.evaluate import Evaluation, Outputs, evaluate
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
-from streamer.errors import EXIT_GATE
+from streamer.errors import EXIT_GATE, BrokerError
 from streamer.evaluate.labels import LabelsFrom
 from streamer.formats.json_events import JsonCodec
 from streamer.kafka.ranges import When, parse_when
+from streamer.kafka.topics import create
 from tests.conftest import ROOT, Topics, make_config, read_all
 from tests.integration.test_converters_kafka import contract_config
 
@@ -143,6 +144,31 @@ def test_labels_for_60_percent_of_events_report_n_60_percent_and_sides_go_to_a_t
     html = Path(result.html).read_text()
     assert "<script" not in html and "<link" not in html and not re.search(r"https?://", html)
     assert len(re.findall(r'<img [^>]*src="data:image/png;base64,[A-Za-z0-9+/=]{100,}"', html)) >= 5
+
+
+@pytest.mark.kafka
+def test_side_by_side_records_the_topic_refuses_fail_the_run_naming_them(
+        bootstrap: str, topics: Topics, models: dict[str, Path], script: ModuleType, tmp_path: Path) -> None:
+    """A side-by-side topic whose max.message.bytes no record fits: the broker refuses each record,
+    and the evaluation fails naming them (BrokerError, exit 3), rather than reporting on a topic
+    that lost them."""
+    from confluent_kafka.admin import AdminClient
+
+    events, _ = labeled_events(script, 300)
+    produce_events(bootstrap, topics.input, ((e["entity_id"].encode(), JsonCodec().encode(e)) for e in events))
+    side = f"{topics.output}.evaluation-small"
+    create(AdminClient({"bootstrap.servers": bootstrap}), {side: 1}, replication_factor=1,
+           config={"max.message.bytes": "100"})
+    cfg = labeled_config(bootstrap, topics, models["champion"], tmp_path)
+    with pytest.raises(BrokerError) as caught:
+        evaluate(cfg, Evaluation(models["retrained"], EARLIEST, LATEST, tmp_path / "report",
+                                 outputs=Outputs(topic=side)))
+    message = str(caught.value)
+    assert re.search(rf"topic {re.escape(side)}: of \d+ records sent, [1-9]\d* were refused by the broker for "
+                     r"good \(too large, invalid\)", message), message
+    assert re.search(rf"event evt-\d+ \({re.escape(topics.input)}\[\d\] offset \d+\): Broker: Message size too "
+                     r"large", message), message
+    assert read_all(bootstrap, side, timeout_s=10.0) == []
 
 
 @pytest.mark.kafka

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from streamer.errors import ConfigError
-from streamer.observe.drift import DriftMonitor, Profile, write_profile
+from streamer.observe.drift import DriftMonitor, Profile, psi_of_shares, write_profile
 
 SHIFTED = [3, 7]
 
@@ -64,6 +64,18 @@ def test_psi_matches_its_formula(tmp_path: Path) -> None:
     e = profile.proportions[0]
     expected = np.sum((np.maximum(a, 1e-4) - e) * np.log(np.maximum(a, 1e-4) / e))
     assert monitor.psi()[0] == pytest.approx(expected)
+
+
+def test_psi_of_shares_worked_example() -> None:
+    """The docstring's example: a shift between two bins, and an empty bin floored at 1e-4."""
+    assert float(psi_of_shares(np.array([0.5, 0.5]), np.array([0.25, 0.75]))) == pytest.approx(
+        0.25 * np.log(2) + 0.25 * np.log(1.5))
+    assert float(psi_of_shares(np.array([0.5, 0.5]), np.array([0.25, 0.75]))) == pytest.approx(0.2747, abs=1e-4)
+    assert float(psi_of_shares(np.array([0.5, 0.5]), np.array([1.0, 0.0]))) == pytest.approx(4.6043, abs=1e-4)
+    assert float(psi_of_shares(np.array([0.3, 0.7]), np.array([0.3, 0.7]))) == 0.0
+    # a row per feature, padded with bins empty on both sides: a PSI per row, the padding adds 0
+    both = psi_of_shares(np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]), np.array([[0.25, 0.75, 0.0], [0.2, 0.3, 0.5]]))
+    assert both.shape == (2,) and both[0] == pytest.approx(0.2747, abs=1e-4) and both[1] == 0.0
 
 
 def test_a_profile_for_another_model_is_a_config_error(tmp_path: Path) -> None:

@@ -80,6 +80,25 @@ def test_drop_removes_lost_rows_and_keeps_the_deadline() -> None:
     assert b.remaining_s() is None
 
 
+def test_size_only_flushes_when_full_or_asked_never_on_time() -> None:
+    """The docstring's worked rule: max_size 4, no deadline."""
+    clock = FakeClock()
+    b: MicroBatcher[int] = MicroBatcher(max_size=4, max_wait_ms=None, clock=clock)
+    assert b.add([0, 1, 2]) == []
+    clock.advance(3600.0)  # an hour on the clock: still open
+    assert b.remaining_s() is None and b.poll() is None and len(b) == 3
+    out = b.add([3, 4, 5])
+    assert [(batch.rows, batch.reason) for batch in out] == [((0, 1, 2, 3), "full")]
+    assert out[0].wait_s == pytest.approx(3600.0)  # measured from the first row, as with a deadline
+    clock.advance(1e9)
+    assert b.poll() is None and b.add([]) == [] and b.remaining_s() is None
+    batch = b.flush("shutdown")
+    assert batch is not None and batch.rows == (4, 5) and batch.reason == "shutdown"
+    assert batch.wait_s == pytest.approx(1e9)
+
+
 def test_rejects_nonsense_sizes() -> None:
     with pytest.raises(ValueError, match="max_size"):
         MicroBatcher(max_size=0, max_wait_ms=5)
+    with pytest.raises(ValueError, match="max_wait_ms"):
+        MicroBatcher(max_size=1, max_wait_ms=-1)
