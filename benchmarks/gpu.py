@@ -165,7 +165,7 @@ def model_only(cfg: Config, sizes: list[int], rows: int) -> dict[int, float]:
     runner = model_runner(cfg)
     out = {}
     for size in sizes:
-        x = Columns({FEATURES: np.random.default_rng(size).normal(size=(size, runner.n_features)).astype(np.float32)})
+        x = Columns({FEATURES: np.random.default_rng(size).normal(size=(size, runner.contract.feature_width)).astype(np.float32)})
         runner.run(x)  # warm at this shape
         calls = max(3, rows // size)
         started = time.perf_counter()

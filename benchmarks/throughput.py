@@ -180,7 +180,7 @@ def model_only(cfg: Config, n: int) -> float:
     """The runner alone on pre-built arrays at the configured batch size."""
     runner = model_runner(cfg)
     runner.warm_up(cfg.batching.max_size)
-    arrays = np.random.default_rng(3).normal(size=(n, runner.n_features)).astype(np.float32)
+    arrays = np.random.default_rng(3).normal(size=(n, runner.contract.feature_width)).astype(np.float32)
     size = cfg.batching.max_size
     started = time.perf_counter()
     for i in range(0, n, size):
@@ -500,7 +500,7 @@ def naive(cfg: Config, n: int) -> float:
     """The loop people write first: every message waits for its own ack and commit."""
     runner = model_runner(cfg)
     decoder, encoder = input_codec(cfg), output_codec(cfg)
-    validator = EventValidator(cfg.input, runner.n_features)
+    validator = EventValidator(cfg.input, runner.contract)
     consumer = Consumer(clients.consumer_config(cfg))
     producer = Producer(clients.producer_config(cfg))
     consumer.subscribe(list(cfg.input.topics))

@@ -58,10 +58,6 @@ class FunctionRunner:
         return self._contract
 
     @property
-    def n_features(self) -> int:
-        return self._contract.n_features
-
-    @property
     def provider(self) -> str:
         return self._provider
 
@@ -92,10 +88,6 @@ class PoisonRunner:
     @property
     def contract(self) -> Contract:
         return self._inner.contract
-
-    @property
-    def n_features(self) -> int:
-        return self._inner.n_features
 
     @property
     def provider(self) -> str:

@@ -84,7 +84,7 @@ def prediction_schema(cfg: Config, runner: ModelRunner | None = None, *,
     shipped = load_schema(bundled("prediction.avsc"), key="output.schema")
     contract = contract if runner is None else runner.contract
     made = shipped
-    if contract is not None and (not contract.legacy_output or cfg.output.include):
+    if contract is not None and (contract.score_column is None or cfg.output.include):
         made = made_schema(shipped, contract, cfg.output.include, avro_input_schema(cfg))
     if cfg.output.schema is None:
         return made
@@ -145,10 +145,6 @@ def checked_runner(cfg: Config, path: Path | None = None, key: str = "model.path
     return runner
 
 
-def _fallback_width(cfg: Config, path: Path) -> int:
-    return model_runner(cfg, path).n_features
-
-
 def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
             encoder: Codec | None = None, label: str | None = None) -> Serving:
     """``runner`` serving, reloaded from ``model.path``, with the configured fallback and
@@ -161,9 +157,6 @@ def serving(cfg: Config, runner: ModelRunner, metrics: Metrics | None = None,
             raise ConfigError("output.schema", "has no degraded and degraded_reason fields (schemas/"
                                                "prediction.avsc has them): model.fallback_* needs them "
                                                "to flag degraded predictions")
-        if m.fallback_path is not None and runner.n_features != _fallback_width(cfg, m.fallback_path):
-            raise ConfigError("model.fallback_path", f"takes {_fallback_width(cfg, m.fallback_path)} features; "
-                                                     f"model.path takes {runner.n_features}")
         runner_of_fallback, version = None, "constant"
         if m.fallback_path is not None:
             runner_of_fallback = checked_runner(cfg, m.fallback_path, "model.fallback_path", like=runner)
@@ -182,10 +175,6 @@ def shadow(cfg: Config, champion: ModelRunner, metrics: Metrics | None,
     challengers = []
     for n, spec in enumerate(cfg.shadow.challengers):
         runner = model_runner(cfg, spec.path)
-        if runner.n_features != champion.n_features:
-            raise ConfigError(f"shadow.challengers[{n}].path",
-                              f"{spec.name!r} takes {runner.n_features} features; "
-                              f"the champion takes {champion.n_features}")
         if differs := champion.signature.differs(runner.signature):
             raise ConfigError(f"shadow.challengers[{n}].path", f"{spec.name!r}: {differs}")
         challengers.append((spec, runner))

@@ -28,10 +28,6 @@ class Timed:
         return self._inner.contract
 
     @property
-    def n_features(self) -> int:
-        return self._inner.n_features
-
-    @property
     def provider(self) -> str:
         return self._inner.provider
 

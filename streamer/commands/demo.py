@@ -112,7 +112,7 @@ def run_demo(events: int, brokers: int = 1) -> Summary:
                                   dead_letter_topic(cfg): 1}, replication_factor=-1)  # the cluster's default
         processor = build_processor(cfg)
         codec = input_codec(cfg)
-        payloads = synthetic_events(events, processor.runner.n_features)
+        payloads = synthetic_events(events, processor.runner.contract.feature_width)
         print(f"producing {events} feature events to {in_topic} on {bootstrap} "
               f"while the processor scores them", flush=True)
         # Produce while the processor runs, each event stamped as it is sent, as a live stream

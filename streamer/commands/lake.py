@@ -167,7 +167,7 @@ def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None 
     run_id = new_run_id(run_id)
     house = lake_house(cfg)
     cfg, contract = house.cfg, house.runner.contract
-    validator = EventValidator(cfg.input, contract.n_features, contract, cfg.output.include)
+    validator = EventValidator(cfg.input, contract, cfg.output.include)
     source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE,
                          ArrowFields.compile(cfg.input, contract, cfg.output.include))
     sink = open_sink(cfg, target, house.columns.schema)

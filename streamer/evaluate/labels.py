@@ -84,7 +84,9 @@ class Outcomes:
             return None
         out = np.empty(len(rows), np.float64)
         for i, message in enumerate(rows.source.items):
-            value = field_value(self.codec.decode(message.value()), self.field)
+            raw = message.value()
+            assert raw is not None  # a row was decoded from it
+            value = field_value(self.codec.decode(raw), self.field)
             try:
                 out[i] = outcome(value)
             except ValueError as exc:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from streamer.config import InputConfig
 from streamer.formats.columnar.convert import convert, convert_arrays
 from streamer.formats.columnar.walk import DecodedColumns
-from streamer.model.contract import FEATURES, Contract, InputPlan
+from streamer.model.contract import Contract, InputPlan
 from streamer.model.exact import EXACT_INT, F32_MAX
 from streamer.model.signature import DTYPES, Columns
 
@@ -37,7 +37,7 @@ class ArrowFields:
 
     def __init__(self, cfg: InputConfig, contract: Contract, include: Sequence[str]) -> None:
         self._cfg, self._inputs, self._include = cfg, contract.inputs, tuple(include)
-        self._legacy = contract.legacy_input
+        self._column_of = contract.feature_column  # FEATURES: the one matrix column of the array field
 
     @classmethod
     def compile(cls, cfg: InputConfig, contract: Contract, include: Sequence[str] = ()) -> ArrowFields | None:
@@ -45,7 +45,7 @@ class ArrowFields:
         feature array, which only the reference checks)."""
         if len({cfg.time_field, cfg.id_field, cfg.entity_field}) < 3:
             return None
-        if contract.legacy_input and (cfg.feature_min is not None or cfg.feature_max is not None):
+        if contract.feature_column is not None and (cfg.feature_min is not None or cfg.feature_max is not None):
             return None
         return cls(cfg, contract, include)
 
@@ -79,7 +79,7 @@ class ArrowFields:
         for plan in self._inputs:
             col, aside = self._column(plan, batch, names)
             ok &= ~aside
-            columns[FEATURES if self._legacy else plan.spec.name] = col
+            columns[self._column_of or plan.spec.name] = col
         keep = np.flatnonzero(ok)
         klist = keep.tolist()
         passthrough = None
@@ -109,7 +109,7 @@ class ArrowFields:
                 parts.append(part)
                 aside |= more
             col = parts[0][:, None] if len(parts) == 1 else np.stack(parts, axis=1)
-        if self._legacy:
+        if self._column_of is not None:
             return col, aside
         return (col[:, 0] if len(plan.spec.shape) == 1 else col), aside
 

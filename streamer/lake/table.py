@@ -29,15 +29,15 @@ from streamer.lake.places import filesystem
 from streamer.lake.run import Chunk
 from streamer.lake.sink import Resume
 from streamer.model.signature import Columns
-from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.records import Messages, Origin, Rows
 from streamer.pipeline.stages import Reject
 from streamer.pipeline.validate import EventValidator
 
 
 @dataclass(frozen=True, slots=True)
-class RowMessage:
-    """A table row where the stages expect a consumed message: its coordinates, and the row as JSON
-    bytes (built only when asked for: a reject's original)."""
+class TableRow:
+    """A table row as the origin of a row (records.Origin): its file and row number, and the row as
+    JSON bytes (built only when asked for: a reject's original)."""
 
     source: str
     index: int
@@ -65,9 +65,6 @@ class RowMessage:
 
     def timestamp(self) -> tuple[int, int]:
         return (0, 0)
-
-    def headers(self) -> None:
-        return None
 
 
 class TableSource:
@@ -166,7 +163,7 @@ class TableSource:
     def _chunk(self, name: str, index: int, first: int, batch: pa.RecordBatch) -> Chunk:
         batch = _millis(batch)
         n = batch.num_rows
-        items = [RowMessage(name, index, first + j, batch, j) for j in range(n)]
+        items = [TableRow(name, index, first + j, batch, j) for j in range(n)]
         fast: list[Rows] = []
         at: list[np.ndarray] = []
         slow = np.arange(n)
@@ -193,8 +190,8 @@ class TableSource:
         return Chunk(rows, rejects, {(name, index): first + n})
 
     @staticmethod
-    def _messages(name: str, index: int, items: list[RowMessage]) -> Messages:
-        return Messages(items, [name] * len(items), np.full(len(items), index, np.int64),
+    def _messages(name: str, index: int, items: list[TableRow]) -> Messages:
+        return Messages(list[Origin](items), [name] * len(items), np.full(len(items), index, np.int64),
                         np.array([m.row for m in items], np.int64))
 
 

@@ -162,8 +162,12 @@ class Contract:
     signature: Signature
     inputs: tuple[InputPlan, ...]
     outputs: tuple[OutputPlan, ...]
-    legacy_input: bool  # one float32 input from ``features_field``: the one column FEATURES
-    legacy_output: bool  # one output written as 'scores': the one column SCORES
+    # FEATURES: the model's one float32 [N, k] input, fed the array field ``features_field`` as the
+    # batch's one column; None: a column per model input, named by the input
+    feature_column: str | None
+    # SCORES: the model's one output, unmapped, written as the prediction's ``scores`` array: the
+    # result's one column; None: a column per prediction field of ``model.outputs``
+    score_column: str | None
     features_field: str
 
     @classmethod
@@ -174,20 +178,21 @@ class Contract:
         inputs_ = _inputs(inputs, sig, features_field)
         outputs_ = plan_outputs(outputs, sig)
         one = inputs_[0] if len(inputs_) == 1 else None
-        # The legacy layout: one float32 [N, k] input from an array field (the default; a mapped
+        # The feature array: one float32 [N, k] input from an array field (the default; a mapped
         # single field is an array only where k > 1: for k = 1 it may be a plain number).
-        legacy_in = (one is not None and one.spec.element == "float32" and len(one.spec.shape) == 2
-                     and len(one.source.fields) == 1 and not one.source.stacked and one.fill is None
-                     and (inputs is None or one.width > 1))
-        return cls(sig, tuple(inputs_), tuple(outputs_), legacy_in, outputs is None,
-                   one.source.fields[0] if legacy_in and one is not None else features_field)
+        array_in = (one is not None and one.spec.element == "float32" and len(one.spec.shape) == 2
+                    and len(one.source.fields) == 1 and not one.source.stacked and one.fill is None
+                    and (inputs is None or one.width > 1))
+        return cls(sig, tuple(inputs_), tuple(outputs_), FEATURES if array_in else None,
+                   SCORES if outputs is None else None,
+                   one.source.fields[0] if array_in and one is not None else features_field)
 
     # ---- inputs ---------------------------------------------------------------------------
 
     @property
-    def n_features(self) -> int:
-        """Values per row over all inputs (the feature width of the legacy contract)."""
-        return sum(p.width for p in self.inputs)
+    def feature_width(self) -> int:
+        """Values per row of the feature array (:attr:`feature_column`'s width); 0 for named inputs."""
+        return self.inputs[0].width if self.feature_column is not None else 0
 
     @property
     def numeric_width(self) -> int:
@@ -201,7 +206,7 @@ class Contract:
     def stack(self, rows: Sequence[Any]) -> Columns:
         """The events' values (each a :meth:`row`, or a float32 feature row for the array field)
         as the batch's columns."""
-        if self.legacy_input:
+        if self.feature_column is not None:
             width = self.inputs[0].width
             matrix = np.stack(rows).astype(np.float32, copy=False) if rows else np.empty((0, width), np.float32)
             return Columns({FEATURES: matrix})
@@ -209,13 +214,13 @@ class Contract:
 
     def blank(self, rows: int) -> Columns:
         """A probe batch: zeros (empty strings, false) in every input."""
-        if self.legacy_input:
+        if self.feature_column is not None:
             return Columns({FEATURES: np.zeros((rows, self.inputs[0].width), np.float32)})
         return self.stack([{p.spec.name: [_zero(p.spec.element)] * p.width for p in self.inputs}] * rows)
 
     def feed(self, batch: Columns) -> dict[str, np.ndarray]:
         """The session's input dict for a batch: its columns, by model input name."""
-        if not self.legacy_input:
+        if self.feature_column is None:
             return batch.arrays
         (plan,) = self.inputs
         x = np.ascontiguousarray(batch.arrays[FEATURES], dtype=DTYPES[plan.spec.element])
@@ -232,7 +237,7 @@ class Contract:
     def collect(self, raw: Sequence[Any], rows: int) -> Columns:
         """The session's outputs (in :attr:`output_names` order) as the batch's result: Columns
         named by prediction field (one float32 matrix, :data:`SCORES`, when outputs are not mapped)."""
-        if self.legacy_output:  # the session was asked for its one output: no lookup by name
+        if self.score_column is not None:  # the session was asked for its one output: no lookup by name
             (first,) = raw
             out = np.asarray(first, dtype=np.float32)
             if out.ndim < 2:
@@ -256,8 +261,8 @@ class Contract:
         return Columns(cols).blank(rows)
 
     def avro_fields(self) -> list[dict[str, Any]]:
-        """The prediction fields the outputs fill, as Avro fields (the legacy 'scores' included)."""
-        if self.legacy_output:
+        """The prediction fields the outputs fill, as Avro fields ('scores' for the one unmapped output)."""
+        if self.score_column is not None:
             return [{"name": "scores", "type": {"type": "array", "items": "float"},
                      "doc": f"The model's output '{self.outputs[0].spec.name}' for the event."}]
         return [{"name": p.field, "type": p.avro(), "doc": field_doc(p)} for p in self.outputs]
@@ -270,7 +275,7 @@ class Contract:
             return
         named = input_schema.get("__named_schemas", {})  # fastavro's parsed named types, by full name
         for plan in self.inputs:
-            key = f"model.inputs.{plan.spec.name}" if not self.legacy_input else "input.features_field"
+            key = f"model.inputs.{plan.spec.name}" if self.feature_column is None else "input.features_field"
             for path in plan.source.fields:
                 kinds = _avro_kinds(input_field_type(input_schema, path, key), named)
                 wrong = {k for k in kinds if k not in AVRO_SOURCES or not takes(AVRO_SOURCES[k], plan.spec.element)}

@@ -143,9 +143,9 @@ def decision_scores(scores: Columns) -> np.ndarray:
     column of ``scores`` (outputs not mapped); with named outputs, the first float field: a single
     value as it is, a two-class probability row's second column (P(positive)), a wider row's
     largest value."""
-    legacy = scores.arrays.get("scores")
-    if legacy is not None and len(scores.arrays) == 1 and legacy.ndim == 2:
-        return legacy[:, 0] if legacy.shape[1] else np.full(len(scores), np.nan)
+    unmapped = scores.arrays.get("scores")
+    if unmapped is not None and len(scores.arrays) == 1 and unmapped.ndim == 2:
+        return unmapped[:, 0] if unmapped.shape[1] else np.full(len(scores), np.nan)
     for col in scores.arrays.values():
         if col.dtype.kind == "f":
             if col.ndim == 1:

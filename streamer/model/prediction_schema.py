@@ -4,8 +4,8 @@ own ``output.schema`` checked against them at start-up.
 The made schema is the bundled ``streamer/schemas/prediction.avsc`` with ``scores`` replaced by the fields
 ``model.outputs`` names (their Avro types from the outputs' element types) and the pass-through
 fields appended, each nullable: its type from ``input.schema`` where the input is Avro with a
-schema, else a union of the JSON primitives. With the legacy contract and nothing passed through
-the bundled schema is used as it is, byte for byte.
+schema, else a union of the JSON primitives. With the one output unmapped (``scores``) and
+nothing passed through, the bundled schema is used as it is, byte for byte.
 
 Worked example (``model.outputs: {label: label, fraud: {output: probabilities, column: 1}}``,
 ``output.include: [amount]`` from an Avro input whose ``amount`` is a double)::
@@ -61,7 +61,7 @@ def made_schema(base: dict[str, Any], contract: Contract, include: Sequence[str]
                        "doc": f"The input event's field '{path}', passed through (output.include)."})
         taken.add(name)
     schema["fields"] = fields
-    if not contract.legacy_output:
+    if contract.score_column is None:
         schema["doc"] = f"{schema.get('doc', '')} Fields from model.outputs: {[o['name'] for o in outputs]}."
     return schema
 

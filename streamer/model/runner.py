@@ -46,9 +46,6 @@ class ModelRunner(Protocol):
     def contract(self) -> Contract: ...
 
     @property
-    def n_features(self) -> int: ...
-
-    @property
     def provider(self) -> str: ...
 
     def warm_up(self, rows: int) -> None: ...
@@ -68,7 +65,7 @@ class OnnxRunner:
             size gets an input buffer on the device, reused batch after batch (one host-to-device
             copy into it per batch), and the output is copied back once per batch. ONNX Runtime's
             Python API has no pinned host buffers to offer; the copy is from the batch's array.
-            Only for the legacy contract (one float32 input, one output).
+            Only for a model fed the feature array with its one output unmapped (one column each way).
         contract: makes the contract from the model's signature (default: one input fed a float
             matrix, one output read as scores); it raises ConfigError for a model it cannot serve.
 
@@ -111,7 +108,7 @@ class OnnxRunner:
             self._contract = (contract or Contract.of)(self._signature)
         except ConfigError as exc:
             raise ConfigError(exc.key, f"model {self.path.name}: {exc.reason}") from exc
-        simple = (self.contract.legacy_input and self.contract.legacy_output
+        simple = (self.contract.feature_column is not None and self.contract.score_column is not None
                   and len(self.signature.outputs) == 1)
         self._bound = simple and (on_cuda if io_binding is None else io_binding)
         self._buffers: dict[int, ort.OrtValue] = {}  # an input buffer on the device per batch size
@@ -155,10 +152,6 @@ class OnnxRunner:
     def contract(self) -> Contract:
         """How the model is fed and read (contract.py)."""
         return self._contract
-
-    @property
-    def n_features(self) -> int:
-        return self.contract.n_features
 
     @property
     def provider(self) -> str:

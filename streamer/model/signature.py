@@ -144,11 +144,6 @@ class Columns:
     def __repr__(self) -> str:
         return f"Columns({', '.join(f'{k}: {v.dtype}{list(v.shape)}' for k, v in self.arrays.items())})"
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(rows, columns): what code written for a matrix asks of a batch."""
-        return len(self), len(self.arrays)
-
     @staticmethod
     def join(parts: Sequence[Columns]) -> Columns:
         if len(parts) == 1:

@@ -36,7 +36,7 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
                 clock: Callable[[], float] = time.monotonic) -> Route:
     """The route of ``POST /v1/score`` for ``serving``'s model under ``cfg``'s contract."""
     contract = serving.runner.contract
-    validator = EventValidator(cfg.input, contract.n_features, contract, cfg.output.include)
+    validator = EventValidator(cfg.input, contract, cfg.output.include)
     seq = itertools.count()
     o = cfg.online
 

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from streamer.errors import BadRequest
-from streamer.model.contract import FEATURES
 from streamer.model.signature import DTYPES, Columns
 from streamer.observe.drift import DriftGauges
 from streamer.online.dispatch import Answer, Scoring
@@ -29,8 +28,9 @@ from streamer.pipeline.records import Messages, Rows
 from streamer.pipeline.serving import Serving
 
 
-class RequestMessage:
-    """An online row where the stages expect a consumed message: its request and row."""
+class RequestRow:
+    """An online request's row as the origin of a row (records.Origin): ``online``, 0, and its
+    number among the rows served."""
 
     __slots__ = ("_offset",)
 
@@ -54,9 +54,6 @@ class RequestMessage:
 
     def timestamp(self) -> tuple[int, int]:
         return (0, 0)
-
-    def headers(self) -> None:
-        return None
 
 
 class ServedModel:
@@ -107,9 +104,9 @@ class ServedModel:
             rows.add(len(arrays[name]))
         if len(rows) != 1:
             raise BadRequest(f"the inputs hold different numbers of rows: {sorted(rows)}")
-        if contract.legacy_input:
+        if contract.feature_column is not None:
             (only,) = arrays.values()
-            return Columns({FEATURES: only})
+            return Columns({contract.feature_column: only})
         return Columns(arrays)
 
     def outputs(self, answer: Answer, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -122,7 +119,7 @@ class ServedModel:
         """One batch through the serving (the dispatcher's scoring); ``ids``: its rows' event ids,
         which the challengers' shadow predictions carry, timed at the call."""
         n = len(features)
-        messages = Messages.of([RequestMessage(self._rows + i) for i in range(n)])
+        messages = Messages.of([RequestRow(self._rows + i) for i in range(n)])
         self._rows += n
         rows = Rows(messages, ids, [""] * n, np.full(n, int(time.time() * 1000), np.int64), features)
         out = self.serving.score(rows, urgent=True)

@@ -55,7 +55,7 @@ class OnlineServer:
         # the group label, as the stream's series: one dashboard selects both
         meters = OnlineMetrics(GroupRegistry(cfg.input.group_id))
         m = cfg.model
-        drift = DriftGauges.of(m.drift_profile, serving.runner.n_features, m.drift_window_rows, meters.feature_psi,
+        drift = DriftGauges.of(m.drift_profile, serving.runner.contract.numeric_width, m.drift_window_rows, meters.feature_psi,
                                meters.feature_out_of_range)
         self.model = ServedModel(m.name, serving, drift)
         rows = o.max_size or cfg.batching.max_size

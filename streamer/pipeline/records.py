@@ -2,8 +2,11 @@
 
 A chunk of consumed messages (:class:`Messages`) and the rows decoded from it (:class:`Rows`) are
 held as columns, not as an object per row: the loop filters, batches, tracks offsets and encodes
-them with a few numpy operations per chunk, whatever its size. :class:`SourceRecord` is the one-row
-view that the per-row reference stages (the validator, the reference encoder) work with.
+them with a few numpy operations per chunk, whatever its size. Each row keeps its :class:`Origin`: a
+consumed Kafka message, a table's row (lake/table.py) or an online request's row (online/served.py).
+:class:`SourceRecord` is the one-row view that the per-row reference stages (the validator, the
+reference encoder) work with. :class:`Scored` is a batch's result and :class:`Stamp` what every
+prediction of it says of its scoring.
 
 Worked example: three messages of partitions 0, 1, 0 (offsets 7, 3, 8)::
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,6 +29,25 @@ from streamer.model.prediction_schema import include_name
 from streamer.model.signature import Columns
 
 Partition = tuple[str, int]  # (topic, partition): a partition of a topic, or of a table source (its file)
+
+
+class Origin(Protocol):
+    """Where a row came from, as the stages read it: its coordinates (a topic's partition and
+    offset; a table's file and row number; ``online``, 0 and the request's row), its key, its
+    original bytes (what a dead letter or a reject keeps) and its timestamp, as
+    ``confluent_kafka.Message`` answers them."""
+
+    def topic(self) -> str: ...
+
+    def partition(self) -> int: ...
+
+    def offset(self) -> int: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def timestamp(self) -> tuple[int, int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +84,15 @@ def _pick(items: Sequence[Any], idx: np.ndarray | slice) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Messages:
-    """Consumed messages with their coordinates as columns, in consumption order."""
+    """Consumed messages (or other origins of rows) with their coordinates as columns, in order."""
 
-    items: list[Any]  # the confluent_kafka.Message objects (their values, keys, headers)
+    items: list[Origin]  # confluent_kafka.Message objects, table rows, request rows
     topics: list[str]
     partitions: np.ndarray  # int64
     offsets: np.ndarray  # int64
 
     @classmethod
-    def of(cls, messages: Sequence[Any]) -> Messages:
+    def of(cls, messages: Sequence[Origin]) -> Messages:
         items = list(messages)
         return cls(items, [m.topic() for m in items], np.array([m.partition() for m in items], np.int64),
                    np.array([m.offset() for m in items], np.int64))

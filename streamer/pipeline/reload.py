@@ -89,11 +89,9 @@ def _state(m: ModelConfig) -> tuple[str, int, int, int]:
 def check_candidate(runner: ModelRunner, serving: ModelRunner | None, probes: list[Columns], rows: int,
                     width: int = 0) -> str | None:
     """Why ``runner`` cannot serve (None: it can), the checks of a hot reload and of start-up: the
-    serving model's input width and signature, a warm-up, and on each probe batch one result row
-    per row in every field, finite float outputs, and ``width`` columns of ``scores`` (0: any)."""
+    serving model's signature, a warm-up, and on each probe batch one result row per row in every
+    field, finite float outputs, and ``width`` columns of ``scores`` (0: any)."""
     if serving is not None:
-        if runner.n_features != serving.n_features:
-            return f"it takes {runner.n_features} features; the serving model takes {serving.n_features}"
         if differs := serving.signature.differs(runner.signature):
             return f"its signature differs: {differs}"
     runner.warm_up(rows)

@@ -54,13 +54,13 @@ class Stages:
 
     def __init__(self, decoder: Codec, encoder: Codec, input_cfg: InputConfig, contract: Contract,
                  fast: bool = True, include: Sequence[str] = ()) -> None:
-        if contract.legacy_input:  # the array field the model's row comes from
+        if contract.feature_column is not None:  # the array field the model's row comes from
             input_cfg = replace(input_cfg, features_field=contract.features_field)
-        n_features = contract.n_features
-        self.decoder, self.encoder, self.n_features, self._cfg = decoder, encoder, n_features, input_cfg
-        self.validator = EventValidator(input_cfg, n_features, contract, include)
+        self.decoder, self.encoder, self._cfg = decoder, encoder, input_cfg
+        self.width = contract.feature_width  # the feature array's values per row (0: named inputs)
+        self.validator = EventValidator(input_cfg, contract, include)
         self.include = tuple(include)
-        named_in, named_out = not contract.legacy_input, not contract.legacy_output
+        named_in, named_out = contract.feature_column is None, contract.score_column is None
         self._contract = contract if named_in else None
         self._stack = contract.stack
         # The fast decoders of the array field give its float32 matrix: the one FEATURES column.
@@ -79,7 +79,7 @@ class Stages:
             self.fast_decoder = self._compile(json.loads(decoder.schema_json))
         elif fast_in and isinstance(decoder, JsonCodec) and not include:
             self.fast_decoder = (JsonFields.compile(input_cfg, contract) if named_in
-                                 else JsonColumns(input_cfg, n_features))
+                                 else JsonColumns(input_cfg, self.width))
         elif fast_in and named_in and not include and isinstance(decoder, ConfluentProtobufCodec):
             self.fast_decoder = ProtobufColumns.compile(decoder, input_cfg, contract)
         self._by_schema_id: dict[bytes, ColumnarDecoder | FieldDecoder | None] = {}  # avro-confluent
@@ -154,7 +154,7 @@ class Stages:
         """The fast decoder of one writer schema for this contract (None: the reference's)."""
         if self._contract is not None:
             return FieldDecoder.compile(writer_schema, self._cfg, self._contract, self.include)
-        return ColumnarDecoder.compile(writer_schema, self._cfg, self.n_features)
+        return ColumnarDecoder.compile(writer_schema, self._cfg, self.width)
 
     def _schema_decoder(self, head: bytes) -> ColumnarDecoder | FieldDecoder | None:
         """avro-confluent: the fast decoder for a framing head (magic byte and schema id), compiled

@@ -20,18 +20,17 @@ _EXACT = EXACT_INT["float32"]  # model/exact.py's table: an integer into float32
 class EventValidator:
     """Checks a decoded event against the model's inputs and builds its SourceRecord.
 
-    With the legacy contract (or none) the model's row is the float array ``features_field``;
-    otherwise the contract converts each model input's fields (contract.py). ``include``: the
+    A contract fed the feature array takes the float array ``features_field`` as the model's row;
+    one of named inputs converts each model input's fields (contract.py). ``include``: the
     pass-through fields the record keeps for its prediction (output.include).
     """
 
-    def __init__(self, cfg: InputConfig, n_features: int, contract: Contract | None = None,
-                 include: Sequence[str] = ()) -> None:
-        if contract is not None and contract.legacy_input and contract.features_field != cfg.features_field:
+    def __init__(self, cfg: InputConfig, contract: Contract, include: Sequence[str] = ()) -> None:
+        if contract.feature_column is not None and contract.features_field != cfg.features_field:
             cfg = replace(cfg, features_field=contract.features_field)
         self._cfg = cfg
-        self.n_features = n_features
-        self._contract = None if contract is None or contract.legacy_input else contract
+        self.width = contract.feature_width  # the feature array's values per row
+        self._contract = None if contract.feature_column is not None else contract
         self._include = tuple(include)
 
     def to_record(self, payload: Mapping[str, Any], topic: str, partition: int, offset: int,
@@ -70,9 +69,9 @@ class EventValidator:
             features = np.asarray(raw_features, dtype=np.float32)
         except (TypeError, ValueError, OverflowError) as exc:  # Overflow: an integer past a double
             raise ValidationError(f"field '{cfg.features_field}' is not a list of numbers") from exc
-        if features.shape != (self.n_features,):
+        if features.shape != (self.width,):
             raise ValidationError(f"field '{cfg.features_field}' has {features.size} values, "
-                                  f"the model takes {self.n_features}")
+                                  f"the model takes {self.width}")
         if not np.isfinite(features).all():
             raise ValidationError(f"field '{cfg.features_field}' holds NaN or infinity")
         if cfg.feature_min is not None and features.min() < cfg.feature_min:

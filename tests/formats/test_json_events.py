@@ -15,6 +15,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamer.errors import ConfigError, DeserializeError, SerializeError, ValidationError
 from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
+from streamer.model.contract import Contract
+from streamer.testing import matrix_signature
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "streamer" / "schemas" / "feature_event.schema.json").read_text())
@@ -110,7 +112,7 @@ def test_feature_arrays_follow_the_conversion_table_without_a_schema_too() -> No
     from streamer.pipeline.validate import EventValidator
 
     cfg = InputConfig(topics=("t",), group_id="g", format="json")
-    validator = EventValidator(cfg, 2)
+    validator = EventValidator(cfg, Contract.of(matrix_signature(2)))
     for odd, refusal in (("1.5", "not a number"), (2**24 + 1, "the integer 16777217, beyond 2\\^24")):
         payload = {**EVENT, "features": [0.5, odd]}
         with pytest.raises(ValidationError, match=refusal):
@@ -136,7 +138,7 @@ def test_an_integer_past_a_doubles_range_is_a_validate_error_not_a_crash() -> No
     from streamer.pipeline.validate import EventValidator
 
     huge = 10 ** 400
-    validator = EventValidator(InputConfig(topics=("t",), group_id="g", format="json"), 2)
+    validator = EventValidator(InputConfig(topics=("t",), group_id="g", format="json"), Contract.of(matrix_signature(2)))
     with pytest.raises(ValidationError):
         validator.to_record({**EVENT, "features": [0.5, huge]}, "t", 0, 0, None, 0)
     with pytest.raises(ValueError, match=r"beyond 2\^24"):

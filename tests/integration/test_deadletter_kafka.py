@@ -153,7 +153,7 @@ def test_a_broken_model_pauses_instead_of_flooding_the_dead_letter_topic(bootstr
             raise InferenceError("model file is corrupt")
         return score_matrix(real, x)
 
-    runner = FunctionRunner(model, real.n_features)
+    runner = FunctionRunner(model, real.contract.feature_width)
     processor = build_processor(cfg, runner=runner)
     during: dict[str, Any] = {}
 

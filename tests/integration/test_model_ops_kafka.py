@@ -130,7 +130,7 @@ def test_a_failing_model_degrades_to_the_fallback_and_comes_back(bootstrap: str,
             raise InferenceError("CUDA error: an illegal memory access was encountered")
         return score_matrix(real, x)
 
-    switch = FunctionRunner(model, real.n_features, real.provider)
+    switch = FunctionRunner(model, real.contract.feature_width, real.provider)
     registry = CollectorRegistry()
     processor = build_processor(cfg, runner=switch, registry=registry)
     n = 10_000
@@ -207,8 +207,8 @@ def test_challengers_score_in_shadow_and_a_failing_or_hung_one_never_touches_the
         release.wait()
         return score_matrix(other_model, x)
 
-    shadow.challengers[1].runner = FunctionRunner(raising, other_model.n_features)
-    shadow.challengers[2].runner = FunctionRunner(hanging, other_model.n_features)
+    shadow.challengers[1].runner = FunctionRunner(raising, other_model.contract.feature_width)
+    shadow.challengers[2].runner = FunctionRunner(hanging, other_model.contract.feature_width)
 
     features = np.array([e["features"] for e in synthetic_events(n, 32, seed=3)], np.float32)
     champion, challenger = score_matrix(model_runner(cfg), features)[:, 0], score_matrix(model_runner(cfg, other), features)[:, 0]

@@ -257,7 +257,7 @@ def test_a_hanging_model_is_reported_unhealthy(bootstrap: str, topics: Topics) -
         release.wait(60)
         return score_matrix(real, x)
 
-    running = Running(build_processor(cfg, runner=FunctionRunner(hanging, real.n_features)))
+    running = Running(build_processor(cfg, runner=FunctionRunner(hanging, real.contract.feature_width)))
     base = f"http://127.0.0.1:{running.processor.http.port}"
     try:
         wait_for(lambda: get(f"{base}/readyz")[0] == 200, 60, "readiness (model warm, group joined)")

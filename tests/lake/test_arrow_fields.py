@@ -56,7 +56,7 @@ def agree(contract: Contract, batch: pa.RecordBatch) -> Any:
     assert decoder is not None
     cols = decoder.decode(batch)
     assert sorted(cols.rows.tolist() + cols.fallback.tolist()) == list(range(batch.num_rows))
-    validator = EventValidator(cfg, contract.n_features, contract)
+    validator = EventValidator(cfg, contract)
     payloads = batch.to_pylist()
     for j, i in enumerate(cols.rows.tolist()):
         try:
@@ -89,7 +89,7 @@ def feature_rows(values: list[Any]) -> pa.RecordBatch:
 ])
 def test_the_feature_array_takes_plain_rows_whole_and_leaves_the_rest(values: list[Any], taken: list[int]) -> None:
     contract = Contract.of(Signature((TensorSpec("x", "float32", (None, 3), ""),), OUT), None)
-    assert contract.legacy_input
+    assert contract.feature_column is not None
     cols = agree(contract, feature_rows(values))
     assert cols.rows.tolist() == taken
     assert cols.features.arrays[FEATURES].dtype == np.float32

@@ -157,7 +157,7 @@ def test_field_value_follows_dotted_paths_and_gives_none_for_missing_or_null_par
 
 def test_stacked_fields_become_one_row_in_the_listed_order() -> None:
     contract = Contract.of(sig([spec("x", "float32", 3)]), {"x": InputSource(("a", "b.c", "d"), stacked=True)})
-    assert not contract.legacy_input
+    assert contract.feature_column is None
     rows = [contract.row({"a": 1, "b": {"c": 2.5}, "d": -3}), contract.row({"a": 4.0, "b": {"c": 5}, "d": 6})]
     assert rows[0] == {"x": [1.0, 2.5, -3.0]}
     batch = contract.stack(rows)
@@ -257,9 +257,9 @@ def test_blank_is_a_probe_batch_of_zeros_empty_strings_and_false() -> None:
     assert probe.arrays["s"].tolist() == [[""]] * 3
     np.testing.assert_array_equal(probe.arrays["f"], np.zeros((3, 2), np.float32))
     assert probe.arrays["b"].dtype == np.bool_ and not probe.arrays["b"].any() and probe.arrays["b"].shape == (3,)
-    legacy = Contract.of(Signature.of(session(FRAUD_MLP)))
-    assert list(legacy.blank(2).arrays) == ["features"]
-    assert legacy.blank(2).arrays["features"].shape == (2, 32) and legacy.blank(2).arrays["features"].dtype == np.float32
+    plain = Contract.of(Signature.of(session(FRAUD_MLP)))
+    assert list(plain.blank(2).arrays) == ["features"]
+    assert plain.blank(2).arrays["features"].shape == (2, 32) and plain.blank(2).arrays["features"].dtype == np.float32
 
 
 def test_stacked_columns_feed_the_real_column_transformer_and_collect_its_outputs(tabular: Signature,
@@ -279,7 +279,7 @@ def test_stacked_columns_feed_the_real_column_transformer_and_collect_its_output
     np.testing.assert_array_equal(result.arrays["label"], direct[0])
     np.testing.assert_array_equal(result.arrays["probabilities"], direct[1])
     assert numeric_matrix(batch).tolist() == [[12.5, 30.0, 2.0], [0.0, 900.0, 7.0]]
-    assert contract.numeric_width == 3 and contract.n_features == 5
+    assert contract.numeric_width == 3 and sum(p.width for p in contract.inputs) == 5
 
 
 # ---- Contract.of refusals ----------------------------------------------------------------------
@@ -312,7 +312,7 @@ def test_stacked_fields_must_match_the_input_width(converter_models: Path) -> No
     assert "lists 3 fields" in err.value.reason and "takes 4 values a row" in err.value.reason
     four = Contract.of(logreg, {"features": InputSource(("a", "b", "c", "d"), stacked=True)},
                        {"label": OutputTarget("label")})
-    assert not four.legacy_input and four.inputs[0].width == 4
+    assert four.feature_column is None and four.inputs[0].width == 4
     free = sig([spec("x", "float32", None)])
     with pytest.raises(ConfigError, match="no fixed width") as err:
         Contract.of(free, {"x": InputSource(("v",))})
@@ -341,25 +341,25 @@ def test_an_unknown_output_or_a_column_out_of_range_is_named(converter_models: P
     assert ok.avro_fields()[0]["type"] == "float"
 
 
-def test_legacy_flags_follow_the_layout_not_the_model_file(converter_models: Path) -> None:
+def test_the_single_columns_follow_the_layout_not_the_model_file(converter_models: Path) -> None:
     mlp = Signature.of(session(FRAUD_MLP))
     plain = Contract.of(mlp)
-    assert plain.legacy_input and plain.legacy_output and plain.features_field == "features"
-    assert plain.n_features == 32
+    assert (plain.feature_column, plain.score_column, plain.features_field) == ("features", "scores", "features")
+    assert plain.feature_width == 32
     renamed = Contract.of(mlp, {"features": InputSource(("vector",))})
-    assert renamed.legacy_input and renamed.features_field == "vector"
-    assert Contract.of(mlp, {"features": InputSource(("features",))}).legacy_input
-    assert not Contract.of(mlp, {"features": InputSource(("features",), fill=0)}).legacy_input
+    assert renamed.feature_column == "features" and renamed.features_field == "vector"
+    assert Contract.of(mlp, {"features": InputSource(("features",))}).feature_column == "features"
+    assert Contract.of(mlp, {"features": InputSource(("features",), fill=0)}).feature_column is None
     named_out = Contract.of(mlp, None, {"fraud": OutputTarget("score")})
-    assert named_out.legacy_input and not named_out.legacy_output
+    assert named_out.feature_column == "features" and named_out.score_column is None
     f64 = Contract.of(Signature.of(session(converter_models / "float64_regressor.onnx")))
-    assert not f64.legacy_input and f64.legacy_output
+    assert f64.feature_column is None and f64.score_column == "scores"
     assert f64.row({"features": [1, 2, 3, 4]}) == {"features": [1.0, 2.0, 3.0, 4.0]}
     one = Contract.of(sig([spec("x", "float32", 1)]), {"x": InputSource(("amount",))})
-    assert not one.legacy_input  # a mapped [N, 1] input may be a plain number, not an array
+    assert one.feature_column is None  # a mapped [N, 1] input may be a plain number, not an array
 
 
-def test_legacy_feed_refuses_a_matrix_of_the_wrong_width() -> None:
+def test_the_feature_array_feed_refuses_a_matrix_of_the_wrong_width() -> None:
     contract = Contract.of(Signature.of(session(FRAUD_MLP)))
     fed = contract.feed(Columns({"features": np.ones((2, 32), np.float64)}))
     assert fed["features"].dtype == np.float32 and fed["features"].flags.c_contiguous
@@ -408,10 +408,10 @@ def test_collect_refuses_outputs_of_the_wrong_row_count_or_shape(converter_model
         contract.collect([np.array([0, 1]), np.zeros((3, 2), np.float32)], 3)
     with pytest.raises(InferenceError, match=r"prediction field 'label' holds one"):
         contract.collect([np.zeros((3, 2)), np.zeros((3, 2), np.float32)], 3)
-    legacy = Contract.of(Signature.of(session(FRAUD_MLP)))
-    assert legacy.collect([np.array([0.25, 0.5], np.float32)], 2).arrays["scores"].tolist() == [[0.25], [0.5]]
+    plain = Contract.of(Signature.of(session(FRAUD_MLP)))
+    assert plain.collect([np.array([0.25, 0.5], np.float32)], 2).arrays["scores"].tolist() == [[0.25], [0.5]]
     with pytest.raises(InferenceError, match="2 output rows for 3 input rows"):
-        legacy.collect([np.zeros((2, 1), np.float32)], 3)
+        plain.collect([np.zeros((2, 1), np.float32)], 3)
     zipmap = Contract.of(Signature.of(session(converter_models / "logreg_zipmap.onnx")), None,
                          {"p": OutputTarget("output_probability")})
     with pytest.raises(InferenceError, match="do not share the classes"):
@@ -447,7 +447,7 @@ def test_check_fields_refuses_a_field_of_the_wrong_type_or_a_missing_one(tabular
         tabular_contract(tabular, country=InputSource(("card.country",)),
                          n_items=InputSource(("amount",))).check_fields(purchase)
     assert key_of(err) == "model.inputs.n_items"
-    with pytest.raises(ConfigError) as err:  # the legacy array field is input.features_field's
+    with pytest.raises(ConfigError) as err:  # the feature array is input.features_field's
         Contract.of(Signature.of(session(FRAUD_MLP))).check_fields(purchase)
     assert key_of(err) == "input.features_field"
 
@@ -485,9 +485,9 @@ def test_made_schema_refuses_a_name_collision(tabular: Signature) -> None:
     assert key_of(err) == "output.include[0]"
 
 
-def test_made_schema_of_the_legacy_contract_keeps_scores() -> None:
-    legacy = Contract.of(Signature.of(session(FRAUD_MLP)))
-    made = made_schema(load_schema(PREDICTION), legacy, ["amount"], None)
+def test_made_schema_of_the_feature_array_contract_keeps_scores() -> None:
+    plain = Contract.of(Signature.of(session(FRAUD_MLP)))
+    made = made_schema(load_schema(PREDICTION), plain, ["amount"], None)
     fields = {f["name"]: f for f in made["fields"]}
     assert fields["scores"]["type"] == {"type": "array", "items": "float"}
     assert list(fields)[-1] == "amount"
@@ -559,8 +559,8 @@ def test_made_schema_round_trips_a_prediction_through_avro(tabular: Signature) -
 
 
 def test_decision_scores_pick_the_number_a_decision_is_made_on() -> None:
-    legacy = Columns({"scores": np.array([[0.1, 9.0], [0.7, 9.0]], np.float32)})
-    np.testing.assert_allclose(decision_scores(legacy), [0.1, 0.7], rtol=1e-6)
+    plain = Columns({"scores": np.array([[0.1, 9.0], [0.7, 9.0]], np.float32)})
+    np.testing.assert_allclose(decision_scores(plain), [0.1, 0.7], rtol=1e-6)
     two_class = Columns({"label": np.array([0, 1]), "p": np.array([[0.8, 0.2], [0.3, 0.7]], np.float32)})
     np.testing.assert_allclose(decision_scores(two_class), [0.2, 0.7], rtol=1e-6)
     scalar = Columns({"label": np.array([1, 0]), "fraud": np.array([0.9, 0.4], np.float32),
@@ -577,7 +577,7 @@ def test_decision_scores_pick_the_number_a_decision_is_made_on() -> None:
 def test_columns_slice_take_and_join_like_one_array() -> None:
     cols = Columns({"s": np.array(["a", "b", "c", "d"], object), "x": np.arange(8, dtype=np.float32).reshape(4, 2),
                     "n": np.array([10, 11, 12, 13])})
-    assert len(cols) == 4 and cols.shape == (4, 3)
+    assert len(cols) == 4 and list(cols.arrays) == ["s", "x", "n"]
     part = cols[1:3]
     assert part.arrays["s"].tolist() == ["b", "c"] and part.arrays["x"].tolist() == [[2, 3], [4, 5]]
     taken = cols[np.array([3, 0])]
@@ -692,7 +692,7 @@ def test_inspect_of_a_column_transformer_maps_one_input_per_column(converter_mod
     assert "ZipMap" not in report and "cannot serve" not in report
 
 
-def test_inspect_of_the_legacy_model_suggests_no_mapping() -> None:
+def test_inspect_of_a_one_input_one_output_model_suggests_no_mapping() -> None:
     report = inspect(FRAUD_MLP)
     assert "features  float32  [N, 32]" in report
     assert "  inputs:" not in report and "  outputs:" not in report

@@ -44,7 +44,7 @@ def runner() -> OnnxRunner:
 
 
 def test_model_loads_and_reports_its_provider(runner: OnnxRunner) -> None:
-    assert runner.n_features == 32
+    assert runner.contract.feature_width == 32
     # onnxruntime-gpu lists CUDA even without a GPU or CUDA libraries; then the CPU is what runs.
     assert runner.provider == provider_onnxruntime_picks()
 
@@ -141,7 +141,7 @@ def test_build_models_is_deterministic(tmp_path: Path) -> None:
 def test_the_heavy_encoder_scores_a_batch_in_the_runner() -> None:
     runner = OnnxRunner(MODELS / "fraud_encoder.onnx", ("cpu",))
     scores = score(runner, np.random.default_rng(1).normal(size=(64, 32)).astype(np.float32))
-    assert runner.n_features == 32 and scores.shape == (64, 1)
+    assert runner.contract.feature_width == 32 and scores.shape == (64, 1)
     assert np.isfinite(scores).all() and 0 < scores.min() and scores.max() < 1 and scores.std() > 0.001
 
 
@@ -159,7 +159,7 @@ def test_function_runner_and_poison_runner() -> None:
     inner = FunctionRunner(lambda x: x.sum(axis=1, keepdims=True), n_features=3)
     poisoned = PoisonRunner(inner, sentinel=-1.0)
     runners: list[ModelRunner] = [inner, poisoned]
-    assert [r.provider for r in runners] == ["fake", "fake"] and poisoned.n_features == 3
+    assert [r.provider for r in runners] == ["fake", "fake"] and poisoned.contract.feature_width == 3
     ok = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
     np.testing.assert_array_equal(score(poisoned, ok), [[6.0], [15.0]])
     with pytest.raises(InferenceError, match=r"\[1\]"):

@@ -26,7 +26,7 @@ class Gated:
     """A model whose calls wait for the test to open them one at a time, and can be made to fail."""
 
     def __init__(self) -> None:
-        self.n_features, self.provider = N, "test"
+        self.provider = "test"
         self.signature = matrix_signature(N, 1)
         self.contract = Contract.of(self.signature)
         self.opened = threading.Semaphore(0)

@@ -27,8 +27,10 @@ from streamer.formats.columnar.decode import ColumnarDecoder
 from streamer.formats.columnar.encode import PredictionEncoder
 from streamer.formats.columnar.walk import DecodedColumns
 from streamer.formats.confluent import ConfluentAvroCodec
+from streamer.model.contract import Contract
 from streamer.pipeline.records import ModelId, SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
+from streamer.testing import matrix_signature
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "streamer" / "schemas"
 FEATURES = load_schema(SCHEMAS / "feature_event.avsc")
@@ -95,7 +97,7 @@ def reference(value: bytes | None, schema: dict[str, Any], cfg: InputConfig, n: 
         if len(value) > cfg.max_message_bytes:
             raise DeserializeError("too big")
         payload = codec(schema, cfg.max_message_bytes).decode(value[offset:])
-        return EventValidator(cfg, n).to_record(payload, "t", 0, at, None, 1234)
+        return EventValidator(cfg, Contract.of(matrix_signature(n))).to_record(payload, "t", 0, at, None, 1234)
     except RecordError as exc:
         return exc
 

@@ -72,7 +72,7 @@ def layout(draw: st.DrawFn) -> tuple[dict[str, Any], Contract, int]:
         fields.insert(draw(st.integers(0, len(fields))), extra)
     schema = {"type": "record", "name": "Generated", "namespace": "test", "fields": fields}
     contract = Contract.of(Signature(tuple(specs), OUT), inputs)
-    assume(not contract.legacy_input)  # one float32 array: columnar_decode.py's (tests/formats/columnar/test_columnar.py)
+    assume(contract.feature_column is None)  # one float32 array: columnar_decode.py's (tests/formats/columnar/test_columnar.py)
     return schema, contract, n
 
 
@@ -82,7 +82,7 @@ def reference(value: bytes | None, schema: dict[str, Any], contract: Contract, a
         if value is None:
             raise DeserializeError("tombstone")
         payload = codec(schema).decode(value)
-        return EventValidator(cfg, contract.n_features, contract).to_record(payload, "t", 0, at, None, 1234)
+        return EventValidator(cfg, contract).to_record(payload, "t", 0, at, None, 1234)
     except RecordError as exc:
         return exc
 

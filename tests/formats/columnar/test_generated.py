@@ -232,7 +232,7 @@ def reference(value_: bytes | None, schema: dict[str, Any], contract: Contract, 
         if value_ is None:
             raise DeserializeError("tombstone")
         payload = codec(schema).decode(value_)
-        return EventValidator(config(), contract.n_features, contract, include).to_record(
+        return EventValidator(config(), contract, include).to_record(
             payload, "t", 0, at, None, 1234)
     except RecordError as exc:
         return exc

@@ -14,8 +14,10 @@ from streamer.config import InputConfig
 from streamer.errors import DeserializeError, RecordError
 from streamer.formats.columnar.json_columns import JsonColumns
 from streamer.formats.json_events import JsonCodec
+from streamer.model.contract import Contract
 from streamer.pipeline.records import SourceRecord
 from streamer.pipeline.validate import EventValidator
+from streamer.testing import matrix_signature
 
 N = 4
 
@@ -29,7 +31,7 @@ def reference(value: bytes | None, cfg: InputConfig, at: int) -> SourceRecord | 
         if value is None:
             raise DeserializeError("tombstone")
         payload = JsonCodec(cfg.max_message_bytes).decode(value)
-        return EventValidator(cfg, N).to_record(payload, "t", 0, at, None, 1234)
+        return EventValidator(cfg, Contract.of(matrix_signature(N))).to_record(payload, "t", 0, at, None, 1234)
     except RecordError as exc:
         return exc
 

@@ -70,7 +70,7 @@ def layout(draw: st.DrawFn) -> tuple[Contract, dict[str, str]]:
         inputs[f"x{i}"] = InputSource(fields, stacked=kind == "stacked", fill=fill)
         paths.update({f: element for f in fields})
     contract = Contract.of(Signature(tuple(specs), OUT), inputs)
-    assume(not contract.legacy_input)
+    assume(contract.feature_column is None)
     return contract, paths
 
 
@@ -134,7 +134,7 @@ def reference(value: bytes | None, cfg: InputConfig, contract: Contract, at: int
         if value is None:
             raise DeserializeError("tombstone")
         payload = JsonCodec(cfg.max_message_bytes).decode(value)
-        return EventValidator(cfg, contract.n_features, contract).to_record(payload, "t", 0, at, None, 1234)
+        return EventValidator(cfg, contract).to_record(payload, "t", 0, at, None, 1234)
     except RecordError as exc:
         return exc
 

@@ -117,7 +117,7 @@ def layout(draw: st.DrawFn) -> tuple[descriptor_pb2.FileDescriptorProto, Contrac
                     label=T.LABEL_OPTIONAL)
     m.field.add(name="unused", number=next(numbers), type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
     contract = Contract.of(Signature(tuple(specs), OUT), inputs)
-    assume(not contract.legacy_input)
+    assume(contract.feature_column is None)
     return fd, contract, gen, taken
 
 
@@ -163,7 +163,7 @@ def reference(codec: ConfluentProtobufCodec, value: bytes | None, contract: Cont
         if value is None:
             raise DeserializeError("tombstone")
         payload = codec.decode(value)
-        return EventValidator(config(), contract.n_features, contract).to_record(payload, "t", 0, at, None, 1234)
+        return EventValidator(config(), contract).to_record(payload, "t", 0, at, None, 1234)
     except RecordError as exc:
         return exc
 
