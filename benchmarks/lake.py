@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from throughput import PINNED, fresh, replay_run, timed  # benchmarks/: also puts the project on sys.path
+from figure_runs import replay_run  # benchmarks/: throughput.py's (g)
+from harness import PINNED, fresh, timed  # benchmarks/: also puts the project on sys.path
 
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events
 from streamer.commands.lake import LakeSummary, Target, run_lake_replay, run_score
