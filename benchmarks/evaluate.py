@@ -27,7 +27,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from throughput import PINNED  # benchmarks/: also puts the project on sys.path
+from harness import PINNED  # benchmarks/: also puts the project on sys.path
 
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events
 from streamer.commands.evaluate import Evaluation, Outputs, evaluate

@@ -30,7 +30,6 @@ import argparse
 import gc
 import io
 import os
-import random
 import tempfile
 import threading
 import time
@@ -43,7 +42,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from throughput import PINNED, fresh, replay_run, timed  # benchmarks/: also puts the project on sys.path
+from figure_runs import replay_run  # benchmarks/: throughput.py's (g)
+from harness import PINNED, fresh, rounds, timed  # benchmarks/: also puts the project on sys.path
 
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events
 from streamer.commands.lake import LakeSummary, Target, run_lake_replay, run_score
@@ -129,16 +129,13 @@ def figures(args: argparse.Namespace, bootstrap: str, scratch: Path) -> None:
     }
     rates: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
-    for round_ in range(args.repeat):
-        order = [(k, fn) for k, fn in runs.items() if k in wanted]
-        random.Random(round_).shuffle(order)
-        for tag, fn in order:
-            cfg = fresh(base, tag)
-            create_topics(bootstrap, {cfg.output.topic: PARTITIONS})
-            rate, us, _, _ = timed(lambda: fn(cfg), args.events)
-            rates.setdefault(tag, []).append(rate)
-            cpu.setdefault(tag, []).append(us)
-            print(f"  round {round_ + 1}: ({tag}) {rate:,.0f} events/s, {us:.1f} us CPU/event", flush=True)
+    for round_, tag, fn in rounds({k: fn for k, fn in runs.items() if k in wanted}, args.repeat):
+        cfg = fresh(base, tag)
+        create_topics(bootstrap, {cfg.output.topic: PARTITIONS})
+        rate, us, _, _ = timed(lambda: fn(cfg), args.events)
+        rates.setdefault(tag, []).append(rate)
+        cpu.setdefault(tag, []).append(us)
+        print(f"  round {round_ + 1}: ({tag}) {rate:,.0f} events/s, {us:.1f} us CPU/event", flush=True)
     names = {"g": "replay to a topic", "k": "replay into Iceberg", "l": "score a Parquet file"}
     med = {k: float(np.median(v)) for k, v in rates.items()}
     print(f"events {args.events:,}, {PARTITIONS} partitions, replay batch {args.batch} (lake runs: their own), "

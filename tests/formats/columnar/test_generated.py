@@ -284,7 +284,7 @@ def test_generated_schemas_decode_as_the_reference_or_step_aside(drawn: Any) -> 
 def test_the_mixed_event_takes_the_fast_path_whole() -> None:
     """The benchmark's (j) event: strings, a double, a nullable float with a fill, a long, and
     fields the model does not use (a string, an enum, a boolean, a double); two passed through."""
-    from benchmarks.throughput import MIXED
+    from benchmarks.domain_events import MIXED
 
     sig = Signature((TensorSpec("country", "string", (None, 1), ""), TensorSpec("channel", "string", (None, 1), ""),
                      TensorSpec("amount", "float32", (None, 1), ""), TensorSpec("age_days", "float32", (None, 1), ""),

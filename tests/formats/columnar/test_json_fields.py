@@ -169,7 +169,7 @@ def _unusual(ref: SourceRecord, contract: Contract) -> bool:
 
 
 def mixed(i: int) -> dict[str, Any]:
-    """benchmarks/throughput.py's (j) event."""
+    """benchmarks/domain_events.py's (j) event."""
     return {"event_id": f"m{i}", "entity_id": f"c{i % 97}", "event_time": 1_700_000_000_000 + i,
             "country": ["US", "DE", "FR", "BR"][i % 4], "channel": ["web", "app", "pos"][i % 3],
             "amount": 12.5 + i, "age_days": None if i % 10 == 0 else float(i % 2000), "n_items": i % 9 + 1,

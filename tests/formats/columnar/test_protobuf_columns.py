@@ -209,7 +209,7 @@ def _unusual(ref: SourceRecord, contract: Contract) -> bool:
 
 
 def mixed_file() -> descriptor_pb2.FileDescriptorProto:
-    """benchmarks/throughput.py's (j) event as a proto3 message (age_days: a FloatValue-like wrapper)."""
+    """benchmarks/domain_events.py's (j) event as a proto3 message (age_days: a FloatValue-like wrapper)."""
     fd = descriptor_pb2.FileDescriptorProto(name="order.proto", package="bench", syntax="proto3")
     m = fd.message_type.add(name="Order")
     device = m.enum_type.add(name="Device")
