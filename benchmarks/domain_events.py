@@ -19,7 +19,7 @@ import numpy as np
 from streamer.commands.demo import encoded_events, produce_events
 from streamer.config import Config, InputSource, OutputTarget, RegistryConfig
 from streamer.kafka.topics import create_topics
-from streamer.wiring import input_codec
+from streamer.wiring.codecs import input_codec
 
 CONVERTER_MODELS = Path(__file__).resolve().parent.parent / "models" / "build_converter_models.py"
 
@@ -48,7 +48,7 @@ def named_inputs(base: Config, bootstrap: str, events: list[dict[str, object]], 
                                                                            stacked=True)}))
     named = ({**{k: e[k] for k in ("event_id", "entity_id", "event_time")},
               **{f"f{k}": float(v) for k, v in enumerate(e["features"])}} for e in events)  # type: ignore[arg-type]
-    produce_events(bootstrap, topic, encoded_events(input_codec(cfg), list(named)))
+    produce_events(bootstrap, topic, encoded_events(input_codec(cfg.input), list(named)))
     return cfg
 
 
@@ -70,7 +70,7 @@ def mixed_inputs(base: Config, bootstrap: str, n: int, folder: Path) -> Config:
                                         for k in ("country", "channel", "amount", "age_days", "n_items")},
                                 outputs={"label": OutputTarget("label"),
                                          "fraud": OutputTarget("probabilities", column=1)}))
-    produce_events(bootstrap, topic, encoded_events(input_codec(cfg), mixed_rows(n)))
+    produce_events(bootstrap, topic, encoded_events(input_codec(cfg.input), mixed_rows(n)))
     return cfg
 
 
@@ -90,7 +90,7 @@ def json_inputs(mixed: Config, bootstrap: str, n: int) -> Config:
     topic = f"{mixed.input.topics[0]}-json"
     create_topics(bootstrap, {topic: 3})
     cfg = replace(mixed, input=replace(mixed.input, topics=(topic,), format="json", schema=None))
-    produce_events(bootstrap, topic, encoded_events(input_codec(cfg), mixed_rows(n)))
+    produce_events(bootstrap, topic, encoded_events(input_codec(cfg.input), mixed_rows(n)))
     return cfg
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from harness import PINNED  # benchmarks/: also puts the project on sys.path
 
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events
-from streamer.commands.evaluate import Evaluation, Outputs, evaluate
+from streamer.commands.evaluate import evaluate
 from streamer.commands.model import calibration_rows
 from streamer.config import LakeConfig
 from streamer.config_check import Location
@@ -38,7 +38,8 @@ from streamer.dev.broker import kafka_cluster
 from streamer.kafka.ranges import When
 from streamer.kafka.topics import create_topics
 from streamer.model.optimize import optimize
-from streamer.wiring import input_codec
+from streamer.wiring.codecs import input_codec
+from streamer.wiring.evaluate import Evaluation, Outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ROOT / "models" / "fraud_encoder.onnx"
@@ -58,7 +59,7 @@ def main() -> None:
                       lake=LakeConfig(warehouse=Location(str(work / "lake"))))
         create_topics(bootstrap, {cfg.input.topics[0]: 3})
         produce_events(bootstrap, cfg.input.topics[0],
-                       encoded_events(input_codec(cfg), synthetic_events(args.events, 32, seed=5)))
+                       encoded_events(input_codec(cfg.input), synthetic_events(args.events, 32, seed=5)))
         calibration = calibration_rows(cfg, "earliest..latest", 10_000)
         candidates = {"dynamic": optimize(HEAVY, work / "dynamic.onnx", int8=True).out,
                       "static": optimize(HEAVY, work / "static.onnx", int8=True, calibration=calibration).out}

@@ -26,7 +26,9 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.records import ModelId, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 from streamer.testing import PoisonRunner, score_matrix
-from streamer.wiring import build_processor, input_codec, model_runner, output_codec
+from streamer.wiring.codecs import input_codec, output_codec
+from streamer.wiring.model import model_runner
+from streamer.wiring.stream import build_processor
 
 POISON = 9999.0
 COMMIT_TAILS: dict[str, list[float]] = {}  # per figure: ms from the last ack to the outputs committed
@@ -150,7 +152,7 @@ def poisoned_copy(events: list[dict[str, object]], every: int) -> list[dict[str,
 def naive(cfg: Config, n: int) -> float:
     """(d): the loop people write first: every message waits for its own ack and commit."""
     runner = model_runner(cfg)
-    decoder, encoder = input_codec(cfg), output_codec(cfg)
+    decoder, encoder = input_codec(cfg.input), output_codec(cfg)
     validator = EventValidator(cfg.input, runner.contract)
     consumer = Consumer(clients.consumer_config(cfg))
     producer = Producer(clients.producer_config(cfg))

@@ -39,7 +39,9 @@ from streamer.config import Config  # noqa: E402
 from streamer.kafka.clients import KafkaClients  # noqa: E402
 from streamer.model.contract import FEATURES  # noqa: E402
 from streamer.model.signature import Columns  # noqa: E402
-from streamer.wiring import build_processor, input_codec, model_runner  # noqa: E402
+from streamer.wiring.codecs import input_codec  # noqa: E402
+from streamer.wiring.model import model_runner  # noqa: E402
+from streamer.wiring.stream import build_processor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ROOT / "models" / "fraud_encoder.onnx"
@@ -216,7 +218,7 @@ def main() -> None:
     base = demo_config("memory:0", run, args.batch)
     base = replace(base, model=replace(base.model, path=args.model.resolve(), name=args.model.stem))
     model_only(base, [int(s) for s in args.sizes.split(",")], rows=max(args.events, 20_000))
-    codec = input_codec(base)
+    codec = input_codec(base.input)
     topic = base.input.topics[0]
     messages = [MemoryMessage(topic, i % 3, i // 3, k, v)
                 for i, (k, v) in enumerate(encoded_events(codec, synthetic_events(args.events, 32)))]
@@ -243,7 +245,7 @@ def kafka(base: Config, args: argparse.Namespace, run: str) -> float:
         cfg0 = replace(cfg0, model=base.model)
         create_topics(bootstrap, {cfg0.input.topics[0]: 3})
         produce_events(bootstrap, cfg0.input.topics[0],
-                       encoded_events(input_codec(cfg0), synthetic_events(args.events, 32)))
+                       encoded_events(input_codec(cfg0.input), synthetic_events(args.events, 32)))
 
         def on_kafka(pipelined: bool) -> tuple[Config, KafkaClients | None]:
             tag = uuid.uuid4().hex[:6]

@@ -52,7 +52,7 @@ from streamer.config_check import Location
 from streamer.dev.broker import kafka_cluster
 from streamer.kafka.ranges import When
 from streamer.kafka.topics import create_topics
-from streamer.wiring import input_codec
+from streamer.wiring.codecs import input_codec
 
 PART = 100_000  # events generated, produced and written to Parquet at a time
 PARTITIONS = 3
@@ -76,7 +76,7 @@ def prepare(base: Config, bootstrap: str, n: int, parquet: Path | None) -> None:
     """The input topic filled with ``n`` events; with ``parquet``, the same rows in that file."""
     topic = base.input.topics[0]
     create_topics(bootstrap, {topic: PARTITIONS})
-    codec = input_codec(base)
+    codec = input_codec(base.input)
     writer = pq.ParquetWriter(parquet, EVENT_FILE, compression="zstd") if parquet is not None else None
     try:
         for part in parts(n):

@@ -27,7 +27,7 @@ from streamer.formats.varint import avro_string, zigzag
 from streamer.kafka import clients
 from streamer.kafka.delivery import produce
 from streamer.kafka.topics import create_topics
-from streamer.wiring import build_processor
+from streamer.wiring.stream import build_processor
 
 ENTRY = Path(__file__).resolve().with_name("throughput.py")  # its hidden --pace runs pace() below
 Percentiles = dict[str, tuple[float, float]]  # stage -> (p50, p99) in ms

@@ -38,7 +38,8 @@ from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.errors import InferenceError  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.testing import FunctionRunner  # noqa: E402
-from streamer.wiring import build_processor, input_codec  # noqa: E402
+from streamer.wiring.codecs import input_codec  # noqa: E402
+from streamer.wiring.stream import build_processor  # noqa: E402
 
 
 def fresh(base: Config, tag: str, **changes: object) -> Config:
@@ -103,7 +104,7 @@ def main() -> None:
         base = demo_config(bootstrap, uuid.uuid4().hex[:6], args.batch)
         create_topics(bootstrap, {base.input.topics[0]: 3})
         produce_events(bootstrap, base.input.topics[0],
-                       encoded_events(input_codec(base), synthetic_events(args.events, 32)))
+                       encoded_events(input_codec(base.input), synthetic_events(args.events, 32)))
         challenger = (ChallengerConfig(base.model.path, "challenger", "2"),)
         plain, shadowed, degraded, compared = [], [], [], []
         for _ in range(args.repeat):

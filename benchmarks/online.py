@@ -46,6 +46,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from streamer.wiring.codecs import input_codec
+
 ROOT = Path(__file__).resolve().parents[1]
 VEGETA = ROOT / ".cache" / "bin" / "vegeta-v12.12.0" / "vegeta"
 MODELS = {"heavy": ROOT / "models" / "fraud_encoder.onnx", "demo": ROOT / "models" / "fraud_mlp.onnx"}
@@ -138,7 +140,6 @@ def stream_run(bootstrap: str, work: Path, name: str, n: int, model: Path, onlin
     from streamer.commands.demo import encoded_events, produce_events, synthetic_events
     from streamer.config_file import load_config
     from streamer.kafka.topics import create_topics
-    from streamer.wiring import input_codec
 
     topic, out = f"bench-in-{name}", f"bench-out-{name}"
     create_topics(bootstrap, {topic: 3, out: 3})
@@ -152,7 +153,7 @@ def stream_run(bootstrap: str, work: Path, name: str, n: int, model: Path, onlin
                          "timeout_ms": timeout_ms}
     path = work / f"run-{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
-    produce_events(bootstrap, topic, encoded_events(input_codec(load_config(path)), synthetic_events(n, 32, seed=2)))
+    produce_events(bootstrap, topic, encoded_events(input_codec(load_config(path).input), synthetic_events(n, 32, seed=2)))
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "streamer", "--log-level", "WARNING", "run", "--config", str(path)])
     return proc, started

@@ -13,12 +13,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streamer.commands.lake import lake_house  # noqa: E402 - after the path
 from streamer.config_file import load_config  # noqa: E402
 from streamer.online.server import OnlineServer  # noqa: E402
+from streamer.wiring.lake import lake_house  # noqa: E402 - after the path
 
 _cfg = load_config(os.environ["STREAMER_CONFIG"])
-_server = OnlineServer(_cfg, lake_house(_cfg).serving)
+_server = OnlineServer(_cfg, lake_house(_cfg).model.serving)
 _server.dispatcher.start()
 _server.serving.warm_up()
 _server.model.set_ready(True)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
-from streamer.wiring import input_codec  # noqa: E402
+from streamer.wiring.codecs import input_codec  # noqa: E402
 from tests.support.faults import caught_up, write_config, written  # noqa: E402
 
 
@@ -122,7 +122,7 @@ def main() -> None:
                                 output_topic="unused", group="unused", guarantee="at_least_once",
                                 batching={"max_size": 512})
         from streamer.config_file import load_config
-        produce_events(bootstrap, topic, encoded_events(input_codec(load_config(cfg_path)),
+        produce_events(bootstrap, topic, encoded_events(input_codec(load_config(cfg_path).input),
                                                         synthetic_events(args.events, 32, seed=5)))
         rows = []
         for k in range(1, args.max_workers + 1):

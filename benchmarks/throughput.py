@@ -90,7 +90,8 @@ from streamer.commands.demo import demo_config, encoded_events, produce_events, 
 from streamer.config import Config  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
-from streamer.wiring import input_codec, model_runner  # noqa: E402
+from streamer.wiring.codecs import input_codec  # noqa: E402
+from streamer.wiring.model import model_runner  # noqa: E402
 
 ALL = "abcdefghijno"  # the figures a run without --figures makes
 NAMES = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
@@ -252,7 +253,7 @@ def main() -> None:
         base = demo_config(bootstrap, uuid.uuid4().hex[:6], args.batch)
         base = replace(base, kafka={**base.kafka, **dict(kv.split("=", 1) for kv in args.kafka)})
         create_topics(bootstrap, {base.input.topics[0]: 3})
-        codec = input_codec(base)
+        codec = input_codec(base.input)
         events = synthetic_events(args.events, 32)
         produce_events(bootstrap, base.input.topics[0], encoded_events(codec, events))
         runs = figures_to_run(args, wanted, base, bootstrap, events, Path(scratch), stack)

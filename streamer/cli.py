@@ -1,17 +1,35 @@
-"""The `streamer` command line: each command dispatched to its module (cli_parser.py holds the words)."""
+"""The `streamer` command line: each command dispatched to its module (cli_parser.py holds the words).
+
+The modules of the commands that score, or read a model, are imported when their command runs:
+ONNX Runtime (and its CUDA probing) loads only for them, never for ``dlq``, ``lag-exporter``,
+``topics`` or ``dev``, and an optional extra (lake, eval, online) only with its command.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
+from prometheus_client import CollectorRegistry
+
 from streamer.cli_parser import parser
+from streamer.commands import dlq
+from streamer.commands.devkafka import run_dev_kafka
+from streamer.commands.topics import TopicsPlan, create_topics, exit_code
+from streamer.commands.workers import Supervisor, for_worker, spawn_worker
+from streamer.config import librdkafka_config, redacted
+from streamer.config_file import load_config, load_part
 from streamer.errors import EXIT_CONFIG, EXIT_FATAL, ConfigError, StopRequested, StreamerError
+from streamer.kafka.ranges import parse_when
+from streamer.observe.health import HealthServer, Status
+from streamer.observe.lag import LagConfig, LagExporter
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,8 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "evaluate":
             return _evaluate(args)
         if args.command == "serve":
-            from streamer.commands.serve import run_serve
-            from streamer.config_file import load_config
+            from streamer.commands.serve import run_serve  # the online extra's
 
             return run_serve(load_config(args.config))
         if args.command in ("produce", "tail"):
@@ -58,10 +75,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _supervise(config_path: str, workers: int) -> int:
-    from streamer.commands.workers import Supervisor, spawn_worker
-    from streamer.config_file import load_config
-    from streamer.errors import ConfigError
-
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
     load_config(config_path)  # a bad config fails here once, not in every worker
@@ -78,60 +91,24 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
     _on_signals(lambda: stop[0]())
     reload: list[Callable[[], None]] = [lambda: None]  # SIGHUP: load the model again (not: hang up)
     signal.signal(signal.SIGHUP, lambda *_: reload[0]())
-
-    from streamer.config import redacted
-    from streamer.config_file import load_config
-    from streamer.wiring import build_processor
+    from streamer.wiring.online import running  # ONNX Runtime
 
     cfg = load_config(config_path)
     if worker_index is not None:
-        from streamer.commands.workers import for_worker
-
         cfg = for_worker(cfg, worker_index)
     logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
     try:
-        processor = build_processor(cfg, stopping=lambda: bool(stop_requested))
+        run = running(cfg, stopping=lambda: bool(stop_requested))  # the stream, and online beside it
     except StopRequested:  # SIGTERM while start-up waited for the cluster: nothing ran
         return 0
-    stop[0], reload[0] = processor.stop, processor.reload
+    stop[0], reload[0] = run.stop, run.reload
     if stop_requested:
         return 0
-    if not cfg.online.enabled:
-        processor.run()
-        return 0
-    from streamer.online.server import OnlineServer
-
-    online = OnlineServer(cfg, processor.serving, beside_stream=True)  # one model: online batches go first
-    failed: list[BaseException] = []
-
-    def serve_online() -> None:
-        try:
-            online.run(install_signals=False)
-        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread, after the stream stops
-            failed.append(exc)
-            processor.stop()
-
-    def stop_both() -> None:
-        online.stop()
-        processor.stop()
-
-    stop[0] = stop_both
-    both = threading.Thread(target=serve_online, name="online", daemon=True)
-    both.start()
-    try:
-        processor.run()
-    finally:
-        online.stop()
-        both.join(60)
-    if failed:  # the online server could not serve (a port taken): the stream stopped with it
-        raise failed[0]
+    run.run()  # an online server that could not serve (a port taken) raises here, the stream stopped
     return 0
 
 
 def _dlq(args: argparse.Namespace) -> int:
-    from streamer.commands import dlq
-    from streamer.config_file import load_config
-
     cfg = load_config(args.config)
     if args.dlq_command == "inspect":
         lines = dlq.inspect(cfg, args.limit)
@@ -146,13 +123,6 @@ def _dlq(args: argparse.Namespace) -> int:
 
 
 def _lag_exporter(args: argparse.Namespace) -> int:
-    from prometheus_client import CollectorRegistry
-
-    from streamer.config import librdkafka_config
-    from streamer.config_file import load_part
-    from streamer.observe.health import HealthServer, Status
-    from streamer.observe.lag import LagConfig, LagExporter
-
     host, port = "127.0.0.1", 9399
     if args.config:
         # The processors' file, so the cluster's security settings and the group are theirs; only
@@ -179,10 +149,7 @@ def _lag_exporter(args: argparse.Namespace) -> int:
 
 
 def _lake(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from streamer.commands import lake
-    from streamer.config_file import load_config
+    from streamer.commands import lake  # the lake extra's
 
     cfg = load_config(args.config)
     target = lake.Target(args.to_table, args.to_parquet)
@@ -190,8 +157,6 @@ def _lake(args: argparse.Namespace) -> int:
         summary = lake.run_score(cfg, args.from_, target, run_id=args.run_id, force=args.force,
                                  batch_size=args.batch_size)
     else:
-        from streamer.kafka.ranges import parse_when
-
         if args.workers != 1:
             return lake.supervise_replay(args.argv, cfg, args.workers, args.run_id, args.from_)
         shard = lake.parse_shard(args.shard)
@@ -210,11 +175,7 @@ def _lake(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from streamer.commands.replay import run_replay
-    from streamer.config_file import load_config
-    from streamer.kafka.ranges import parse_when
+    from streamer.commands.replay import run_replay  # ONNX Runtime
 
     cfg = load_config(args.config)
     summary = run_replay(
@@ -233,17 +194,13 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    import importlib.util
-    from pathlib import Path
-
     missing = [m for m in ("sklearn", "matplotlib", "pyarrow") if importlib.util.find_spec(m) is None]
     if missing:  # an optional extra: the streaming image leaves it out
         raise ConfigError("evaluate", f"needs the eval extra, pip install 'streamer[eval]' ({', '.join(missing)} "
                                       "not installed)")
-    from streamer.commands.evaluate import Evaluation, Outputs, evaluate, parse_within
-    from streamer.config_file import load_config
+    from streamer.commands.evaluate import evaluate, parse_within  # the eval extra's
     from streamer.evaluate.labels import LabelsFrom
-    from streamer.kafka.ranges import parse_when
+    from streamer.wiring.evaluate import Evaluation, Outputs
 
     given = [flag for flag, value in (("--labels-key", args.labels_key), ("--labels-column", args.labels_column),
                                       ("--labels-time", args.labels_time), ("--labels-within", args.labels_within))
@@ -267,31 +224,23 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _model(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from streamer.commands import model
+    from streamer.commands import model  # ONNX Runtime
 
     if args.command == "model":
         if args.model_command == "optimize":
             return _optimize(args)
         print(model.inspect(Path(args.path)))
         return 0
-    from streamer.config_file import load_config
-
     print(model.schema(load_config(args.config)))
     return 0
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from streamer.commands.model import calibration_rows
+    from streamer.commands.model import calibration_rows  # ONNX Runtime
     from streamer.model.optimize import optimize
 
     calibration = None
     if args.calibrate_from:
-        from streamer.config_file import load_config
-
         if not args.config:
             raise ConfigError("--config", "is required with --calibrate-from: it names the input topics and the contract")
         if args.calibrate_rows < 1:
@@ -303,8 +252,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _check(config_path: str, timeout_s: float) -> int:
-    from streamer.commands.check import check
-    from streamer.config_file import load_config
+    from streamer.commands.check import check  # ONNX Runtime
 
     findings = check(load_config(config_path), timeout_s)  # a bad config: ConfigError, exit 2
     print("\n".join(f.line() for f in findings))
@@ -314,14 +262,9 @@ def _check(config_path: str, timeout_s: float) -> int:
 
 
 def _dev_or_topics(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     if args.command == "dev":
-        from streamer.commands.devkafka import run_dev_kafka
 
         return run_dev_kafka(Path(args.data), args.port, sys.stdout, sys.stderr)
-    from streamer.commands.topics import TopicsPlan, create_topics, exit_code
-    from streamer.config_file import load_config
 
     plan = TopicsPlan(args.partitions, args.replication, args.retention_ms)  # a bad flag: exit 2
     lines = create_topics(load_config(args.config), plan)
@@ -330,10 +273,7 @@ def _dev_or_topics(args: argparse.Namespace) -> int:
 
 
 def _files(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from streamer.commands.produce import produce_file, tail
-    from streamer.config_file import load_config
+    from streamer.commands.produce import produce_file, tail  # ONNX Runtime, with the codecs
 
     cfg = load_config(args.config)
     if args.command == "produce":
@@ -345,7 +285,7 @@ def _files(args: argparse.Namespace) -> int:
 
 
 def _demo(events: int, brokers: int = 1) -> int:
-    from streamer.commands.demo import run_demo
+    from streamer.commands.demo import run_demo  # ONNX Runtime
 
     if events <= 0:
         raise SystemExit("streamer demo: --events must be > 0")

@@ -6,6 +6,7 @@ import argparse
 import os
 from collections.abc import Callable
 
+from streamer.commands.dlq import parse_place
 from streamer.errors import STAGES
 
 DESCRIPTION = """\
@@ -263,8 +264,6 @@ def parser() -> argparse.ArgumentParser:
 
 def _place(text: str) -> tuple[int, int]:
     """``--offset PARTITION:OFFSET``; argparse names a bad one (exit 2)."""
-    from streamer.commands.dlq import parse_place
-
     try:
         return parse_place(text)
     except ValueError as exc:

@@ -24,6 +24,7 @@ import yaml
 from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret
 from streamer.config_check import Location, kind_of
 from streamer.errors import ConfigError, FileError
+from streamer.kafka.clients import check_properties  # the one place librdkafka dicts are built
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 T = TypeVar("T")
@@ -97,8 +98,6 @@ def config_from_dict(raw: Any, base_dir: Path = Path("."),
     cfg: Config = _build(Config, _with_secrets(raw), "", base_dir)  # each section validates itself
     if not cfg.lake.warehouse.remote and not Path(cfg.lake.warehouse).is_absolute():  # the default's too
         cfg = replace(cfg, lake=replace(cfg.lake, warehouse=Location((base_dir / cfg.lake.warehouse).resolve())))
-    from streamer.kafka.clients import check_properties  # the one place librdkafka dicts are built
-
     check_properties(cfg)
     return cfg
 

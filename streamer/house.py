@@ -66,7 +66,7 @@ class KafkaSide:
 
 
 class OpenKafka(Protocol):
-    """Opens a processor's Kafka side (wiring.py builds it from the config): ``tracker`` shared with
+    """Opens a processor's Kafka side (wiring/stream.py builds it from the config): ``tracker`` shared with
     the checkpoint, ``commit_metadata`` kept with each commit, ``on_stats`` given librdkafka's
     statistics (None: not asked for), ``on_full`` called while the producer's local queue is full
     (it serves delivery reports)."""
@@ -78,7 +78,7 @@ class OpenKafka(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Wiring:
-    """Everything one processor needs, built and checked before it runs (wiring.py builds it):
+    """Everything one processor needs, built and checked before it runs (wiring/stream.py builds it):
     the model that scores, the input and output codecs, the Kafka side to open when it runs, the
     metrics (None: not exported) and the clock. ``health`` serves /metrics, /healthz and /readyz for a
     status source (None: not served). ``observers`` watch the loop beside its accounting. ``topics``:

@@ -32,7 +32,8 @@ from streamer.observe.stats import Stats
 from streamer.pipeline.inference import FULL
 from streamer.processor import Processor
 from streamer.testing import FakeClock, FunctionRunner
-from streamer.wiring import open_kafka, output_codec
+from streamer.wiring.codecs import output_codec
+from streamer.wiring.stream import open_kafka
 from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka, serving_of
 
 ROOT = Path(__file__).resolve().parent.parent

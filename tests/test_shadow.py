@@ -22,7 +22,7 @@ from streamer.pipeline.records import ModelId, Scored
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow
 from streamer.testing import FakeClock, FunctionRunner, matrix_signature
-from streamer.wiring import output_codec
+from streamer.wiring.codecs import output_codec
 from tests.pipeline.test_serving import N, config, rows
 
 ROOT = Path(__file__).resolve().parents[1]

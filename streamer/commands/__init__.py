@@ -1,1 +1,1 @@
-"""What the CLI runs: wiring only (run, replay, demo, dlq)."""
+"""One module per CLI command: each chooses a source and a sink, takes its house from streamer/wiring/, runs it and reports."""

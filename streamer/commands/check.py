@@ -21,6 +21,8 @@ from streamer.config import Config, RegistryConfig, dead_letter_topic, librdkafk
 from streamer.errors import ConfigError
 from streamer.formats.subjects import redact, registry_client
 from streamer.kafka.clients import make_admin
+from streamer.wiring.codecs import input_schema, prediction_schema
+from streamer.wiring.model import checked_runner
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +41,10 @@ def check(cfg: Config, timeout_s: float = 10.0) -> list[Finding]:
 
 
 def _model(cfg: Config) -> Finding:
-    from streamer.wiring import checked_runner, prediction_schema
-
     try:
-        runner = checked_runner(cfg)
-        schema = prediction_schema(cfg, runner)
+        schema_in = input_schema(cfg.input)
+        runner = checked_runner(cfg, schema_in=schema_in)
+        schema = prediction_schema(cfg.output, runner.contract, schema_in)
     except ConfigError as exc:
         return Finding(exc.key, False, exc.reason)
     fields = ", ".join(f["name"] for f in schema["fields"])

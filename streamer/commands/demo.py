@@ -21,7 +21,8 @@ from streamer.kafka.clients import plain_producer
 from streamer.kafka.delivery import produce
 from streamer.kafka.topics import create_topics
 from streamer.observe.stats import Stats
-from streamer.wiring import build_processor, input_codec
+from streamer.wiring.codecs import input_codec
+from streamer.wiring.stream import build_processor
 
 log = logging.getLogger(__name__)
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "config" / "example.yaml"
@@ -111,7 +112,7 @@ def run_demo(events: int, brokers: int = 1) -> Summary:
         create_topics(bootstrap, {in_topic: PARTITIONS, out_topic: PARTITIONS,
                                   dead_letter_topic(cfg): 1}, replication_factor=-1)  # the cluster's default
         processor = build_processor(cfg)
-        codec = input_codec(cfg)
+        codec = input_codec(cfg.input)
         payloads = synthetic_events(events, processor.runner.contract.feature_width)
         print(f"producing {events} feature events to {in_topic} on {bootstrap} "
               f"while the processor scores them", flush=True)

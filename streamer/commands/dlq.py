@@ -47,6 +47,7 @@ from streamer.kafka.deadletter import (
 )
 from streamer.kafka.topics import create, partitions
 from streamer.pipeline.records import Partition
+from streamer.wiring.codecs import input_codec
 
 REDRIVEN_SUFFIX = ".redriven"  # the compacted topic of selectively redriven letters, beside the dead letters
 Place = tuple[int, int]  # a letter's (partition, offset) in the dead-letter topic
@@ -199,8 +200,6 @@ def _event_ids(cfg: Config) -> Callable[[list[tuple[str, bytes]], bytes | None],
     """A letter's event id: its ``streamer.dlq.event.id`` header, else the ``input.id_field`` of
     its original value decoded with the input codec (None: a value that does not decode, the
     usual ``deserialize`` letter, or one without the field)."""
-    from streamer.wiring import input_codec  # the codecs and their registry clients: only when asked
-
     codec: list[Any] = []
 
     def event_id(headers: list[tuple[str, bytes]], value: bytes | None) -> str | None:
@@ -209,7 +208,7 @@ def _event_ids(cfg: Config) -> Callable[[list[tuple[str, bytes]], bytes | None],
         if value is None or is_cut_short(headers):
             return None
         try:
-            codec[:] = codec or [input_codec(cfg)]
+            codec[:] = codec or [input_codec(cfg.input)]  # its registry client: only when asked
             found = codec[0].decode(value).get(cfg.input.id_field)
         except Exception:  # noqa: BLE001 - the letter is there because something failed on it
             return None

@@ -22,6 +22,7 @@ from streamer.config import Config
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
 from streamer.formats.avro import load_schema
+from streamer.formats.json_events import JsonCodec
 from streamer.kafka.ranges import parse_when
 from streamer.model.contract import Contract
 from streamer.model.optimize import Feeds
@@ -30,7 +31,8 @@ from streamer.model.prediction_schema import made_schema
 from streamer.model.signature import DTYPES, Signature
 from streamer.pipeline.stages import Stages
 from streamer.schemas import bundled
-from streamer.wiring import checked_runner, input_codec, output_codec, prediction_schema
+from streamer.wiring.codecs import input_codec, input_schema, prediction_schema
+from streamer.wiring.model import checked_runner
 
 
 def signature_of(path: Path) -> Signature:
@@ -80,7 +82,8 @@ def inspect(path: Path) -> str:
 
 def schema(cfg: Config) -> str:
     """The prediction schema a config produces, its model checked as at start-up."""
-    return _json(prediction_schema(cfg, checked_runner(cfg)))
+    schema_in = input_schema(cfg.input)
+    return _json(prediction_schema(cfg.output, checked_runner(cfg, schema_in=schema_in).contract, schema_in))
 
 
 def _json(schema: dict[str, Any]) -> str:
@@ -96,9 +99,10 @@ def calibration_rows(cfg: Config, span: str, rows: int) -> Iterator[Feeds]:
     start, sep, end = span.partition("..")
     if not sep or not start or not end:
         raise ConfigError("--calibrate-from", f"{span!r} is not START..END (e.g. 2h..latest, earliest..latest)")
-    runner = checked_runner(cfg)
+    schema_in = input_schema(cfg.input)
+    runner = checked_runner(cfg, schema_in=schema_in)
     bounds = replay_plan(cfg, parse_when(start, "--calibrate-from"), parse_when(end, "--calibrate-from"), Shard())
-    source = TopicSource(cfg, Stages.serving(input_codec(cfg), output_codec(cfg, runner), cfg, runner))
+    source = TopicSource(cfg, Stages.serving(input_codec(cfg.input, schema_in), JsonCodec(), cfg, runner))  # decodes only
     taken = 0
     for chunk in source.chunks(Resume(bounds, {}, 0)):
         if not len(chunk.rows):

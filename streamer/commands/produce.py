@@ -41,19 +41,19 @@ from streamer.formats.avro import AvroCodec, Mismatch, load_schema, mismatch
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec, JsonSchemaCheck
+from streamer.formats.subjects import registry_client
 from streamer.kafka import clients
 from streamer.kafka.delivery import produce
 from streamer.model.contract import Contract
 from streamer.model.onnx_file import read_signature
 from streamer.pipeline.reload import served_file
+from streamer.wiring.codecs import input_codec, input_schema, prediction_schema
 
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
 
 def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
     """Publish every row of ``path`` to the input topic; returns how many the broker acknowledged."""
-    from streamer.wiring import input_codec
-
     topic = cfg.input.topics[0]
     if cfg.input.format == "avro-confluent" and cfg.input.schema is None:
         raise ConfigError("input.schema", "is needed to produce avro-confluent events (it is registered)")
@@ -68,7 +68,7 @@ def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
         found = check(row)
         if found is not None:
             raise FileError(path, found[1], line=line, field=found[0] or None)
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     key_field = key_field or cfg.input.entity_field
     messages = []
     for line, row in events:
@@ -201,14 +201,10 @@ def prediction_decoder(cfg: Config) -> Codec:
     if cfg.output.format == "json":
         return JsonCodec()
     if cfg.output.format == "avro-confluent":
-        from streamer.formats.subjects import registry_client
-
         reg = output_registry(cfg)
         assert reg is not None  # the config refuses avro-confluent output without one
         return ConfluentAvroCodec(registry_client(reg), cfg.output.topic)
-    from streamer.wiring import prediction_schema
-
-    return AvroCodec(prediction_schema(cfg, contract=declared_contract(cfg)))
+    return AvroCodec(prediction_schema(cfg.output, declared_contract(cfg), input_schema(cfg.input)))
 
 
 def declared_contract(cfg: Config) -> Contract:

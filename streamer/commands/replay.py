@@ -29,7 +29,7 @@ from streamer.kafka.ranges import Ranges, When, resolve
 from streamer.kafka.topics import partitions
 from streamer.observe.bar import ProgressBar
 from streamer.observe.stats import Stats
-from streamer.wiring import build_processor
+from streamer.wiring.stream import build_processor
 
 log = logging.getLogger(__name__)
 # Rows per model call of a replay unless --batch-size: nobody waits on a backfill's latency, so

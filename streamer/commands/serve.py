@@ -14,6 +14,7 @@ from types import FrameType
 from typing import Any
 
 from streamer.config import Config
+from streamer.wiring.online import online_server
 
 CLOSE_S = 10.0  # the longest the challengers get to publish what they scored, at the stop
 
@@ -21,9 +22,6 @@ CLOSE_S = 10.0  # the longest the challengers get to publish what they scored, a
 def run_serve(cfg: Config) -> int:
     """Serve until SIGTERM or SIGINT, answer what was admitted, let the challengers publish; 0.
     A signal while the model loads ends it there, 0 as well."""
-    from streamer.online.server import OnlineServer
-    from streamer.wiring import checked_runner, output_codec, serving
-
     server: list[Any] = []
     asked: list[int] = []
 
@@ -34,12 +32,10 @@ def run_serve(cfg: Config) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    runner = checked_runner(cfg)
-    served = serving(cfg, runner, None, output_codec(cfg, runner))
-    server.append(OnlineServer(cfg, served))
+    server.append(online_server(cfg))
     if asked:
         return 0
     try:
         return int(server[0].run())
     finally:
-        served.close(CLOSE_S)
+        server[0].serving.close(CLOSE_S)

@@ -38,6 +38,7 @@ import pyarrow as pa
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError
 from streamer.formats.codec import Codec
+from streamer.lake.places import filesystem, identifier, open_catalog
 from streamer.model.contract import field_value
 from streamer.pipeline.records import Rows
 
@@ -127,8 +128,6 @@ def read(lake: LakeConfig, spec: LabelsFrom) -> pa.Table:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from streamer.lake.places import filesystem
-
     where = spec.location
     if "/" in where or where.endswith((".csv", ".parquet")) or Path(where).exists():
         fs, path = filesystem(lake, where)
@@ -144,7 +143,6 @@ def read(lake: LakeConfig, spec: LabelsFrom) -> pa.Table:
             raise ConfigError("--labels-from", f"cannot read {where}: {exc}") from exc
     from pyiceberg.exceptions import NoSuchTableError
 
-    from streamer.lake.places import identifier, open_catalog
 
     try:
         return open_catalog(lake).load_table(identifier(lake, where, "--labels-from")).scan().to_arrow()

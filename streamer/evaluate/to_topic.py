@@ -17,12 +17,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, cast
 
+import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamer.config import Config
 from streamer.errors import BrokerError
+from streamer.formats.avro import AvroCodec
 from streamer.formats.codec import Codec
+from streamer.formats.json_events import JsonCodec
+from streamer.formats.subjects import confluent_output_codec
 from streamer.kafka.delivery import Deliveries, Producer
 from streamer.kafka.messages import Failure, Output
 from streamer.kafka.ranges import Ranges
@@ -34,16 +38,9 @@ NAMED = 3  # failed records named in the error, the first ones
 
 def topic_codec(cfg: Config, topic: str, schema: dict[str, Any]) -> Codec:
     """The side-by-side records' codec, in ``output.format``, for ``topic``."""
-    import fastavro
-
-    from streamer.formats.avro import AvroCodec
-    from streamer.formats.json_events import JsonCodec
-
     if cfg.output.format == "json":
         return JsonCodec()
     if cfg.output.format == "avro-confluent":
-        from streamer.formats.subjects import confluent_output_codec
-
         return confluent_output_codec(replace(cfg, output=replace(cfg.output, topic=topic)),
                                       cast(dict[str, Any], fastavro.parse_schema(schema)))
     return AvroCodec(schema)

@@ -25,7 +25,7 @@ from streamer.errors import ConfigError, RecordError, detach
 from streamer.kafka.ranges import Ranges
 from streamer.lake.arrow_fields import ArrowFields
 from streamer.lake.columns import as_json
-from streamer.lake.places import filesystem
+from streamer.lake.places import filesystem, identifier, open_catalog
 from streamer.lake.run import Chunk
 from streamer.lake.sink import Resume
 from streamer.model.signature import Columns
@@ -95,8 +95,6 @@ class TableSource:
             return [(f, (fs, f)) for f in files]
         from pyiceberg.exceptions import NoSuchTableError
 
-        from streamer.lake.places import identifier, open_catalog
-
         try:
             table = open_catalog(self.lake).load_table(identifier(self.lake, self.location, "--from"))
         except NoSuchTableError as exc:
@@ -153,8 +151,6 @@ class TableSource:
         ident, _, snapshot = name.rpartition("@")
         if not ident or not snapshot.isdigit():  # a file of the plan that is not there any more
             raise ConfigError("--from", f"{name} was planned for this run and is gone")
-        from streamer.lake.places import open_catalog
-
         table = open_catalog(self.lake).load_table(ident)
         if not int(snapshot):
             return iter(()), 0

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import sys
 
+from streamer.reference import config_page, errors_page
+
 
 def main(argv: list[str]) -> int:
     if argv not in (["config"], ["errors"]):
         print("usage: python -m streamer.reference config|errors > docs/<page>.md", file=sys.stderr)
         return 2
-    if argv == ["config"]:
-        from streamer.reference.config_page import page
-    else:
-        from streamer.reference.errors_page import page
-    sys.stdout.write(page())
+    sys.stdout.write(config_page.page() if argv == ["config"] else errors_page.page())
     return 0
 
 

@@ -21,6 +21,8 @@ from streamer.errors import EXIT_CONFIG, ConfigError, FileError
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
+from streamer.wiring.codecs import prediction_schema
+from streamer.wiring.model import model_runner
 from tests.conftest import ROOT
 
 SCHEMA: dict[str, Any] = {
@@ -181,10 +183,9 @@ def test_the_cli_says_file_not_config_key(tmp_path: Path, capsys: pytest.Capture
 
 def test_tail_decodes_plain_avro_predictions_without_an_onnx_runtime_session(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streamer.wiring import model_runner, prediction_schema
 
     cfg = avro_config(tmp_path, "avro")
-    expected = prediction_schema(cfg, model_runner(cfg))  # with the model loaded, before the patch
+    expected = prediction_schema(cfg.output, model_runner(cfg).contract, None)  # with the model loaded, before the patch
     monkeypatch.setattr(onnxruntime, "InferenceSession", NoSession)
     decoder = prediction_decoder(cfg)
     assert isinstance(decoder, AvroCodec)

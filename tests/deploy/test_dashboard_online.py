@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from streamer.commands.lake import lake_house
 from streamer.config import OnlineConfig
+from streamer.wiring.lake import lake_house
 from tests.deploy.test_dashboard import DASHBOARD
 from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
@@ -56,7 +56,7 @@ def call(url: str, body: dict[str, Any] | None = None, headers: dict[str, str] |
 def server() -> Iterator[str]:
     port = free_port()
     cfg = replace(example(), online=OnlineConfig(http_port=port, grpc_port=0, max_wait_ms=1))
-    with running(cfg, lake_house(cfg).serving):
+    with running(cfg, lake_house(cfg).model.serving):
         yield f"127.0.0.1:{port}"
 
 

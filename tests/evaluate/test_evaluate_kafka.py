@@ -18,7 +18,7 @@ from sklearn.metrics import roc_auc_score
 
 from streamer.cli import main
 from streamer.commands.demo import produce_events
-from streamer.commands.evaluate import Evaluation, Outputs, evaluate
+from streamer.commands.evaluate import evaluate
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
 from streamer.errors import EXIT_GATE, BrokerError
@@ -26,6 +26,7 @@ from streamer.evaluate.labels import LabelsFrom
 from streamer.formats.json_events import JsonCodec
 from streamer.kafka.ranges import When, parse_when
 from streamer.kafka.topics import create
+from streamer.wiring.evaluate import Evaluation, Outputs
 from tests.conftest import ROOT, Topics, make_config, read_all
 from tests.integration.test_converters_kafka import contract_config
 

@@ -17,6 +17,7 @@ from streamer.errors import ConfigError, DeserializeError, SerializeError, Valid
 from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
 from streamer.model.contract import Contract
 from streamer.testing import matrix_signature
+from streamer.wiring.codecs import input_codec
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "streamer" / "schemas" / "feature_event.schema.json").read_text())
@@ -89,12 +90,11 @@ def test_json_input_with_a_schema_file_is_checked_and_keeps_off_the_unchecked_fa
     from streamer.config import with_overrides
     from streamer.config_file import load_config
     from streamer.pipeline.stages import Stages
-    from streamer.wiring import input_codec
 
     cfg = load_config(ROOT / "deploy" / "config" / "example.yaml", env={})
     cfg = with_overrides(cfg, input={"format": "json", "schema": None,
                                      "json_schema": ROOT / "streamer" / "schemas" / "feature_event.schema.json"})
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     assert isinstance(codec, CheckedJsonCodec)
     from streamer.model.contract import Contract
     from streamer.testing import matrix_signature

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 from streamer.config import with_overrides
 from streamer.kafka.deadletter import header
-from streamer.wiring import build_processor
+from streamer.wiring.stream import build_processor
 from tests.conftest import Topics, make_config, read_all, run_until_outputs
 from tests.integration.test_observability_kafka import get, wait_for
 

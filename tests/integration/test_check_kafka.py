@@ -18,6 +18,8 @@ import yaml
 from streamer.cli import main as cli
 from streamer.config import Config
 from streamer.kafka.topics import create_topics
+from streamer.wiring.codecs import input_codec
+from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, end_offsets
 from tests.support.schema_registry import SchemaRegistry
 
@@ -90,7 +92,6 @@ def test_run_waits_unhealthy_for_a_missing_output_topic_then_scores(
     from confluent_kafka.admin import AdminClient
 
     from streamer.config_file import load_config
-    from streamer.wiring import build_processor
 
     missing = f"{topics.output}-later"
     path = write(tmp_path, bootstrap, topics, output={"topic": missing},
@@ -137,8 +138,7 @@ def await_health(url: str, ok: Callable[[int, str], bool], timeout_s: float = 30
 
 def produce_events(cfg: Config, topic: str, n: int) -> None:
     from streamer.commands import demo
-    from streamer.wiring import input_codec
 
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     events = [(str(i).encode(), codec.encode(e)) for i, e in enumerate(demo.synthetic_events(n, 32))]
     assert demo.produce_events(str(cfg.kafka["bootstrap.servers"]), topic, events) == n

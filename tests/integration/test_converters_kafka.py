@@ -29,7 +29,8 @@ from streamer.config import Config, InputSource, OutputTarget, RegistryConfig, w
 from streamer.errors import ConfigError
 from streamer.formats.json_events import JsonCodec
 from streamer.kafka.deadletter import header
-from streamer.wiring import build_processor, input_codec
+from streamer.wiring.codecs import input_codec
+from streamer.wiring.stream import build_processor
 from tests.conftest import (
     ROOT,
     Topics,
@@ -63,7 +64,7 @@ def serve(bootstrap: str, topics: Topics, cfg: Config, events: list[dict[str, An
     """Produce ``events`` (in one partition, in order; written by ``encode``, default the input
     codec), run the processor until each is handled, and return the predictions by the index of
     their event."""
-    write = encode or input_codec(cfg).encode
+    write = encode or input_codec(cfg.input).encode
     produce_events(bootstrap, topics.input, ((b"k", write(e)) for e in events))
     processor = build_processor(cfg)
     run_until_outputs(processor, len(events))

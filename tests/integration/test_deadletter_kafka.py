@@ -22,7 +22,9 @@ from streamer.kafka.clients import KafkaClients
 from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_BYTES, header
 from streamer.kafka.topics import create, create_topics
 from streamer.testing import FunctionRunner, PoisonRunner, score_matrix
-from streamer.wiring import build_processor, input_codec, model_runner, output_codec
+from streamer.wiring.codecs import input_codec, output_codec
+from streamer.wiring.model import model_runner
+from streamer.wiring.stream import build_processor
 from tests.conftest import (
     Topics,
     committed_offsets,
@@ -77,7 +79,7 @@ def produce_raw(bootstrap: str, topic: str, messages: list[Raw]) -> None:
 
 
 def mixed_stream(bootstrap: str, topics: Topics, cfg: Config, kinds: list[str]) -> list[dict[str, Any]]:
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     events = synthetic_events(len(kinds), 32, seed=11)
     produce_raw(bootstrap, topics.input, [
         (str(e["entity_id"]).encode(), payload(kind, e, codec),
@@ -326,4 +328,4 @@ def test_redrive_a_selection_by_offset_and_by_event_id(bootstrap: str, topics: T
     assert all("  redriven yes  " in line for line in letters().values())
     assert dlq.redrive(fixed) == dlq.RedriveResult(0, 0, 0, 10)
     redriven = [m for m in read_all(bootstrap, topics.input) if dict(m.headers()).get(REDRIVE_HEADER)]
-    assert sorted(input_codec(fixed).decode(m.value())["event_id"] for m in redriven) == sorted(before)
+    assert sorted(input_codec(fixed.input).decode(m.value())["event_id"] for m in redriven) == sorted(before)

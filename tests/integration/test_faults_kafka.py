@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from streamer.dev.broker import LocalKafka, ensure_jars
 from streamer.kafka.topics import create_topics
-from streamer.wiring import input_codec
+from streamer.wiring.codecs import input_codec
 from tests.conftest import Topics, free_port, make_config
 from tests.support.faults import (
     Audit,
@@ -50,7 +50,7 @@ def crash_at(point: str) -> tuple[str, ...]:
 
 
 def feed(bootstrap: str, topics: Topics, n: int) -> None:
-    codec = input_codec(make_config(bootstrap, topics))
+    codec = input_codec(make_config(bootstrap, topics).input)
     produce_events(bootstrap, topics.input, encoded_events(codec, synthetic_events(n, 32, seed=3)))
 
 
@@ -85,7 +85,7 @@ class Feeder:
     flight, progress not yet committed), never one that finished early."""
 
     def __init__(self, bootstrap: str, topics: Topics, rate: int, limit: int | None = None) -> None:
-        codec = input_codec(make_config(bootstrap, topics))
+        codec = input_codec(make_config(bootstrap, topics).input)
         self.messages = list(encoded_events(codec, synthetic_events(2000, 32, seed=11)))
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                                   "enable.idempotence": True})

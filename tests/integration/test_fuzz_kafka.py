@@ -24,7 +24,8 @@ from streamer.commands.demo import synthetic_events
 from streamer.config import RegistryConfig, with_overrides
 from streamer.formats import subjects
 from streamer.kafka.deadletter import header
-from streamer.wiring import build_processor, input_codec, output_codec
+from streamer.wiring.codecs import input_codec, output_codec
+from streamer.wiring.stream import build_processor
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, read_all, run_until_outputs
 from tests.integration.test_deadletter_kafka import produce_raw, zigzag
 
@@ -80,7 +81,7 @@ def test_hostile_bytes_each_end_as_one_prediction_or_one_dead_letter(
         cfg = replace(cfg, input=replace(cfg.input, format="avro-confluent", registry=RegistryConfig(url=url)))
         registry = SchemaRegistryClient.new_client({"url": url})  # one store for both sides
         monkeypatch.setattr(subjects, "SchemaRegistryClient", SimpleNamespace(new_client=lambda conf: registry))
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     events = synthetic_events(CASES, 32, seed=13)
     messages = []
     kinds: Counter[str] = Counter()

@@ -28,7 +28,8 @@ from streamer.config import ChallengerConfig, with_overrides
 from streamer.errors import InferenceError
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.testing import FunctionRunner, score_matrix
-from streamer.wiring import build_processor, model_runner
+from streamer.wiring.model import model_runner
+from streamer.wiring.stream import build_processor
 from tests.conftest import Topics, make_config
 from tests.integration.test_faults_kafka import Feeder, check, feed, finish_feed
 from tests.integration.test_observability_kafka import Running

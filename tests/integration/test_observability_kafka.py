@@ -32,7 +32,8 @@ from streamer.observe.health import HealthServer, Status
 from streamer.observe.lag import LagExporter
 from streamer.processor import Processor
 from streamer.testing import FunctionRunner, score_matrix
-from streamer.wiring import build_processor, input_codec
+from streamer.wiring.codecs import input_codec
+from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, free_port, make_config
 from tests.support.faults import ChildProcessor, write_config
 
@@ -65,7 +66,7 @@ def observed_config(bootstrap: str, topics: Topics, **metrics: Any) -> Config:
 
 def feed(bootstrap: str, topics: Topics, cfg: Config, n: int, seed: int = 1) -> None:
     produce_events(bootstrap, topics.input,
-                   encoded_events(input_codec(cfg), synthetic_events(n, 32, seed=seed), stamp_now=True))
+                   encoded_events(input_codec(cfg.input), synthetic_events(n, 32, seed=seed), stamp_now=True))
 
 
 class Running:
@@ -302,7 +303,7 @@ def test_drift_metrics_rise_on_the_shifted_features_only(bootstrap: str, topics:
                                 "drift_window_rows": 2_000})
     registry = CollectorRegistry()
     running = Running(build_processor(cfg, registry=registry))
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
 
     def psi() -> np.ndarray:
         return np.array([registry.get_sample_value("streamer_feature_psi", {"feature": str(i)}) or 0.0

@@ -31,7 +31,8 @@ from streamer.commands.demo import encoded_events, produce_events, synthetic_eve
 from streamer.config import RegistryConfig
 from streamer.formats import subjects
 from streamer.formats.avro import AvroCodec
-from streamer.wiring import build_processor, input_codec, output_codec
+from streamer.wiring.codecs import input_codec, output_codec
+from streamer.wiring.stream import build_processor
 from tests.conftest import (
     ROOT,
     Topics,
@@ -49,7 +50,7 @@ N_FEATURES = 32
 
 def produce(bootstrap: str, topics: Topics, n: int, seed: int = 1) -> list[dict[str, object]]:
     cfg = make_config(bootstrap, topics)
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     events = synthetic_events(n, N_FEATURES, seed=seed)
     produce_events(bootstrap, topics.input, encoded_events(codec, events))
     return events
@@ -57,7 +58,7 @@ def produce(bootstrap: str, topics: Topics, n: int, seed: int = 1) -> list[dict[
 
 def input_index(bootstrap: str, topics: Topics) -> dict[tuple[int, int], dict[str, object]]:
     """(partition, offset) -> decoded event, as the broker stored them."""
-    codec = input_codec(make_config(bootstrap, topics))
+    codec = input_codec(make_config(bootstrap, topics).input)
     return {(m.partition(), m.offset()): dict(codec.decode(m.value()))
             for m in read_all(bootstrap, topics.input)}
 
@@ -256,7 +257,7 @@ def test_a_trickle_is_flushed_within_max_wait(bootstrap: str, topics: Topics) ->
     thread = threading.Thread(target=processor.run, daemon=True)
     thread.start()
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     events = iter(synthetic_events(40, N_FEATURES, seed=9))
 
     def produce_acked(count: int) -> float:

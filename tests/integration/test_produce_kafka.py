@@ -20,7 +20,7 @@ from streamer.cli import main as cli
 from streamer.commands.demo import synthetic_events
 from streamer.config_file import load_config
 from streamer.errors import EXIT_CONFIG
-from streamer.wiring import build_processor
+from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, end_offsets, read_all, run_until_outputs
 from tests.support.schema_registry import SchemaRegistry
 

@@ -32,7 +32,8 @@ from streamer.config import Config, RegistryConfig, Secret, with_overrides
 from streamer.errors import EXIT_CONFIG, BrokerError, ConfigError
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.kafka.deadletter import header
-from streamer.wiring import build_processor, output_codec
+from streamer.wiring.codecs import output_codec
+from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, make_config, read_all, run_until_outputs
 from tests.support.schema_registry import SchemaRegistry
 from tests.support.schema_registry import schema_registry as running_registry

@@ -21,7 +21,8 @@ from streamer.commands.replay import run_replay
 from streamer.config import Config
 from streamer.errors import ConfigError, ReplayFinishedError
 from streamer.kafka.ranges import When, parse_when
-from streamer.wiring import build_processor, input_codec, output_codec
+from streamer.wiring.codecs import input_codec, output_codec
+from streamer.wiring.stream import build_processor
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, run_until_outputs
 from tests.support.faults import read_all, wait_until, write_config
 
@@ -32,7 +33,7 @@ T0 = 1_700_000_000_000  # event i is stamped T0 + i seconds
 def produce_stamped(bootstrap: str, cfg: Config, topic: str, first: int, n: int, *,
                     base_ms: int = T0, step_ms: int = 1000) -> None:
     """Events ``first..first+n-1``; event i is stamped ``base_ms + i * step_ms``."""
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
     for i, e in enumerate(synthetic_events(n, 32, seed=first), start=first):
         stamp = base_ms + i * step_ms
@@ -91,7 +92,7 @@ def test_replay_counts_add_up_over_an_input_written_in_transactions(bootstrap: s
     """One event per transaction: each commit marker takes an offset, so 20 events span 40
     offsets; the summary names the markers instead of letting 20 events look lost."""
     cfg = make_config(bootstrap, topics)
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topics.input}-writer",
                          "partitioner": "murmur2_random"})
     producer.init_transactions(30)

@@ -33,7 +33,8 @@ import pytest
 from streamer.commands.demo import produce_events
 from streamer.config_file import load_config
 from streamer.kafka.deadletter import header
-from streamer.wiring import build_processor, input_codec
+from streamer.wiring.codecs import input_codec
+from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, read_all, run_until_outputs
 from tests.support.pages import marked_blocks, run_block
 
@@ -137,7 +138,7 @@ def test_the_walkthrough_runs_as_written(bootstrap: str, topics: Topics, tmp_pat
 
     # 6. the page's three purchases, then 100 more; the processor `streamer run` builds scores them
     run_block("sh", blocks["walkthrough-produce"], tmp_path, env)
-    codec = input_codec(cfg)
+    codec = input_codec(cfg.input)
     rng = np.random.default_rng(11)
     more = [purchase(i, rng) for i in range(N_MORE)]
     produce_events(bootstrap, topics.input, ((e["entity_id"].encode(), codec.encode(e)) for e in more))

@@ -14,6 +14,8 @@ from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
 from streamer.errors import ReplayFinishedError
 from streamer.kafka.ranges import When
+from streamer.wiring.codecs import output_codec
+from streamer.wiring.model import checked_runner
 from tests.conftest import Topics, make_config
 from tests.integration.test_replay_kafka import produce_stamped
 
@@ -144,7 +146,7 @@ def test_offsets_the_broker_deleted_before_the_run_read_them_are_counted_not_hid
     from streamer.lake.sink import Resume
     from streamer.lake.topic import TopicSource
     from streamer.pipeline.stages import Stages
-    from streamer.wiring import checked_runner, input_codec, output_codec
+    from streamer.wiring.codecs import input_codec
     from tests.support.faults import end_offsets
 
     cfg = make_config(bootstrap, topics)
@@ -154,7 +156,7 @@ def test_offsets_the_broker_deleted_before_the_run_read_them_are_counted_not_hid
     for future in admin.delete_records([TopicPartition(topics.input, 0, 100)], request_timeout=30).values():
         future.result(timeout=30)  # retention's effect, on cue: offsets 0..99 of partition 0 are gone
     runner = checked_runner(cfg)
-    source = TopicSource(cfg, Stages.serving(input_codec(cfg), output_codec(cfg, runner), cfg, runner))
+    source = TopicSource(cfg, Stages.serving(input_codec(cfg.input), output_codec(cfg), cfg, runner))
     resume = Resume({(topics.input, p): (0, end) for p, end in ends.items()}, {}, 0)
     chunks = list(source.chunks(resume))
     assert sum(c.gone for c in chunks) == 100

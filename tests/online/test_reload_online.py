@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 from streamer.config import OnlineConfig
 from streamer.model.onnx_file import file_digest
-from streamer.wiring import checked_runner, output_codec, serving
+from streamer.wiring.model import model_house
 from tests.conftest import ROOT
 from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
@@ -29,8 +29,7 @@ def test_a_replaced_model_file_answers_from_the_next_batch_on(tmp_path: Path) ->
     cfg = example()
     cfg = replace(cfg, model=replace(cfg.model, path=served, reload_check_ms=100),
                   online=OnlineConfig(http_port=port, grpc_port=0, max_wait_ms=1))
-    runner = checked_runner(cfg)
-    with running(cfg, serving(cfg, runner, None, output_codec(cfg, runner))):
+    with running(cfg, model_house(cfg).serving):
         check_reload(port, served, tmp_path)
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from streamer.config_file import load_config
-from streamer.wiring import input_codec
+from streamer.wiring.codecs import input_codec
 from tests.conftest import Topics, read_all
 from tests.integration.test_model_ops_kafka import predictions
 from tests.integration.test_observability_kafka import drift_profile
@@ -43,7 +43,7 @@ def test_run_serves_online_beside_the_stream_and_stops_cleanly(bootstrap: str, t
     doc["online"] = {"enabled": True, "http_port": port, "grpc_port": 0, "max_wait_ms": 2, "timeout_ms": 5000}
     path.write_text(yaml.safe_dump(doc))
     cfg = load_config(path)
-    produce_events(bootstrap, topics.input, encoded_events(input_codec(cfg), synthetic_events(N, 32, seed=3)))
+    produce_events(bootstrap, topics.input, encoded_events(input_codec(cfg.input), synthetic_events(N, 32, seed=3)))
     with started("run", path, port) as (proc, client):
         x = np.random.default_rng(8).normal(size=(4, 32)).astype(np.float32)
         given = httpclient.InferInput("features", [4, 32], "FP32")

@@ -13,8 +13,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from streamer.commands.lake import lake_house
 from streamer.config import OnlineConfig
+from streamer.wiring.lake import lake_house
 from tests.conftest import ROOT
 from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
@@ -25,7 +25,7 @@ def url() -> Iterator[str]:
     port = free_port()
     cfg = replace(example(), online=OnlineConfig(http_port=port, grpc_port=0, max_wait_ms=1))
     base = f"http://127.0.0.1:{port}"
-    with running(cfg, lake_house(cfg).serving):
+    with running(cfg, lake_house(cfg).model.serving):
         with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=TIMEOUT_S) as r:
             assert r.status == 200
         yield base

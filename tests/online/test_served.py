@@ -18,7 +18,6 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import uvicorn
 
-from streamer.commands.lake import lake_house
 from streamer.config import Config, with_overrides
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.config_file import load_config
@@ -26,6 +25,7 @@ from streamer.online.dispatch import Dispatcher
 from streamer.online.grpc_service import handlers
 from streamer.online.http import app
 from streamer.online.served import ServedModel
+from streamer.wiring.lake import lake_house
 from tests.conftest import EXAMPLE, ROOT
 from tests.online.doubler import GRPC_LOOP, TIMEOUT_S, free_port
 
@@ -51,10 +51,10 @@ class Served:
 
     def __init__(self, cfg: Config) -> None:
         house = lake_house(cfg)
-        self.model = ServedModel(cfg.model.name, house.serving)
+        self.model = ServedModel(cfg.model.name, house.model.serving)
         self.dispatcher = Dispatcher(self.model.score, 64, 2, 10_000)
         self.dispatcher.start()
-        house.serving.warm_up()
+        house.model.serving.warm_up()
         self.model.set_ready(True)
         self.http_port, self.grpc_port = free_port(), free_port()
         self.server = uvicorn.Server(uvicorn.Config(app(self.model, self.dispatcher, default_timeout_ms=5000,

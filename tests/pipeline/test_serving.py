@@ -22,6 +22,7 @@ from streamer.pipeline.records import Messages, Rows, Scored
 from streamer.pipeline.reload import Reload, served_file
 from streamer.pipeline.serving import Serving
 from streamer.testing import FakeClock, FunctionRunner
+from streamer.wiring.model import model_house
 from tests.model.test_runner import build_models_script
 from tests.support.fakes import FakeMessage, serving_of
 
@@ -295,12 +296,10 @@ def test_a_file_has_one_version_label_whether_loaded_at_start_or_by_a_reload(tmp
 
 
 def test_fallback_predictions_name_the_fallback_not_the_serving_model(model: Path, tmp_path: Path) -> None:
-    from streamer.wiring import serving as build_serving
-
-    constant = build_serving(config(model, fallback_scores=[0.5]), OnnxRunner(model, ("cpu",)))
+    constant = model_house(config(model, fallback_scores=[0.5]), OnnxRunner(model, ("cpu",))).serving
     assert (constant.fallback.model.name, constant.fallback.model.version) == ("fraud-fallback", "constant")
     simple = write_model(tmp_path / "simple.onnx", seed=12, version="s3")
-    by_file = build_serving(config(model, fallback_path=str(simple)), OnnxRunner(model, ("cpu",)))
+    by_file = model_house(config(model, fallback_path=str(simple)), OnnxRunner(model, ("cpu",))).serving
     assert (by_file.fallback.model.name, by_file.fallback.model.version) == ("fraud-fallback", "s3")
     serving, flaky, _ = flaky_serving(model)
     healthy = serving.score(rows(BATCH))
@@ -362,7 +361,6 @@ def test_a_fallback_needs_an_output_schema_that_can_flag_degraded_predictions(mo
     from streamer.errors import ConfigError
     from streamer.formats.avro import load_schema
     from streamer.schemas import bundled
-    from streamer.wiring import serving
 
     old = load_schema(bundled("prediction.avsc"))
     old["fields"] = [f for f in old["fields"] if not f["name"].startswith("degraded")]
@@ -370,10 +368,10 @@ def test_a_fallback_needs_an_output_schema_that_can_flag_degraded_predictions(mo
     cfg = config(model, fallback_scores=[0.0])
     cfg = replace(cfg, output=replace(cfg.output, schema=tmp_path / "old.avsc"))
     with pytest.raises(ConfigError, match=r"'output\.schema': has no degraded"):
-        serving(cfg, OnnxRunner(model, ("cpu",)))
+        model_house(cfg, OnnxRunner(model, ("cpu",)))
     narrow = write_model(tmp_path / "narrow.onnx", n_features=16)
     with pytest.raises(ConfigError, match=r"'model\.fallback_path': cannot serve .*features float32 \[None, 16\]"):
-        serving(config(model, fallback_path=str(narrow)), OnnxRunner(model, ("cpu",)))
+        model_house(config(model, fallback_path=str(narrow)), OnnxRunner(model, ("cpu",)))
 
 
 def test_sighup_on_an_unchanged_file_keeps_its_version(model: Path) -> None:

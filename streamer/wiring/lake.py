@@ -1,0 +1,129 @@
+"""The lake's house: a run's model side without Kafka's (no challengers, no reloads), its sink, and the source and plan of a topic's range or a table.
+
+A replay into the lake reads ``[from, to)`` of the input topics with the stream's decode and
+validation; ``streamer score`` reads a table's rows through the same contract. Either is scored by
+one model's serving (breaker, fallback, the version label) into an Iceberg table or a Parquet
+dataset, which is also the run's checkpoint: the plan and progress are read from it here, before
+the run starts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+
+from streamer.config import Config, LakeConfig, ShadowConfig
+from streamer.errors import ConfigError
+from streamer.kafka.ranges import When
+from streamer.lake.arrow_fields import ArrowFields
+from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
+from streamer.lake.run import Predictions, Source
+from streamer.lake.sink import Resume, Shard, Sink
+from streamer.lake.table import TableSource
+from streamer.lake.topic import TopicSource, replay_plan
+from streamer.model.runner import ModelRunner
+from streamer.pipeline.stages import Stages
+from streamer.pipeline.validate import EventValidator
+from streamer.wiring.codecs import input_codec
+from streamer.wiring.model import ModelHouse, model_house
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+BATCH_SIZE = 8192  # rows per model call: nobody waits on a backfill's latency
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a run writes: an Iceberg table's name, or a Parquet dataset's folder or URL."""
+
+    table: str | None = None
+    parquet: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.table is None) == (self.parquet is None):
+            raise ConfigError("--to-table", "give one of --to-table NAME or --to-parquet PATH")
+
+
+@dataclass(frozen=True, slots=True)
+class LakeHouse:
+    """What one run scores with: its config (no shadow, no reloads), the model side, and the
+    prediction columns its rows are written as."""
+
+    cfg: Config
+    model: ModelHouse
+    columns: PredictionColumns
+
+
+@dataclass(frozen=True, slots=True)
+class LakeJob:
+    """A run ready to go: its id, the house, the sink (and checkpoint), the plan and progress read
+    from it, and the source of its rows."""
+
+    run_id: str
+    house: LakeHouse
+    sink: Sink
+    resume: Resume
+    source: Source
+
+    def scorer(self) -> Predictions:
+        return Predictions(self.house.model.serving, self.house.columns, self.run_id)
+
+
+def new_run_id(given: str | None) -> str:
+    """``given`` checked (letters, digits, '.', '_', '-'), or a new one of the time and 4 hex digits."""
+    run_id = given or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:4]
+    if not _RUN_ID.match(run_id):
+        raise ConfigError("--run-id", f"{run_id!r}: letters, digits, '.', '_' and '-' only, up to 100")
+    return run_id
+
+
+def lake_house(cfg: Config, model_path: Path | None = None, model_version: str | None = None, *,
+               key: str = "model.path", like: ModelRunner | None = None) -> LakeHouse:
+    """The house of one run, its model checked as at start-up (refused on ``key``), with
+    ``like``'s signature when given; ``model_version``: the label its predictions carry."""
+    cfg = replace(cfg, shadow=ShadowConfig(),
+                  model=replace(cfg.model, path=model_path or cfg.model.path,
+                                version=model_version or cfg.model.version, reload_check_ms=0))
+    model = model_house(cfg, label=model_version, key=key, like=like)
+    return LakeHouse(cfg, model, PredictionColumns(prediction_arrow_schema(model.schema_out), cfg.output.include))
+
+
+def open_sink(lake: LakeConfig, target: Target, schema: pa.Schema) -> Sink:
+    """The sink of ``target``, for rows of ``schema``."""
+    if target.table is not None:
+        from streamer.lake.iceberg import IcebergSink  # pyiceberg: the lake extra's
+
+        return IcebergSink(lake, target.table, schema)
+    from streamer.lake.parquet import ParquetSink
+
+    assert target.parquet is not None
+    return ParquetSink(lake, target.parquet, schema)
+
+
+def replay_job(cfg: Config, start: When, end: When, target: Target, run_id: str, *, shard: Shard = Shard(),
+               force: bool = False, model_path: Path | None = None, model_version: str | None = None) -> LakeJob:
+    """A topic's range into ``target`` under ``run_id``, in its own consumer group (it commits
+    nothing: the sink is the checkpoint); resumed where the sink says it stopped."""
+    cfg = replace(cfg, input=replace(cfg.input, group_id=f"{cfg.input.group_id}.replay.{run_id}"))
+    house = lake_house(cfg, model_path, model_version)
+    cfg, model = house.cfg, house.model
+    sink = open_sink(cfg.lake, target, house.columns.schema)
+    resume = sink.resume(run_id, shard, replay_plan(cfg, start, end, shard), force)
+    stages = Stages.serving(input_codec(cfg.input, model.schema_in), model.encoder, cfg, model.runner)
+    return LakeJob(run_id, house, sink, resume, TopicSource(cfg, stages))
+
+
+def score_job(cfg: Config, location: str, target: Target, run_id: str, *, force: bool = False,
+              batch_size: int | None = None) -> LakeJob:
+    """Every row of ``location`` (Parquet files, a dataset, an Iceberg table) into ``target``."""
+    house = lake_house(cfg)
+    cfg, contract = house.cfg, house.model.contract
+    validator = EventValidator(cfg.input, contract, cfg.output.include)
+    source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE,
+                         ArrowFields.compile(cfg.input, contract, cfg.output.include))
+    sink = open_sink(cfg.lake, target, house.columns.schema)
+    return LakeJob(run_id, house, sink, sink.resume(run_id, Shard(), source.plan(), force), source)
