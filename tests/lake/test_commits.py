@@ -82,9 +82,9 @@ def test_two_writers_of_one_shard_the_second_to_commit_is_refused(tmp_path: Path
     one, two = sink(tmp_path), sink(tmp_path)  # both resumed from no commit
     one.write(preds(0, 9), rejected(9))
     one.commit({("t", 0): (0, 10)})
-    two.write(preds(0, 9), rejected(9))
+    two.write(preds(0, 4), rejected(4))  # files of its own, whatever it read: none over the winner's
     with pytest.raises(StaleCommitError) as refused:
-        two.commit({("t", 0): (0, 10)})
+        two.commit({("t", 0): (0, 5)})
     message = str(refused.value)
     assert ("run 'r' (shard 0-of-1): this writer continued from no commit of the shard, and table "
             "streamer.a holds commit 0 as the shard's latest") in message
@@ -201,10 +201,10 @@ def test_two_parquet_writers_of_one_shard_the_second_to_commit_is_refused(tmp_pa
     one.resume("r", Shard(), PLAN, False)
     two.resume("r", Shard(), PLAN, False)
     one.write(preds(0, 10), None)
-    two.write(preds(0, 10), None)  # its files are its own while they are written
+    two.write(preds(0, 4), None)  # its files are its own while they are written
     one.commit({("t", 0): (0, 10)})
     with pytest.raises(StaleCommitError, match=f"parquet {out} holds commit 0 as the shard's latest"):
-        two.commit({("t", 0): (0, 10)})
+        two.commit({("t", 0): (0, 5)})
     assert parquet_offsets(out) == list(range(10))
     staged = [p for p in out.rglob("*") if p.is_file() and p.name.endswith(".inprogress")]
     assert len(staged) == 1  # the refused writer's file, never renamed into the dataset
