@@ -66,6 +66,29 @@ class ReplayFinishedError(ConfigError):
         super().__init__("--run-id", reason)
 
 
+class StaleCommitError(StreamerError):
+    """A lake run's commit is refused: the shard's latest commit in the table or dataset is not
+    the one this writer continued from. Another writer of the same run and shard committed since
+    (or started the run again with ``--force``, or the table was rolled back). Nothing of the
+    refused commit is visible. A shard takes one writer at a time; running the shard again
+    resumes it from what the table holds (exit 3).
+
+    ``resumed`` and ``found`` are commit numbers (``streamer.seq``), None for no commit.
+    """
+
+    def __init__(self, run_id: str, shard: str, resumed: int | None, found: int | None, where: str) -> None:
+        def commit(seq: int | None) -> str:
+            return "no commit" if seq is None else f"commit {seq}"
+
+        super().__init__(
+            f"run {run_id!r} (shard {shard}): this writer continued from {commit(resumed)} of the shard, "
+            f"and {where} holds {commit(found)} as the shard's latest: another writer of the shard committed "
+            "since (or ran it again with --force, or the table was rolled back). This commit is refused and "
+            f"none of its rows are visible. Run one writer per shard; run the shard again to resume from what "
+            f"{where} holds")
+        self.run_id, self.shard, self.resumed, self.found = run_id, shard, resumed, found
+
+
 class RecordError(StreamerError):
     """A single input record could not be processed at one stage of the pipeline.
 

@@ -4,46 +4,61 @@ The table is made on first use from the prediction schema, partitioned by day of
 A table that exists is checked before anything is read: a column it has that the predictions
 lack, or has with another type, refuses the run naming the column; a column the predictions add
 (a new model output) is added, an Iceberg schema evolution. Rejected rows go to
-``<table>_rejects``, committed just before the predictions of the same range.
+``<table>_rejects``: each commit adds a snapshot there (its rejects, or none) just before the
+predictions' snapshot of the same range.
 
 Each snapshot's summary carries ``streamer.run-id``, ``streamer.shard``, ``streamer.seq``,
 ``streamer.offsets`` (the ``[from, to)`` it covers per partition), ``streamer.reached`` (the
 positions the run reached so far, so that its latest snapshot alone says where to resume, older
 ones expired or not), ``streamer.attempt`` and ``streamer.commit`` (the ids of the run's plan and
-of the commit). The run's bounds and attempt are a table property (``streamer.run.<run id>.<shard>``);
-``--force`` deletes the shard's rows and starts a new attempt. Files are written first, under names fixed by run,
-shard and commit number, then added in one commit; a commit that loses a race with another
-writer (``--workers``, a Kubernetes Job's pods) is tried again on the table as it is then, up to
-:data:`COMMIT_TRIES` times. A crash before a commit leaves files no snapshot names: invisible
-to readers, and written again under the same names when the run resumes.
+of the commit). Progress is read from the ancestry of the current snapshot (ancestry.py): a range
+that a rollback took out of the table is scored again. The run's bounds and attempt are a table
+property (``streamer.run.<run id>.<shard>``); ``--force`` deletes the shard's rows and starts a new
+attempt.
+
+Files are written first, under names of their own writer (run, shard, commit number, a count and
+the writer's id), then added in one commit. A shard has one writer: a commit is refused
+(StaleCommitError) unless the shard's latest commit in each table is the one this writer continued
+from, checked on the table as it is when the commit is tried. A commit that loses a race with
+another shard's writer (``--workers``, a Kubernetes Job's pods) is tried again on the table as it
+is then, up to :data:`COMMIT_TRIES` times, checked again each time. A crash before a commit leaves
+files no snapshot names: invisible to readers, orphans for Iceberg's orphan-file cleanup.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import random
 import time
 import uuid
 import warnings
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from streamer.config import LakeConfig
-from streamer.errors import ConfigError, ReplayFinishedError
+from streamer.errors import ConfigError, ReplayFinishedError, StaleCommitError
 from streamer.kafka.ranges import Ranges
+from streamer.lake.ancestry import ATTEMPT, COMMIT, RUN, SEQ, SHARD, holds, latest, one_try, seq_of
 from streamer.lake.columns import REJECTS, describe
 from streamer.lake.files import DayFiles
-from streamer.lake.places import identifier, open_catalog
+from streamer.lake.places import filesystem, identifier, open_catalog
 from streamer.lake.sink import FilesSink, Resume, Shard, ranges_of, ranges_text
 from streamer.pipeline.records import Partition
 
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Summary
+    from pyiceberg.types import IcebergType
+
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20
-RUN = "streamer.run-id"
-ATTEMPT = "streamer.attempt"  # a run id's plan: a new one after --force
-COMMIT = "streamer.commit"  # one commit's own id
 
 
 class IcebergSink(FilesSink):
@@ -58,12 +73,17 @@ class IcebergSink(FilesSink):
         self.rejects = ensure_table(catalog, f"{self.ident}_rejects", REJECTS, "rejected_at")
         self.schema = schema
         self._attempt, self._reached = "", dict[Partition, int]()
+        self._key, self._writer = "", ""
+        # the shard's latest commit in each table as this writer last saw or made it: a commit on anything else is stale
+        self._last: str | None = None
+        self._last_rejects: str | None = None
+        self._drop: str | None = None  # the rejects past the resumed positions: the next commit deletes them
 
     # ---- the plan -------------------------------------------------------------------------
 
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
         self._run, self._shard = run_id, shard
-        key = f"streamer.run.{run_id}.{shard}"
+        self._key = key = f"streamer.run.{run_id}.{shard}"
         self._same_shards(run_id, shard)
         saved = self.table.properties.get(key)
         if saved is not None and force:
@@ -78,15 +98,20 @@ class IcebergSink(FilesSink):
             fresh = True
         else:
             fresh = False
-        planned = json.loads(saved)
-        self._attempt = planned["attempt"]
-        reached, seq = self._progress()
-        resume = Resume(ranges_of(planned["bounds"]), reached, seq)
+        self._attempt = json.loads(saved)["attempt"]
+        head = latest(self.table, self._attempt, str(shard))
+        reached, seq = _position(head)
+        resume = Resume(ranges_of(json.loads(saved)["bounds"]), reached, seq)
         if not fresh and resume.done:
             raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
                                       "pass --force to run it again")
-        self._drop_rejects_past(resume)
+        self.rejects.refresh()
+        rejected = latest(self.rejects, self._attempt, str(shard))
+        self._last = None if head is None else head.get(COMMIT)
+        self._last_rejects = None if rejected is None else rejected.get(COMMIT)
+        self._drop = self._rejects_past(resume)
         self._seq, self._reached = seq, dict(reached)
+        self._writer = uuid.uuid4().hex[:8]
         self._open()
         return resume
 
@@ -98,46 +123,36 @@ class IcebergSink(FilesSink):
                               f"run {run_id!r} was planned in {' and '.join(sorted(counts))} shards in {self.name}, "
                               f"not {shard.count}: resume it with the same count")
 
-    def _progress(self) -> tuple[dict[Partition, int], int]:
-        """The attempt's position in each partition and its next commit's number, from its latest
-        snapshot (each carries the positions reached so far: older ones may be expired)."""
-        latest = None
-        for snap in self.table.metadata.snapshots:
-            s = snap.summary
-            if s is not None and s.get(ATTEMPT) == self._attempt and s.get("streamer.shard") == str(self._shard):
-                if latest is None or int(s.get("streamer.seq", "0")) > int(latest.get("streamer.seq", "0")):
-                    latest = s
-        if latest is None:
-            return {}, 0
-        reached = {tp: to for tp, (_, to) in ranges_of(latest.get("streamer.reached", "{}")).items()}
-        return reached, int(latest.get("streamer.seq", "0")) + 1
-
-    def _drop_rejects_past(self, resume: Resume) -> None:
-        """Rejects committed for a range whose predictions never were (a crash between the two commits)."""
-        self.rejects.refresh()
+    def _rejects_past(self, resume: Resume) -> str | None:
+        """The rejects committed for a range whose predictions never were (a crash between the two
+        commits, or a range a rollback took out of the table), as a filter. The first commit deletes
+        them, once it knows that no other writer of the shard committed that range since."""
         if self.rejects.current_snapshot() is None or not resume.bounds:
-            return
+            return None
         past = " OR ".join(f"(source_topic == {_quoted(t)} AND source_partition == {p} AND "
                            f"source_offset >= {resume.reached.get((t, p), s)})"
                            for (t, p), (s, _) in sorted(resume.bounds.items()))
-        self._retry(lambda: self.rejects.delete(f"run_id == {_quoted(self._run)} AND ({past})"), self.rejects)
+        return f"run_id == {_quoted(self._run)} AND ({past})"
 
     def _forget_run(self, key: str, bounds: Ranges) -> None:
         """``--force``: this shard's rows of the run (and rejects) and its plan go; it starts again."""
         mine = " OR ".join(f"(source_topic == {_quoted(t)} AND source_partition == {p})" for t, p in sorted(bounds))
         for table in (self.table, self.rejects):
             if mine:
-                self._retry(lambda t=table: t.delete(f"run_id == {_quoted(self._run)} AND ({mine})"), table)
+                self._retry(partial(table.delete, f"run_id == {_quoted(self._run)} AND ({mine})"), table)
         self._retry(lambda: self.table.transaction().remove_properties(key).commit_transaction())
         self.table.refresh()
 
     # ---- writing --------------------------------------------------------------------------
 
+    def _name(self) -> str:
+        """Names of this writer's own: a second writer of the shard never writes over the first's files."""
+        return f"{super()._name()}-{self._writer}"
+
     def _open(self) -> None:
         target = self.lake.target_file_mb * 1024 * 1024
-        from streamer.lake.places import filesystem
 
-        def files(table: Any, schema: pa.Schema, day_of: str) -> DayFiles:
+        def files(table: Table, schema: pa.Schema, day_of: str) -> DayFiles:
             fs, folder = filesystem(self.lake, table.location())
             return DayFiles(fs, f"{folder}/data", schema, target, f"{day_of}_day", self._name, day_of)
 
@@ -145,41 +160,66 @@ class IcebergSink(FilesSink):
         self._rejected = files(self.rejects, REJECTS, "rejected_at")
 
     def commit(self, covered: Ranges) -> None:
+        """The rejects' snapshot (perhaps of no file), then the predictions': each refused when stale."""
         assert self._files is not None and self._rejected is not None
         self._reached.update({tp: to for tp, (_, to) in covered.items()})
-        props = {RUN: self._run, "streamer.shard": str(self._shard), "streamer.seq": str(self._seq),
+        props = {RUN: self._run, SHARD: str(self._shard), SEQ: str(self._seq),
                  "streamer.offsets": ranges_text(covered), ATTEMPT: self._attempt,
                  "streamer.reached": ranges_text({tp: (to, to) for tp, to in self._reached.items()}),
                  COMMIT: uuid.uuid4().hex}
-        rejected = self._rejected.close()
-        if rejected:
-            self._add(self.rejects, rejected, props)
-        self._add(self.table, self._files.close(), props)
+        rejected, files = self._rejected.close(), self._files.close()
+        # every commit has a rejects snapshot: of two writers of a shard, the second to reach it is refused there
+        self._add(self.rejects, rejected, props, (self._last, self._last_rejects), self._drop)
+        self._last_rejects, self._drop = props[COMMIT], None
+        self._add(self.table, files, props, (self._last, props[COMMIT]))
+        self._last = props[COMMIT]
         self._seq += 1
         self._n = 0
 
     def finish(self) -> None:
         pass
 
-    def _add(self, table: Any, files: list[str], props: dict[str, str]) -> None:
+    def _add(self, table: Table, files: list[str], props: dict[str, str], last: tuple[str | None, str | None],
+             drop: str | None = None) -> None:
+        """``files`` as one snapshot of ``table`` (after deleting the rows ``drop`` matches), tried
+        once per pass on the tables as they are then: ``last`` are the commits the shard's latest
+        must be in the predictions and the rejects table."""
         scheme = "s3://" if table.location().startswith("s3://") else "file://"
         uris = [scheme + f for f in files]
 
         def add() -> None:
-            if self._committed(table, props):  # a try whose answer was lost did commit
+            for each in (self.table, self.rejects):
+                each.refresh()
+            if holds(table, props[COMMIT]):  # a try whose answer was lost did commit
                 return
-            table.add_files(uris, snapshot_properties=props, check_duplicate_files=False)
+            self._fresh(self.table, last[0])
+            self._fresh(self.rejects, last[1])
+            tx = one_try(table).transaction()
+            if drop is not None:
+                tx.delete(drop, snapshot_properties=props)
+            tx.add_files(uris, snapshot_properties=props, check_duplicate_files=False)
+            done = tx.commit_transaction()
+            table.metadata, table.metadata_location = done.metadata, done.metadata_location  # as its own commit would
 
         self._retry(add, table)
 
-    @staticmethod
-    def _committed(table: Any, props: dict[str, str]) -> bool:
-        """This very commit is in the table (its id: a try whose answer was lost)."""
-        return any(s.summary is not None and s.summary.get(COMMIT) == props[COMMIT] for s in table.metadata.snapshots)
+    def _fresh(self, table: Table, last: str | None) -> None:
+        """Refuses a stale commit: the shard's latest commit in ``table``, of the attempt the plan
+        holds, is not ``last``."""
+        attempt: str | None = self._attempt
+        if table is self.table:
+            saved = table.properties.get(self._key)
+            attempt = json.loads(saved)["attempt"] if saved is not None else None
+        head = latest(table, attempt, str(self._shard)) if attempt is not None else None
+        if attempt != self._attempt or (None if head is None else head.get(COMMIT)) != last:
+            where = self.name if table is self.table else f"table {self.ident}_rejects"
+            raise StaleCommitError(self._run, str(self._shard), self._seq - 1 if self._seq else None,
+                                   seq_of(head), where)
 
-    def _retry(self, act: Any, table: Any = None) -> None:
-        """``act``, tried again on the refreshed table while another writer wins the commit race."""
-        from pyiceberg.exceptions import CommitFailedException
+    def _retry(self, act: Callable[[], object], table: Table | None = None) -> None:
+        """``act``, tried again on the refreshed table while another writer wins the commit race, or
+        when the catalog's answer was lost (``act`` finds out whether its commit landed)."""
+        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
         table = table if table is not None else self.table
         for attempt in range(COMMIT_TRIES):
@@ -188,15 +228,24 @@ class IcebergSink(FilesSink):
                     warnings.filterwarnings("ignore", "Delete operation did not match any records")
                     act()
                 return
-            except CommitFailedException as exc:
+            except (CommitFailedException, CommitStateUnknownException) as exc:
                 if attempt == COMMIT_TRIES - 1:
                     raise
-                log.info("%s: another writer committed first (%s); trying again", self.name, exc)
+                log.info("%s: another writer committed first, or the answer was lost (%s); trying again",
+                         self.name, exc)
                 time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # apart from the other writers
                 table.refresh()
 
 
-def ensure_table(catalog: Any, ident: str, schema: pa.Schema, day_of: str) -> Any:
+def _position(head: Summary | None) -> tuple[dict[Partition, int], int]:
+    """The position in each partition and the next commit's number after the shard's latest commit."""
+    if head is None:
+        return {}, 0
+    reached = {tp: to for tp, (_, to) in ranges_of(head.get("streamer.reached", "{}")).items()}
+    return reached, int(head.get(SEQ, "0")) + 1
+
+
+def ensure_table(catalog: Catalog, ident: str, schema: pa.Schema, day_of: str) -> Table:
     """The table ``ident``: made from ``schema``, partitioned by day of ``day_of``; or the one
     there, refused when it cannot take these rows, evolved when the rows add columns."""
     from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
@@ -217,31 +266,71 @@ def ensure_table(catalog: Any, ident: str, schema: pa.Schema, day_of: str) -> An
                                         "its files could not be added; name another table")
     if not spec.fields:
         try:
-            with table.update_spec() as spec:
-                spec.add_field(day_of, DayTransform(), f"{day_of}_day")
+            with table.update_spec() as update:
+                update.add_field(day_of, DayTransform(), f"{day_of}_day")
         except CommitFailedException:  # another worker partitioned it first: load what it made
             table = catalog.load_table(ident)
     return table
 
 
-def _check(table: Any, ident: str, schema: pa.Schema) -> None:
-    from pyiceberg.catalog import Catalog
-
+def _check(table: Table, ident: str, schema: pa.Schema) -> None:
     have = {f.name: f for f in table.schema().fields}
-    want = {f.name: f for f in Catalog._convert_schema_if_needed(schema).fields}
+    want = {f.name: f for f in as_iceberg(schema).fields}
     for name, field in have.items():
         if name not in want:
             raise ConfigError("--to-table", f"table {ident} has a column {name!r} ({field.field_type}) that these "
                                             f"predictions do not write; they write {describe(schema)}")
-        if str(field.field_type) != str(want[name].field_type):
-            raise ConfigError("--to-table", f"table {ident} has column {name!r} as {field.field_type}, these "
-                                            f"predictions write it as {want[name].field_type}")
+        if _type_text(field.field_type) != _type_text(want[name].field_type):
+            raise ConfigError("--to-table", f"table {ident} has column {name!r} as {_type_text(field.field_type)}, "
+                                            f"these predictions write it as {_type_text(want[name].field_type)}")
     added = [n for n in want if n not in have]
     if added:
         log.info("table %s: adding the columns %s (a schema evolution)", ident, added)
         with table.update_schema() as update:
             for name in added:  # optional: the rows already in the table have no value (Iceberg v2 refuses required)
                 update.add_column(name, want[name].field_type, doc=want[name].doc)
+
+
+def as_iceberg(schema: pa.Schema) -> Schema:
+    """``schema`` in Iceberg's types, by pyiceberg's public conversion. It converts fields that carry
+    ids (Parquet's ``PARQUET:field_id``), so each field gets one here, in order: only the types are
+    read, and a column added to a table is given ids of the table's."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+
+    ids = itertools.count(1)
+
+    def field(f: pa.Field) -> pa.Field:
+        inner = nested(f.type)
+        return f.with_type(inner).with_metadata({**(f.metadata or {}), b"PARQUET:field_id": str(next(ids)).encode()})
+
+    def nested(kind: pa.DataType) -> pa.DataType:
+        if pa.types.is_struct(kind):
+            return pa.struct([field(kind.field(i)) for i in range(kind.num_fields)])
+        if pa.types.is_map(kind):
+            return pa.map_(field(kind.key_field), field(kind.item_field))
+        if pa.types.is_large_list(kind):
+            return pa.large_list(field(kind.value_field))
+        if pa.types.is_fixed_size_list(kind):
+            return pa.list_(field(kind.value_field), kind.list_size)
+        if pa.types.is_list(kind):
+            return pa.list_(field(kind.value_field))
+        return kind
+
+    return pyarrow_to_schema(pa.schema([field(f) for f in schema]))
+
+
+def _type_text(kind: IcebergType) -> str:
+    """A type as Iceberg prints it, less the field ids a struct prints: a table's are its own."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if isinstance(kind, StructType):
+        return "struct<" + ", ".join(f"{f.name}: {'required' if f.required else 'optional'} "
+                                     f"{_type_text(f.field_type)}" for f in kind.fields) + ">"
+    if isinstance(kind, ListType):
+        return f"list<{_type_text(kind.element_type)}>"
+    if isinstance(kind, MapType):
+        return f"map<{_type_text(kind.key_type)}, {_type_text(kind.value_type)}>"
+    return str(kind)
 
 
 def _quoted(text: str) -> str:

@@ -10,6 +10,9 @@ Layout under PATH (a folder or ``s3://bucket/prefix``)::
 File names are fixed by run, shard and commit number, and a commit is its log entry, written
 after its files: a run that starts again with the same id reads its entries, deletes the files
 no entry names (a crash's), and writes the rest under the same names, so it never appends twice.
+A shard has one writer: a commit is refused (StaleCommitError) before its files are renamed into
+the dataset when the shard's latest entry is not the one this writer continued from, and a
+writer's files in progress carry its own id, so that a second writer never writes into them.
 Rows that could not be scored go to a dataset of their own beside it, ``PATH_rejects``
 (``rejected_date=.../*.parquet``). Readers that honour ``_SUCCESS`` (Spark, Hadoop tools) read a finished dataset; DuckDB and
 pandas read ``PATH/**/*.parquet``.
@@ -19,13 +22,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import uuid
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from streamer.config import LakeConfig
-from streamer.errors import ConfigError, ReplayFinishedError
+from streamer.errors import ConfigError, ReplayFinishedError, StaleCommitError
 from streamer.kafka.ranges import Ranges
 from streamer.lake.columns import REJECTS
 from streamer.lake.files import DayFiles
@@ -36,6 +41,7 @@ from streamer.pipeline.records import Partition
 log = logging.getLogger(__name__)
 LOG = "_streamer"
 STAGED = ".inprogress"  # a file being written: readers of *.parquet skip it; renamed when its commit comes
+ENTRY = re.compile(r"(\d{6})\.json")  # a commit's log entry: its number
 
 
 class ParquetSink(FilesSink):
@@ -71,13 +77,20 @@ class ParquetSink(FilesSink):
         committed = {f for e in entries for f in e["files"]}
         self._delete([f for f in self._run_files() if f not in committed], None)  # a crash's files
         self._seq = resume.seq
-        self._files = DayFiles(self.fs, self.root, self.schema, self.target, "event_date", self._name, staged=STAGED)
+        staged = f".{uuid.uuid4().hex[:8]}{STAGED}"  # this writer's own
+        self._files = DayFiles(self.fs, self.root, self.schema, self.target, "event_date", self._name, staged=staged)
         self._rejected = DayFiles(self.fs, f"{self.root}_rejects", REJECTS, self.target, "rejected_date",
-                                  self._name, "rejected_at", staged=STAGED)
+                                  self._name, "rejected_at", staged=staged)
         return resume
 
     def commit(self, covered: Ranges) -> None:
         assert self._files is not None and self._rejected is not None
+        folder = f"{self.root}/{LOG}/{self._run}/{self._shard}"
+        resumed = self._seq - 1 if self._seq else None
+        names = self._names(folder)
+        found = max((int(m.group(1)) for m in map(ENTRY.fullmatch, names) if m), default=None)
+        if found != resumed or "plan.json" not in names:  # checked before its files are in the dataset
+            raise StaleCommitError(self._run, str(self._shard), resumed, found, self.name)
         files = [*self._files.close(), *self._rejected.close()]
         entry = {"run": self._run, "shard": str(self._shard), "seq": self._seq,
                  "offsets": json.loads(ranges_text(covered)), "files": files}
@@ -114,6 +127,10 @@ class ParquetSink(FilesSink):
                 if data is not None:
                     entries.append(json.loads(data))
         return entries
+
+    def _names(self, folder: str) -> list[str]:
+        selector = pafs.FileSelector(folder, recursive=False, allow_not_found=True)
+        return [info.base_name for info in self.fs.get_file_info(selector)]
 
     def _run_files(self) -> list[str]:
         prefix = f"{self._run}-{self._shard}-"

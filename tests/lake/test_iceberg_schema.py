@@ -37,3 +37,16 @@ def test_a_column_of_another_type_or_one_not_written_is_refused_by_name(tmp_path
         ensure_table(catalog, "streamer.scores", doubles, "event_time")
     with pytest.raises(ConfigError, match="has a column 'scores' .* that these predictions do not write"):
         ensure_table(catalog, "streamer.scores", pa.schema([BASE.field(0), BASE.field(2)]), "event_time")
+
+
+def test_a_table_with_a_struct_column_takes_the_same_rows_again(tmp_path: Path) -> None:
+    catalog = open_catalog(LakeConfig(warehouse=Location(str(tmp_path / "lake"))))
+    item = pa.struct([pa.field("sku", pa.string()), pa.field("tags", pa.list_(pa.string()), nullable=False)])
+    rows = BASE.append(pa.field("item", item)).append(pa.field("prices", pa.map_(pa.string(), pa.float64())))
+    made = ensure_table(catalog, "streamer.scores", rows, "event_time")
+    again = ensure_table(catalog, "streamer.scores", rows, "event_time")  # a struct's field ids are the table's own
+    assert again.schema() == made.schema()
+    other = BASE.append(pa.field("item", pa.struct([pa.field("sku", pa.int64())])))
+    with pytest.raises(ConfigError, match="has column 'item' as struct<sku: optional string, tags: required "
+                                          r"list<string>>, these predictions write it as struct<sku: optional long>"):
+        ensure_table(catalog, "streamer.scores", other.append(rows.field("prices")), "event_time")

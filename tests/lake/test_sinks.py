@@ -69,10 +69,10 @@ def test_a_crash_between_the_rejects_and_the_predictions_commit_keeps_each_once(
     sink.write(preds(10, 19), rejected(19))
     add = IcebergSink._add
 
-    def dies_after_the_rejects(self: IcebergSink, table: Any, files: list[str], props: dict[str, str]) -> None:
+    def dies_after_the_rejects(self: IcebergSink, table: Any, *rest: Any) -> None:
         if table is self.table:
             raise RuntimeError("killed")
-        add(self, table, files, props)
+        add(self, table, *rest)
 
     monkeypatch.setattr(IcebergSink, "_add", dies_after_the_rejects)
     with pytest.raises(RuntimeError):
