@@ -42,18 +42,18 @@ def score_route(cfg: Config, serving: Serving, plane: DataPlane) -> Route:
     async def score(request: Request) -> Response:
         started = plane.clock()
         try:
-            response = await _score(request, started)
+            response = await _score(request)
         except Refused as exc:
             response = json_error(exc.status, str(exc), exc.headers)
         plane.ended("score", str(response.status_code), started)
         return response
 
-    async def _score(request: Request, started: float) -> Response:
+    async def _score(request: Request) -> Response:
         body, size = await read_body(request.stream(), o.max_body_bytes)
         if body is None:
             raise Refused(413, f"the body is {size} bytes, over the {o.max_body_bytes}-byte limit")
         try:
-            deadline = plane.deadline(started, asked_s=asked_s(request.headers.get(TIMEOUT_HEADER)))
+            deadline = plane.deadline(plane.clock(), asked_s=asked_s(request.headers.get(TIMEOUT_HEADER)))
             payload = orjson.loads(body)
         except BadRequest as exc:
             raise Refused(400, str(exc)) from None

@@ -11,10 +11,10 @@ Refusals: 400 (the protocol or the model's inputs refuse the request, or an outp
 is unknown), 404 (another model or version), 413 (more rows than the queue holds), 503 with
 Retry-After (not ready, shed at admission, expired while it waited), 500 (the model failed).
 
-A request's deadline, one rule for every transport: from its arrival, ``parameters.timeout``
-(microseconds, what tritonclient's ``timeout=`` sends), else what the wire asks (HTTP's
-``X-Request-Timeout-Ms``), else ``online.timeout_ms``; never later than ``online.timeout_ms``
-nor than the wire's own deadline (gRPC's). Worked example with ``online.timeout_ms`` 1000: a
+A request's deadline, one rule for every transport: from when it has arrived whole,
+``parameters.timeout`` (microseconds, what tritonclient's ``timeout=`` sends), else what the
+wire asks (HTTP's ``X-Request-Timeout-Ms``), else ``online.timeout_ms``; never later than
+``online.timeout_ms`` nor than the wire's own deadline (gRPC's). Worked example with ``online.timeout_ms`` 1000: a
 gRPC call with a 300 ms deadline and ``parameters.timeout`` 500000 must be answered within
 300 ms; an HTTP request with ``parameters.timeout`` 2000000 within 1000 ms.
 """

@@ -3,8 +3,10 @@ InferRequest with one answer; its refusals and their statuses; the one deadline 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -134,3 +136,11 @@ def test_a_request_is_metered_once_by_transport_and_code_where_it_ends(dispatche
     assert registry.get_sample_value("streamer_online_requests_total", {"transport": "grpc", "code": "OK"}) == 2
     assert registry.get_sample_value("streamer_online_request_seconds_sum", {"transport": "grpc"}) == \
         pytest.approx(0.003)
+
+
+def test_the_transports_share_only_the_plane_and_the_wire_encodings() -> None:
+    online = Path(__file__).parents[2] / "streamer" / "online"
+    for transport, other in (("http", "grpc_service"), ("grpc_service", "http")):
+        tree = ast.parse((online / f"{transport}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert f"streamer.online.{other}" not in imported and "streamer.online.dispatch" not in imported, transport
