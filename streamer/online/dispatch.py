@@ -36,6 +36,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from streamer.errors import BadRequest, Expired, InferenceError, Refused, Shed
 from streamer.model.signature import Columns
 from streamer.online.admission import Admission
@@ -57,7 +59,7 @@ class Answer:
     queued_s: float
 
     @property
-    def outputs(self) -> dict[str, Any]:
+    def outputs(self) -> dict[str, np.ndarray]:
         """Each prediction field's values, by name."""
         return self.scored.scores.arrays
 
