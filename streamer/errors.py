@@ -240,9 +240,10 @@ class Expired(OnlineError):
 
 
 class Refused(OnlineError):
-    """A request the model did not answer, as a caller answers it: ``status`` 503 (shed, or
-    expired: retry after ``retry_after_s``), 413 (more rows than the queue holds) or 500 (the
-    model failed)."""
+    """An online request not answered, as the transports answer it (online/plane.py): ``status``
+    400 (the protocol or the model's inputs refuse it), 404 (another model), 413 (more rows than
+    the queue holds, or a body past its limit), 422 (an event that cannot be scored), 503 (not
+    ready, shed, or expired: retry after ``retry_after_s``) or 500 (the model failed)."""
 
     def __init__(self, status: int, reason: str, retry_after_s: float | None = None) -> None:
         super().__init__(reason)

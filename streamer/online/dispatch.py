@@ -1,21 +1,17 @@
 """Online requests batched by the stream's batcher, admitted against their deadlines, answered by future.
 
-Callers (the HTTP and gRPC handlers) :meth:`Dispatcher.submit` a request's rows with a deadline
-and get a ``concurrent.futures.Future``, or, from an event loop, an ``asyncio.Future`` of that
-loop: the answers of one batch are then settled with one wake-up of the loop, not one each.
-One thread owns a :class:`MicroBatcher` (the stream's flush policy: ``max_size`` rows, or
-``max_wait_ms`` after the batch's first row), scores each batch it flushes with one call, and
-answers each request with its own rows of the result. A request larger than the room left in a
-batch is cut, and answered when its last piece is scored.
+Callers (the data plane) :meth:`Dispatcher.submit` a request's rows with a deadline and get a
+``concurrent.futures.Future``, or, from an event loop, an ``asyncio.Future`` of that loop: the
+answers of one batch are then settled with one wake-up of the loop, not one each. One thread
+owns a :class:`MicroBatcher` (the stream's flush policy: ``max_size`` rows, or ``max_wait_ms``
+after the batch's first row), scores each batch it flushes with one call, and answers each
+request with its own rows of the :class:`Scored` batch and its time in the queue. A request
+larger than the room left in a batch is cut, and answered when its last piece is scored, its
+pieces joined.
 
-Admission is decided at once, never by queueing past a bound:
-
-- the queue holds at most ``max_queue_rows`` rows; one more is refused (``Shed``: HTTP 503 with
-  ``Retry-After``, gRPC UNAVAILABLE);
-- a request whose deadline falls before the time it would be answered (the rows ahead of it at
-  the measured rate, one batch wait, one model call) is refused the same way;
-- a request whose deadline passes while it waits is answered with :class:`Expired` instead of
-  being scored.
+Admission is decided at once by :class:`Admission` (online/admission.py): the queue bound, the
+deadline against the measured rate, the stop; a request whose deadline passes while it waits
+is answered with :class:`Expired` instead of being scored.
 
 Whatever fails, each caller is answered and its rows leave the queue: a row the model fails on
 alone fails its own request (the batch answers the others), a failed model call fails its
@@ -31,46 +27,41 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import math
 import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from streamer.errors import BadRequest, Expired, InferenceError, Refused, Shed
 from streamer.model.signature import Columns
+from streamer.online.admission import Admission
 from streamer.online.meters import OnlineMetrics
 from streamer.pipeline.batcher import Batch, MicroBatcher
+from streamer.pipeline.records import Scored
 
 log = logging.getLogger(__name__)
 IDLE_S = 0.5  # how long the thread waits for a request when no batch is open
+Score = Callable[[Columns, list[str]], Scored]  # a batch's feature columns and its rows' event ids -> its scores
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A request's rows of a scored batch: each output by name, and who scored them."""
+    """A request's rows of the batch that scored them (its pieces joined, when it was cut), and
+    its time from admission to the model call."""
 
-    outputs: dict[str, np.ndarray]
-    model: str
-    version: str
-    digest: str
-    degraded: str | None
-    batch_rows: int  # rows of the model call it was part of
-    queued_s: float  # from admission to the model call
+    scored: Scored
+    queued_s: float
 
-    def parameters(self) -> dict[str, str | bool]:
-        """The answer's protocol parameters: the model file's digest, whether the fallback
-        answered, and why."""
-        params: dict[str, str | bool] = {"model_digest": self.digest, "degraded": self.degraded is not None}
-        if self.degraded is not None:
-            params["degraded_reason"] = self.degraded
-        return params
+    @property
+    def outputs(self) -> dict[str, np.ndarray]:
+        """Each prediction field's values, by name."""
+        return self.scored.scores.arrays
 
 
 @dataclass
@@ -81,7 +72,7 @@ class _Pending:
     future: Any  # a concurrent.futures.Future, or an asyncio.Future of ``loop``
     loop: asyncio.AbstractEventLoop | None = None
     name: str = ""  # the request's id: its rows' event ids (name, or name/i for several rows)
-    parts: dict[int, Any] = field(default_factory=dict)  # first row -> (rows, outputs) scored so far
+    parts: dict[int, Scored] = field(default_factory=dict)  # first row -> its rows scored so far
     scored: int = 0
     failed: bool = False  # answered with an error already (its other pieces are dropped)
 
@@ -109,39 +100,20 @@ class _Piece:
         return [f"{p.name}/{i}" for i in range(self.lo, self.hi)]
 
 
-@dataclass(frozen=True, slots=True)
-class Scoring:
-    """What scoring a batch of feature columns gives: outputs by name, for every row, in order."""
-
-    outputs: dict[str, np.ndarray]
-    model: str
-    version: str
-    digest: str
-    degraded: str | None = None
-    poison: Mapping[int, str] = field(default_factory=dict)  # rows the model fails on alone: why
-
-
 class Dispatcher:
     """Admits requests, batches them with the stream's flush policy and scores each batch once."""
 
-    def __init__(self, score: Callable[[Columns, list[str]], Scoring], max_size: int, max_wait_ms: int, max_queue_rows: int,
+    def __init__(self, score: Score, max_size: int, max_wait_ms: int, max_queue_rows: int,
                  clock: Callable[[], float] = time.monotonic, metrics: OnlineMetrics | None = None,
-                 between: Callable[[], object] = lambda: None, ready: Callable[[], bool] = lambda: True) -> None:
-        """``ready``: whether the served model takes requests (warmed up, not stopping)."""
-        self._score, self._clock, self._between, self._ready = score, clock, between, ready
+                 between: Callable[[], object] = lambda: None) -> None:
+        """``between``: what runs between batches (a reload, the challengers' publishing)."""
+        self._score, self._clock, self._between = score, clock, between
         self.metrics = metrics or OnlineMetrics()
-        self.max_queue_rows = max_queue_rows
         self._batcher: MicroBatcher[Any] = MicroBatcher(max_size, max_wait_ms, clock, join=list)
-        self._batch_wait_s = max_wait_ms / 1000.0  # the longest a request waits for its batch to flush
+        self.admission = Admission(max_queue_rows, max_size, max_wait_ms / 1000.0, clock, self.metrics)
         self._inbox: queue.Queue[_Pending | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self.queued_rows = 0  # admitted, not yet scored
-        self.rows_per_s = 0.0  # rows answered per second while a backlog waited (0 until measured)
-        self.call_s = 0.0  # the last model call's seconds
-        self._last_end: float | None = None  # when the last batch's answers were settled
-        self.shed = 0
+        self._lock = threading.Lock()  # admission's, and the order of the inbox against a stop
         self._thread = threading.Thread(target=self._work, name="online-batcher", daemon=True)
-        self._draining = False
 
     def start(self) -> None:
         self._thread.start()
@@ -152,27 +124,12 @@ class Dispatcher:
         or raise :class:`Shed` at once. With ``loop`` (the caller's, running), an asyncio future of
         it; else a concurrent one. ``name``: the request's id, its rows' event ids where the serving
         hands them on (the challengers' shadow predictions); a random one when not given."""
-        n, now = len(features), self._clock()
+        n = len(features)
         if n == 0:
             raise BadRequest("the request holds no rows")
         with self._lock:
-            if self._draining:
-                self._shed("stopping")
-                raise Shed("the server is stopping", 1.0, "stopping")
-            if self.queued_rows + n > self.max_queue_rows:
-                self._shed("queue")
-                raise Shed(f"the queue holds {self.queued_rows} rows, at most {self.max_queue_rows}",
-                           self._retry_after(self.queued_rows), "queue")
-            # the rows ahead of it, and its own past the first batch it joins: an empty queue
-            # always admits what one batch wait and one call can answer in time
-            eta = self._answer_in(self.queued_rows + max(0, n - self._batcher.max_size))
-            if now + eta > deadline:
-                self._shed("deadline")
-                raise Shed(f"the deadline is {max(deadline - now, 0) * 1000:.0f} ms away; an answer takes about "
-                           f"{eta * 1000:.0f} ms at this load", self._retry_after(self.queued_rows), "deadline")
-            self.queued_rows += n
-            self.metrics.queued_rows.set(self.queued_rows)
-            pending = _Pending(features, deadline, now, Future() if loop is None else loop.create_future(), loop,
+            admitted = self.admission.admit(n, deadline)
+            pending = _Pending(features, deadline, admitted, Future() if loop is None else loop.create_future(), loop,
                                name or f"online-{uuid.uuid4().hex}")
             self._inbox.put(pending)  # under the lock: a stop's end marker comes after every admitted request
         return pending.future
@@ -180,10 +137,9 @@ class Dispatcher:
     async def answer(self, features: Columns, deadline: float, name: str | None = None) -> Answer:
         """:meth:`submit` from the running event loop, and the answer awaited; every way it is
         not answered raises :class:`Refused`."""
-        if not self._ready():
-            raise Refused(503, "the model is not ready (warming up, or stopping)", 1.0)
-        if len(features) > self.max_queue_rows:
-            raise Refused(413, f"the request holds {len(features)} rows; online.max_queue_rows is {self.max_queue_rows}")
+        if len(features) > self.admission.max_queue_rows:
+            raise Refused(413, f"the request holds {len(features)} rows; online.max_queue_rows is "
+                               f"{self.admission.max_queue_rows}")
         try:
             future = self.submit(features, deadline, asyncio.get_running_loop(), name)
         except Shed as exc:
@@ -198,23 +154,10 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
             raise Refused(500, f"the model failed: {exc}") from None
 
-    def _shed(self, why: str) -> None:
-        self.shed += 1
-        self.metrics.shed.labels(why).inc()
-
-    def _answer_in(self, rows: int) -> float:
-        """Seconds until a request with ``rows`` rows ahead of it would be answered: one batch
-        wait, the rows ahead at the measured rate, one call."""
-        rate = self.rows_per_s if self.rows_per_s > 0 else math.inf
-        return self._batch_wait_s + rows / rate + self.call_s
-
-    def _retry_after(self, rows: int) -> float:
-        return max(1.0, math.ceil(self._answer_in(rows)))
-
     def stop(self, timeout_s: float) -> None:
         """Refuse new requests, answer every admitted one, and end the thread (within ``timeout_s``)."""
         with self._lock:
-            self._draining = True
+            self.admission.stop()
         self._inbox.put(None)
         self._thread.join(timeout_s)
 
@@ -258,12 +201,10 @@ class Dispatcher:
 
     def _run(self, pieces: Sequence[_Piece]) -> None:
         """Score a batch and answer its callers; whatever fails, each caller is answered and the
-        batch's rows leave the queue. The rate admission counts on is measured here, over the
-        whole cycle of a batch that had a backlog behind it (the model call, the cutting, the
-        answering, the next batch's wait for the thread): a call's own time would promise more."""
+        batch's rows leave the queue; then admission measures the cycle (online/admission.py)."""
         settle: list[tuple[_Pending, Answer | BaseException]] = []
         rows = sum(len(p) for p in pieces)
-        backlog = self.queued_rows > rows
+        backlog = self.admission.backlog(rows)
         try:
             self._score_pieces(pieces, settle)
         except Exception as exc:  # noqa: BLE001 - a fault of this thread fails its batch, not the server
@@ -275,15 +216,10 @@ class Dispatcher:
                     p.failed = True
                     settle.append((p, exc))
         finally:
-            self._release(rows)
+            with self._lock:
+                self.admission.release(rows)
             self._settle(settle)
-        end = self._clock()
-        if backlog and self._last_end is not None and end > self._last_end:
-            rate = rows / (end - self._last_end)
-            self.rows_per_s = rate if self.rows_per_s == 0 else 0.8 * self.rows_per_s + 0.2 * rate
-        elif self.rows_per_s == 0 and self.call_s > 0:
-            self.rows_per_s = rows / self.call_s  # a first guess, until a backlog measures the real rate
-        self._last_end = end
+        self.admission.cycle_ended(rows, backlog)
 
     def _score_pieces(self, pieces: Sequence[_Piece], settle: list[tuple[_Pending, Answer | BaseException]]) -> None:
         now = self._clock()
@@ -292,11 +228,10 @@ class Dispatcher:
             p = piece.pending
             if p.failed:
                 continue
-            if now > p.deadline:
-                self.metrics.shed.labels("expired").inc()
+            expired = self.admission.expired(p.deadline, now)
+            if expired is not None:
                 p.failed = True
-                settle.append((p, Expired(f"the deadline passed {(now - p.deadline) * 1000:.0f} ms before its "
-                                          "batch was scored")))
+                settle.append((p, expired))
                 continue
             live.append(piece)
         if not live:
@@ -305,7 +240,7 @@ class Dispatcher:
         started = self._clock()
         try:
             out = self._score(features, [i for p in live for i in p.ids()])
-            short = {k: len(v) for k, v in out.outputs.items() if len(v) != len(features)}
+            short = {k: len(v) for k, v in out.scores.arrays.items() if len(v) != len(features)}
             if short:
                 raise InferenceError(f"the model answered {short} rows for a batch of {len(features)}")
         except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the model's failure
@@ -314,7 +249,7 @@ class Dispatcher:
                     piece.pending.failed = True
                     settle.append((piece.pending, exc))
             return
-        self.call_s = self._clock() - started
+        self.admission.called(self._clock() - started)
         self.metrics.batch_rows.observe(len(features))
         at = 0
         for piece in live:
@@ -322,24 +257,26 @@ class Dispatcher:
             first, at = at, at + n
             if p.failed:  # another of its pieces failed: answered already
                 continue
-            bad = next((r for r in range(first, at) if r in out.poison), None)
+            bad = next((r for r in range(first, at) if r in out.poison), None) if out.poison else None
             if bad is not None:  # a row the model fails on alone: its request alone gets the error
                 p.failed = True
                 settle.append((p, InferenceError(f"row {piece.lo + bad - first} of the request: {out.poison[bad]}")))
                 continue
-            p.parts[piece.lo] = {name: col[first:at] for name, col in out.outputs.items()}
+            mine = out.rows(first, at)
             p.scored += n
-            if p.scored == len(p.features):
+            if p.scored < len(p.features):
+                p.parts[piece.lo] = mine
+                continue
+            if p.parts:  # the last of its pieces: join them, in order
+                p.parts[piece.lo] = mine
                 try:
-                    parts = [p.parts[k] for k in sorted(p.parts)]
-                    outputs = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+                    mine = replace(mine, scores=Columns.join([p.parts[k].scores for k in sorted(p.parts)]))
                 except (KeyError, ValueError) as exc:  # pieces of two models (a swap, the fallback) that differ
                     p.failed = True
                     settle.append((p, InferenceError(f"its rows were scored by models that answer differently: "
                                                      f"{exc}")))
                     continue
-                settle.append((p, Answer(outputs, out.model, out.version, out.digest, out.degraded,
-                                         len(features), started - p.admitted)))
+            settle.append((p, Answer(mine, started - p.admitted)))
 
     @staticmethod
     def _settle(settle: list[tuple[_Pending, Answer | BaseException]]) -> None:
@@ -355,11 +292,6 @@ class Dispatcher:
                 loop.call_soon_threadsafe(_put_all, items)
             except RuntimeError:  # the loop closed: nobody waits for these answers
                 pass
-
-    def _release(self, rows: int) -> None:
-        with self._lock:
-            self.queued_rows -= rows
-            self.metrics.queued_rows.set(self.queued_rows)
 
 
 def _put(future: Any, result: Answer | BaseException) -> None:

@@ -2,9 +2,10 @@
 
 The body is one JSON event. It is checked as a consumed event is (``model.inputs``, the fills,
 the conversion table: pipeline/validate.py); an event that cannot be scored is 422 with the
-reason naming the field. Its row joins the same batches as the protocol's requests, and the
-answer is the prediction record the output topic would carry for it, as JSON: the ids, the
-mapped outputs, ``output.include``, the model's name, version and digest, ``degraded``.
+reason naming the field. Its row goes through the data plane (online/plane.py: its deadline,
+readiness, admission, the same batches and refusals as the protocol's requests), and the answer
+is the prediction record the output topic would carry for it, as JSON: the ids, the mapped
+outputs, ``output.include``, the model's name, version and digest, ``degraded``.
 
 Worked example: ``{"event_id": "e1", "entity_id": "a", "event_time": 1, "features": [...32...]}``
 answers ``{"event_id": "e1", ..., "scores": [0.73], "model_version": "1", "model_digest": "…"}``.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,15 +25,14 @@ from starlette.routing import Route
 
 from streamer.config import Config
 from streamer.errors import BadRequest, Refused, ValidationError
-from streamer.online.dispatch import Dispatcher
-from streamer.online.http import TIMEOUT_HEADER, json_error, read_body, timeout_s
-from streamer.pipeline.records import ModelId, Stamp, prediction_fields
+from streamer.online.http import TIMEOUT_HEADER, asked_s, json_error, read_body
+from streamer.online.plane import DataPlane
+from streamer.pipeline.records import Stamp, prediction_fields
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.validate import EventValidator
 
 
-def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
-                clock: Callable[[], float] = time.monotonic) -> Route:
+def score_route(cfg: Config, serving: Serving, plane: DataPlane) -> Route:
     """The route of ``POST /v1/score`` for ``serving``'s model under ``cfg``'s contract."""
     contract = serving.runner.contract
     validator = EventValidator(cfg.input, contract, cfg.output.include)
@@ -41,39 +40,36 @@ def score_route(cfg: Config, serving: Serving, dispatcher: Dispatcher, *,
     o = cfg.online
 
     async def score(request: Request) -> Response:
-        started = clock()
-        response = await _score(request)
-        dispatcher.metrics.requests.labels("score", str(response.status_code)).inc()
-        dispatcher.metrics.latency.labels("score").observe(clock() - started)
+        started = plane.clock()
+        try:
+            response = await _score(request)
+        except Refused as exc:
+            response = json_error(exc.status, str(exc), exc.headers)
+        plane.ended("score", str(response.status_code), started)
         return response
 
     async def _score(request: Request) -> Response:
         body, size = await read_body(request.stream(), o.max_body_bytes)
         if body is None:
-            return json_error(413, f"the body is {size} bytes, over the {o.max_body_bytes}-byte limit")
+            raise Refused(413, f"the body is {size} bytes, over the {o.max_body_bytes}-byte limit")
         try:
-            deadline = clock() + timeout_s(None, request.headers.get(TIMEOUT_HEADER), o.timeout_ms)
-        except BadRequest as exc:
-            return json_error(400, str(exc))
-        try:
+            deadline = plane.deadline(plane.clock(), asked_s=asked_s(request.headers.get(TIMEOUT_HEADER)))
             payload = orjson.loads(body)
+        except BadRequest as exc:
+            raise Refused(400, str(exc)) from None
         except orjson.JSONDecodeError as exc:
-            return json_error(400, f"the body is not JSON: {exc}")
+            raise Refused(400, f"the body is not JSON: {exc}") from None
         if not isinstance(payload, dict):
-            return json_error(400, "the body is not one JSON object (an event)")
+            raise Refused(400, "the body is not one JSON object (an event)")
         now_ms = int(time.time() * 1000)
         try:
             record = validator.to_record(payload, "online", 0, next(seq), None, now_ms)
         except ValidationError as exc:
-            return json_error(422, str(exc))
-        try:
-            answer = await dispatcher.answer(contract.stack([record.features]), deadline, record.event_id)
-        except Refused as exc:
-            return json_error(exc.status, str(exc), exc.headers)
+            raise Refused(422, str(exc)) from None
+        answer = await plane.score(contract.stack([record.features]), deadline, record.event_id)
         outputs = {k: _value(v[0]) for k, v in answer.outputs.items()}
-        stamp = Stamp(ModelId(answer.model, answer.version, answer.digest), now_ms, None, answer.degraded)
-        return Response(orjson.dumps(prediction_fields(record, outputs, stamp, cfg.output.include)),
-                        media_type="application/json")
+        return Response(orjson.dumps(prediction_fields(record, outputs, Stamp.of(answer.scored, now_ms),
+                                                       cfg.output.include)), media_type="application/json")
 
     return Route("/v1/score", score, methods=["POST"])
 

@@ -1,4 +1,5 @@
-"""The Open Inference Protocol over gRPC: ``inference.GRPCInferenceService`` on a grpc.aio server.
+"""The Open Inference Protocol over gRPC: ``inference.GRPCInferenceService``, the data plane's
+requests and answers as a grpc.aio service.
 
 The service's messages come from the vendored protocol's descriptor (online/oip_descriptor.py)
 in a private descriptor pool, so a process that also imports tritonclient.grpc (which registers
@@ -15,7 +16,6 @@ trailer (503: shed or expired), INTERNAL (500: the model failed); a message past
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,14 +24,13 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from streamer.errors import BadRequest, Refused
-from streamer.online.dispatch import Dispatcher
-from streamer.online.http import SERVER, OnlineModel, unknown
 from streamer.online.oip_descriptor import DESCRIPTOR_SET
+from streamer.online.plane import SERVER, DataPlane, InferRequest, InferResponse
 from streamer.online.tensors import NUMPY, check_shape, from_raw, to_raw
 
 SERVICE = "inference.GRPCInferenceService"
-STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 413: grpc.StatusCode.INVALID_ARGUMENT,  # an HTTP refusal's code
-          503: grpc.StatusCode.UNAVAILABLE, 500: grpc.StatusCode.INTERNAL}
+STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,  # a refusal's status -> its code
+          413: grpc.StatusCode.INVALID_ARGUMENT, 503: grpc.StatusCode.UNAVAILABLE, 500: grpc.StatusCode.INTERNAL}
 _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
              "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
              "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
@@ -48,88 +47,113 @@ def _messages() -> Callable[[str], Any]:
 MESSAGE = _messages()
 
 
-def handlers(model: OnlineModel, dispatcher: Dispatcher, *, default_timeout_ms: int,
-             clock: Callable[[], float] = time.monotonic) -> grpc.GenericRpcHandler:
-    """The service's method handlers, for ``grpc.aio.Server.add_generic_rpc_handlers``."""
+class GrpcTransport:
+    """The service's methods over one data plane."""
 
-    async def server_live(request: Any, context: Any) -> Any:
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service's method handlers, for ``grpc.aio.Server.add_generic_rpc_handlers``."""
+
+        def unary(fn: Any, request: str, response: str) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=MESSAGE(request).FromString,
+                                                       response_serializer=MESSAGE(response).SerializeToString)
+
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            "ServerLive": unary(self.server_live, "ServerLiveRequest", "ServerLiveResponse"),
+            "ServerReady": unary(self.server_ready, "ServerReadyRequest", "ServerReadyResponse"),
+            "ModelReady": unary(self.model_ready, "ModelReadyRequest", "ModelReadyResponse"),
+            "ServerMetadata": unary(self.server_metadata, "ServerMetadataRequest", "ServerMetadataResponse"),
+            "ModelMetadata": unary(self.model_metadata, "ModelMetadataRequest", "ModelMetadataResponse"),
+            "ModelInfer": unary(self.model_infer, "ModelInferRequest", "ModelInferResponse"),
+        })
+
+    async def server_live(self, request: Any, context: Any) -> Any:
         return MESSAGE("ServerLiveResponse")(live=True)
 
-    async def server_ready(request: Any, context: Any) -> Any:
-        return MESSAGE("ServerReadyResponse")(ready=model.ready())
+    async def server_ready(self, request: Any, context: Any) -> Any:
+        return MESSAGE("ServerReadyResponse")(ready=self.plane.ready())
 
-    async def model_ready(request: Any, context: Any) -> Any:
-        await _known(context, request.name, request.version)
-        return MESSAGE("ModelReadyResponse")(ready=model.ready())
+    async def model_ready(self, request: Any, context: Any) -> Any:
+        try:
+            return MESSAGE("ModelReadyResponse")(ready=self.plane.model_ready(request.name, request.version))
+        except Refused as exc:
+            await _abort(context, exc)
 
-    async def server_metadata(request: Any, context: Any) -> Any:
+    async def server_metadata(self, request: Any, context: Any) -> Any:
         return MESSAGE("ServerMetadataResponse")(**SERVER)
 
-    async def model_metadata(request: Any, context: Any) -> Any:
-        await _known(context, request.name, request.version)
-        meta = model.metadata()
-        out = MESSAGE("ModelMetadataResponse")(name=meta["name"], versions=meta["versions"], platform=meta["platform"])
-        for field, tensors in (("inputs", meta["inputs"]), ("outputs", meta["outputs"])):
-            for t in tensors:
-                getattr(out, field).add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
-        return out
-
-    async def _known(context: Any, name: str, version: str) -> None:
-        why = unknown(model, name, version)
-        if why is not None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, why)
-
-    async def model_infer(request: Any, context: Any) -> Any:
-        started, code = clock(), "OK"
+    async def model_metadata(self, request: Any, context: Any) -> Any:
         try:
-            return await _model_infer(request, context)
-        except BaseException:
-            code = str(context.code() or "UNKNOWN").rsplit(".", 1)[-1]
-            raise
-        finally:
-            dispatcher.metrics.requests.labels("grpc", code).inc()
-            dispatcher.metrics.latency.labels("grpc").observe(clock() - started)
-
-    async def _model_infer(request: Any, context: Any) -> Any:
-        await _known(context, request.model_name, request.model_version)
-        try:
-            inputs = _inputs(request)
-            features = model.columns(inputs)
-            deadline = clock() + _timeout_s(request, context, default_timeout_ms)
-        except BadRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        try:
-            answer = await dispatcher.answer(features, deadline, request.id or None)
+            return metadata_response(self.plane.model_metadata(request.name, request.version))
         except Refused as exc:
-            await context.abort(STATUS.get(exc.status, grpc.StatusCode.INTERNAL), str(exc), tuple(exc.headers.items()))
+            await _abort(context, exc)
+
+    async def model_infer(self, message: Any, context: Any) -> Any:
+        plane = self.plane
+        started, code = plane.clock(), "UNKNOWN"  # UNKNOWN: it ended otherwise (cancelled)
         try:
-            outputs = model.outputs(answer, tuple(o.name for o in request.outputs))
-        except BadRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        response = MESSAGE("ModelInferResponse")(model_name=model.name, model_version=answer.version, id=request.id)
-        for key, value in answer.parameters().items():
-            if isinstance(value, bool):
-                response.parameters[key].bool_param = value
-            else:
-                response.parameters[key].string_param = value
-        for name, array in outputs.items():
-            kind, raw = to_raw(array)
-            response.outputs.add(name=name, datatype=kind, shape=list(array.shape))
-            response.raw_output_contents.append(raw)
-        return response
+            try:
+                request = infer_request(message)
+                deadline = plane.deadline(started, request.parameters, bound_s=context.time_remaining())
+            except BadRequest as exc:
+                raise plane.refused(message.model_name, message.model_version, 400, str(exc)) from None
+            response = infer_response(await plane.infer(request, deadline))
+            code = "OK"
+            return response
+        except Refused as exc:
+            code = _status(exc).name
+            await _abort(context, exc)
+        finally:
+            plane.ended("grpc", code, started)
 
-    def unary(fn: Any, request: str, response: str) -> grpc.RpcMethodHandler:
-        return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=MESSAGE(request).FromString,
-                                                   response_serializer=MESSAGE(response).SerializeToString)
 
-    return grpc.method_handlers_generic_handler(SERVICE, {
-        "ServerLive": unary(server_live, "ServerLiveRequest", "ServerLiveResponse"),
-        "ServerReady": unary(server_ready, "ServerReadyRequest", "ServerReadyResponse"),
-        "ModelReady": unary(model_ready, "ModelReadyRequest", "ModelReadyResponse"),
-        "ServerMetadata": unary(server_metadata, "ServerMetadataRequest", "ServerMetadataResponse"),
-        "ModelMetadata": unary(model_metadata, "ModelMetadataRequest", "ModelMetadataResponse"),
-        "ModelInfer": unary(model_infer, "ModelInferRequest", "ModelInferResponse"),
-    })
+def infer_request(message: Any) -> InferRequest:
+    """A ``ModelInferRequest`` as the plane's request; BadRequest naming what it refuses."""
+    params = {key: _value(p) for key, p in message.parameters.items()}
+    return InferRequest(message.model_name, message.model_version, _inputs(message),
+                        tuple(o.name for o in message.outputs), id=message.id or None, parameters=params)
+
+
+def infer_response(response: InferResponse) -> Any:
+    """The plane's answer as a ``ModelInferResponse``: raw output contents, typed parameters."""
+    out = MESSAGE("ModelInferResponse")(model_name=response.model, model_version=response.version,
+                                        id=response.id or "")
+    for key, value in response.parameters.items():
+        if isinstance(value, bool):
+            out.parameters[key].bool_param = value
+        else:
+            out.parameters[key].string_param = value
+    for name, array in response.outputs.items():
+        kind, raw = to_raw(array)
+        out.outputs.add(name=name, datatype=kind, shape=list(array.shape))
+        out.raw_output_contents.append(raw)
+    return out
+
+
+def metadata_response(meta: dict[str, Any]) -> Any:
+    """The plane's model metadata as a ``ModelMetadataResponse``."""
+    out = MESSAGE("ModelMetadataResponse")(name=meta["name"], versions=meta["versions"], platform=meta["platform"])
+    for field, tensors in (("inputs", meta["inputs"]), ("outputs", meta["outputs"])):
+        for t in tensors:
+            getattr(out, field).add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+    return out
+
+
+def _value(parameter: Any) -> Any:
+    """An ``InferParameter``'s value, of whichever kind it holds; None for none."""
+    kind = parameter.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(parameter, kind)
+
+
+def _status(refused: Refused) -> grpc.StatusCode:
+    return STATUS.get(refused.status, grpc.StatusCode.INTERNAL)
+
+
+async def _abort(context: Any, refused: Refused) -> None:
+    """End the call with the refusal's code, reason and Retry-After (grpc raises here)."""
+    await context.abort(_status(refused), str(refused), tuple(refused.headers.items()))
 
 
 def _inputs(request: Any) -> dict[str, np.ndarray]:
@@ -153,15 +177,3 @@ def _inputs(request: Any) -> dict[str, np.ndarray]:
         out[tensor.name] = np.array(values, dtype=NUMPY[tensor.datatype]).reshape(shape)
     return out
 
-
-def _timeout_s(request: Any, context: Any, default_ms: int) -> float:
-    limit = default_ms / 1000
-    remaining = context.time_remaining()
-    if remaining is not None:
-        limit = min(limit, remaining)
-    if "timeout" in request.parameters:
-        micros = request.parameters["timeout"].int64_param
-        if micros <= 0:
-            raise BadRequest(f"parameters.timeout {micros} is not a positive number of microseconds")
-        limit = min(limit, micros / 1e6)
-    return limit

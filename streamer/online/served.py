@@ -22,9 +22,8 @@ import numpy as np
 from streamer.errors import BadRequest
 from streamer.model.signature import DTYPES, Columns
 from streamer.observe.drift import DriftGauges
-from streamer.online.dispatch import Answer, Scoring
 from streamer.online.tensors import DATATYPE, datatype_of
-from streamer.pipeline.records import Messages, Rows
+from streamer.pipeline.records import Messages, Rows, Scored
 from streamer.pipeline.serving import Serving
 
 
@@ -109,15 +108,10 @@ class ServedModel:
             return Columns({contract.feature_column: only})
         return Columns(arrays)
 
-    def outputs(self, answer: Answer, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
-        unknown = [w for w in wanted if w not in answer.outputs]
-        if unknown:
-            raise BadRequest(f"no output {unknown[0]!r}: the model answers {', '.join(answer.outputs)}")
-        return {k: v for k, v in answer.outputs.items() if not wanted or k in wanted}
-
-    def score(self, features: Columns, ids: list[str]) -> Scoring:
+    def score(self, features: Columns, ids: list[str]) -> Scored:
         """One batch through the serving (the dispatcher's scoring); ``ids``: its rows' event ids,
-        which the challengers' shadow predictions carry, timed at the call."""
+        which the challengers' shadow predictions carry, timed at the call. Rows the model fails
+        on alone are its poison: their requests get the model's error, the others their scores."""
         n = len(features)
         messages = Messages.of([RequestRow(self._rows + i) for i in range(n)])
         self._rows += n
@@ -125,9 +119,7 @@ class ServedModel:
         out = self.serving.score(rows, urgent=True)
         if self.drift is not None:
             self.drift.add(features)
-        # rows the model fails on alone: their requests get the model's error, the others their scores
-        return Scoring(dict(out.scores.arrays), out.model.name, out.model.version, out.model.digest, out.degraded,
-                       {row: str(error) for row, error in out.poison.items()})
+        return out
 
 
 def _tensor(name: str, array: np.ndarray, element: str, shape: Sequence[int | None]) -> np.ndarray:

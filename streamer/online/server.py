@@ -1,4 +1,4 @@
-"""One online server: the protocol over HTTP (uvicorn) and gRPC (grpc.aio) on one event loop,
+"""One online server: the data plane over HTTP (uvicorn) and gRPC (grpc.aio) on one event loop,
 the dispatcher's thread, readiness after warm-up, and a stop that answers what it admitted.
 
 Start: the routes listen at once (``/v2/health/live`` answers), the model warms up, then
@@ -26,9 +26,10 @@ from streamer.observe.drift import DriftGauges
 from streamer.observe.metrics import GroupRegistry
 from streamer.online.dispatch import Dispatcher
 from streamer.online.events import score_route
-from streamer.online.grpc_service import handlers
-from streamer.online.http import app
+from streamer.online.grpc_service import GrpcTransport
+from streamer.online.http import HttpTransport
 from streamer.online.meters import OnlineMetrics
+from streamer.online.plane import DataPlane
 from streamer.online.served import ServedModel
 from streamer.pipeline.serving import Serving
 
@@ -64,7 +65,8 @@ class OnlineServer:
         self.dispatcher = Dispatcher(self.model.score, rows,
                                      cfg.batching.max_wait_ms if o.max_wait_ms is None else o.max_wait_ms,
                                      o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll,
-                                     metrics=meters, ready=self.model.ready)
+                                     metrics=meters)
+        self.plane = DataPlane(self.model, self.dispatcher, timeout_ms=o.timeout_ms)
         self.ready = self.model.readiness  # set when the model has warmed up and the listeners are open
         self._stop_asked = threading.Event()  # a stop asked, before the loop runs or after it ended too
         self._stop: asyncio.Event | None = None
@@ -91,10 +93,9 @@ class OnlineServer:
                 pass
 
     def http_app(self) -> Any:
-        """The HTTP application: the protocol's routes and ``/v1/score``, on this server's dispatcher."""
-        o = self.cfg.online
-        return app(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms, max_body_bytes=o.max_body_bytes,
-                   more=[score_route(self.cfg, self.serving, self.dispatcher)])
+        """The HTTP application: the protocol's routes and ``/v1/score``, on this server's data plane."""
+        http = HttpTransport(self.plane, max_body_bytes=self.cfg.online.max_body_bytes)
+        return http.app(more=[score_route(self.cfg, self.serving, self.plane)])
 
     def run(self, install_signals: bool = True) -> int:
         """Serve until stopped, then answer what was admitted (for up to ``DRAIN_S``; rows left
@@ -124,7 +125,7 @@ class OnlineServer:
         if o.grpc_port:
             rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes),
                                            ("grpc.max_send_message_length", -1)])  # answers of any size
-            rpc.add_generic_rpc_handlers((handlers(self.model, self.dispatcher, default_timeout_ms=o.timeout_ms),))
+            rpc.add_generic_rpc_handlers((GrpcTransport(self.plane).handler(),))
             try:
                 rpc.add_insecure_port(f"{o.host}:{o.grpc_port}")
             except RuntimeError as exc:  # grpc's word for a port it cannot bind
@@ -142,9 +143,9 @@ class OnlineServer:
         log.info("online: stopping: new requests are refused, admitted ones answered")
         self.model.set_ready(False)
         await asyncio.get_running_loop().run_in_executor(None, self.dispatcher.stop, DRAIN_S)
-        if self.dispatcher.queued_rows:
+        if self.dispatcher.admission.queued_rows:
             log.error("online: %d admitted rows were not answered within %.0f s of the stop",
-                      self.dispatcher.queued_rows, DRAIN_S)
+                      self.dispatcher.admission.queued_rows, DRAIN_S)
         web.should_exit = True
         if rpc is not None:
             await rpc.stop(1.0)

@@ -18,14 +18,13 @@ Worked example: ``{"inputs": [{"name": "features", "shape": [2, 32], "datatype":
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
 
 from streamer.errors import BadRequest
+from streamer.online.plane import InferRequest, InferResponse
 
 # OIP datatype -> numpy dtype, and the model's element names (model/signature.py) -> OIP datatype.
 NUMPY: dict[str, Any] = {
@@ -38,24 +37,9 @@ DATATYPE: dict[str, str] = {"float32": "FP32", "float64": "FP64", "int64": "INT6
 HEADER = "inference-header-content-length"
 
 
-@dataclass(frozen=True, slots=True)
-class InferRequest:
-    """A decoded inference request: its inputs by name, the outputs asked for (empty: all),
-    which of them go back as binary, its id and parameters."""
-
-    inputs: dict[str, np.ndarray]
-    outputs: tuple[str, ...] = ()
-    binary: frozenset[str] = frozenset()
-    binary_default: bool = False
-    id: str | None = None
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-
-    def wants_binary(self, name: str) -> bool:
-        return name in self.binary or self.binary_default
-
-
-def decode_request(body: bytes, header_length: str | None) -> InferRequest:
-    """An HTTP infer request's body (and its ``Inference-Header-Content-Length``, when sent)."""
+def decode_request(body: bytes, header_length: str | None, model: str, version: str = "") -> InferRequest:
+    """An HTTP infer request's body (and its ``Inference-Header-Content-Length``, when sent), to
+    ``model`` (and ``version``: "" for any), as its path names them."""
     if header_length is None:
         json_size = len(body)
     else:
@@ -89,7 +73,7 @@ def decode_request(body: bytes, header_length: str | None) -> InferRequest:
         if _parameters(out, f"output {out['name']!r}").get("binary_data"):
             binary.add(out["name"])
     rid = doc.get("id")
-    return InferRequest(inputs, tuple(names), frozenset(binary), bool(params.get("binary_data_output")),
+    return InferRequest(model, version, inputs, tuple(names), frozenset(binary), bool(params.get("binary_data_output")),
                         None if rid is None else str(rid), params)
 
 
@@ -168,12 +152,12 @@ def _split_bytes(raw: bytes, name: str) -> list[bytes]:
     return out
 
 
-def encode_response(model: str, version: str, outputs: Mapping[str, np.ndarray], request: InferRequest,
-                    parameters: Mapping[str, Any] | None = None) -> tuple[bytes, dict[str, str]]:
-    """The response body and its headers: JSON, with the binary outputs' bytes after it when asked."""
+def encode_response(response: InferResponse, request: InferRequest) -> tuple[bytes, dict[str, str]]:
+    """The response body and its headers: JSON, with the binary outputs' bytes after it where
+    ``request`` asks."""
     blobs: list[bytes] = []
     tensors = []
-    for name, array in outputs.items():
+    for name, array in response.outputs.items():
         kind = datatype_of(array)
         entry: dict[str, Any] = {"name": name, "datatype": kind, "shape": list(array.shape)}
         if request.wants_binary(name):
@@ -183,11 +167,11 @@ def encode_response(model: str, version: str, outputs: Mapping[str, np.ndarray],
         else:
             entry["data"] = _json_data(array, kind)
         tensors.append(entry)
-    doc: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": tensors}
-    if request.id is not None:
-        doc["id"] = request.id
-    if parameters:
-        doc["parameters"] = dict(parameters)
+    doc: dict[str, Any] = {"model_name": response.model, "model_version": response.version, "outputs": tensors}
+    if response.id is not None:
+        doc["id"] = response.id
+    if response.parameters:
+        doc["parameters"] = response.parameters
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:
         return head, {"content-type": "application/json"}

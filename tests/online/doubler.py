@@ -1,5 +1,5 @@
 """Online test support: a served model of one FP32 input ``x`` [-1, 2] and one output ``y`` = 2x,
-free ports, the one gRPC event loop, and an online server running in a thread."""
+its data plane, free ports, the one gRPC event loop, and an online server running in a thread."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ import numpy as np
 from streamer.config import Config
 from streamer.errors import BadRequest
 from streamer.model.signature import Columns
-from streamer.online.dispatch import Answer, Dispatcher, Scoring
+from streamer.online.dispatch import Dispatcher
+from streamer.online.plane import DataPlane
 from streamer.online.server import OnlineServer
+from streamer.pipeline.records import ModelId, Scored
 from streamer.pipeline.serving import Serving
 
 TIMEOUT_S = 10.0
@@ -50,12 +52,6 @@ class Doubler:
             raise BadRequest(f"input 'x' takes FP32 [-1, 2], got {x.dtype} {list(x.shape)}")
         return Columns({"x": x})
 
-    def outputs(self, answer: Answer, wanted: tuple[str, ...]) -> dict[str, np.ndarray]:
-        unknown = set(wanted) - {"y"}
-        if unknown:
-            raise BadRequest(f"no output {sorted(unknown)[0]!r}: the model has y")
-        return {"y": answer.outputs["y"]}
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -63,13 +59,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def doubled(cols: Columns, ids: list[str]) -> Scored:
+    """The doubler's scores of a batch: ``y`` = 2x, by version 7."""
+    return Scored(Columns({"y": cols.arrays["x"] * 2}), model=ModelId("doubler", "7", "abc123"))
+
+
 def doubling() -> Dispatcher:
     """A started dispatcher whose model doubles ``x``."""
-    d = Dispatcher(lambda cols, ids: Scoring({"y": cols.arrays["x"] * 2}, "doubler", "7", "abc123"),
-                   max_size=64, max_wait_ms=2, max_queue_rows=10_000)
+    d = Dispatcher(doubled, max_size=64, max_wait_ms=2, max_queue_rows=10_000)
     d.start()
     return d
 
+
+def plane(model: Doubler, dispatcher: Dispatcher, **kw: Any) -> DataPlane:
+    """The data plane of the doubler on ``dispatcher``, with a 5 s default deadline."""
+    return DataPlane(model, dispatcher, timeout_ms=5000, **kw)
 
 
 @contextlib.contextmanager

@@ -12,10 +12,15 @@ import pytest
 
 from streamer.errors import Expired, InferenceError, Refused, Shed
 from streamer.model.signature import Columns
-from streamer.online.dispatch import Dispatcher, Scoring
+from streamer.online.dispatch import Dispatcher
+from streamer.pipeline.records import ModelId, Scored
 from streamer.testing import FakeClock
 
 WAIT_S = 5.0  # what a test waits for an answer at most
+
+
+def scored(score: np.ndarray, poison: dict[int, InferenceError] | None = None) -> Scored:
+    return Scored(Columns({"score": score}), poison or {}, model=ModelId("m", "1", "abc"))
 
 
 class Model:
@@ -28,13 +33,13 @@ class Model:
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(self, features: Columns, ids: list[str]) -> Scoring:
+    def __call__(self, features: Columns, ids: list[str]) -> Scored:
         self.gate.wait(WAIT_S)
         if self.delay_s:
             time.sleep(self.delay_s)  # the model's own time, measured by the dispatcher
         self.calls.append(len(features))
         self.ids += ids
-        return Scoring({"score": features.arrays["x"][:, 0] * 2}, "m", "1", "abc")
+        return scored(features.arrays["x"][:, 0] * 2)
 
 
 def rows(*values: float) -> Columns:
@@ -56,7 +61,7 @@ def test_requests_within_the_wait_are_one_model_call_and_each_gets_its_own_rows(
     assert first.result(WAIT_S).outputs["score"].tolist() == [0.0]
     for i, f in enumerate(futures, start=1):
         answer = f.result(WAIT_S)
-        assert answer.outputs["score"].tolist() == [2.0 * i] and answer.version == "1"
+        assert answer.outputs["score"].tolist() == [2.0 * i] and answer.scored.model.version == "1"
     assert sum(model.calls) == 11 and len(model.calls) <= 3  # batched, not one call per request
     d.stop(WAIT_S)
 
@@ -93,19 +98,19 @@ def test_a_full_queue_and_an_unmeetable_deadline_are_refused_at_once() -> None:
     with pytest.raises(Shed, match="the queue holds 10 rows, at most 10") as full:
         d.submit(rows(1), far())
     assert full.value.retry_after_s >= 1
-    d.max_queue_rows = 100
+    d.admission.max_queue_rows = 100
     with pytest.raises(Shed, match="deadline is"):
         d.submit(rows(1), time.monotonic() + 0.01)  # one call takes 50 ms: 10 ms cannot be met
     model.gate.set()
     assert all(len(f.result(WAIT_S).outputs["score"]) == 5 for f in held)
-    assert d.shed == 2 and d.queued_rows == 0
+    assert d.admission.shed == 2 and d.admission.queued_rows == 0
     d.stop(WAIT_S)
 
 
 def test_a_slow_rate_once_measured_never_refuses_a_request_into_an_empty_queue() -> None:
     model = Model()
     d = Dispatcher(model, max_size=8, max_wait_ms=1, max_queue_rows=100)
-    d.rows_per_s, d.call_s = 2.0, 0.001  # as measured under a burst: 2 rows a second
+    d.admission.rows_per_s, d.admission.call_s = 2.0, 0.001  # as measured under a burst: 2 rows a second
     d.start()
     # nothing queued: one batch wait and one call answer it, whatever the last backlog's rate
     assert d.submit(rows(1, 2), time.monotonic() + 0.5).result(WAIT_S).outputs["score"].tolist() == [2.0, 4.0]
@@ -118,9 +123,9 @@ def test_a_slow_rate_once_measured_never_refuses_a_request_into_an_empty_queue()
 
 
 def test_a_row_the_model_fails_on_fails_its_own_request_and_the_batch_answers_the_others() -> None:
-    def poisoned(features: Columns, ids: list[str]) -> Scoring:
+    def poisoned(features: Columns, ids: list[str]) -> Scored:
         x = features.arrays["x"][:, 0]
-        return Scoring({"score": x * 2}, "m", "1", "abc", poison={i: "NaN in x" for i in np.flatnonzero(x < 0)})
+        return scored(x * 2, {int(i): InferenceError("NaN in x") for i in np.flatnonzero(x < 0)})
 
     d = Dispatcher(poisoned, max_size=8, max_wait_ms=50, max_queue_rows=100)
     d.start()
@@ -129,7 +134,7 @@ def test_a_row_the_model_fails_on_fails_its_own_request_and_the_batch_answers_th
     assert other.result(WAIT_S).outputs["score"].tolist() == [6.0]
     with pytest.raises(InferenceError, match="row 1 of the request: NaN in x"):
         bad.result(WAIT_S)
-    assert d.queued_rows == 0
+    assert d.admission.queued_rows == 0
     d.stop(WAIT_S)
 
 
@@ -140,8 +145,8 @@ def test_a_failure_between_batches_or_outside_the_model_call_answers_every_calle
         for exc in failures:
             raise exc
 
-    def wrong(features: Columns, ids: list[str]) -> Scoring:
-        return Scoring({"score": features.arrays["x"][:1, 0]}, "m", "1", "abc")  # one row for any batch
+    def wrong(features: Columns, ids: list[str]) -> Scored:
+        return scored(features.arrays["x"][:1, 0])  # one row for any batch
 
     d = Dispatcher(Model(), max_size=1, max_wait_ms=0, max_queue_rows=100, between=between)
     d.start()
@@ -159,7 +164,7 @@ def test_a_failure_between_batches_or_outside_the_model_call_answers_every_calle
         with pytest.raises(Exception):  # noqa: B017, PT011 - whatever joining raised
             unjoinable.result(WAIT_S)
     assert d.submit(rows(5), far()).result(WAIT_S).outputs["score"].tolist() == [10.0]
-    assert d.queued_rows == 0
+    assert d.admission.queued_rows == 0
     d.stop(WAIT_S)
 
 
@@ -174,7 +179,7 @@ def test_an_empty_request_or_one_larger_than_the_queue_is_refused_not_queued() -
         asyncio.run(ask(Columns({"x": np.zeros((0, 1), np.float32)})))
     with pytest.raises(Refused, match="holds 11 rows; online.max_queue_rows is 10") as large:
         asyncio.run(ask(rows(*range(11))))
-    assert (empty.value.status, large.value.status) == (400, 413) and d.queued_rows == 0
+    assert (empty.value.status, large.value.status) == (400, 413) and d.admission.queued_rows == 0
     d.stop(WAIT_S)
 
 

@@ -14,9 +14,9 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from streamer.online.dispatch import Dispatcher
-from streamer.online.grpc_service import handlers
+from streamer.online.grpc_service import GrpcTransport
 from streamer.online.oip_descriptor import DESCRIPTOR_SET
-from tests.online.doubler import GRPC_LOOP, TIMEOUT_S, Doubler, doubling, free_port
+from tests.online.doubler import GRPC_LOOP, TIMEOUT_S, Doubler, doubling, free_port, plane
 
 PROTO = Path(__file__).parents[2] / "streamer" / "online" / "proto"
 
@@ -27,7 +27,7 @@ def served() -> Iterator[tuple[str, Doubler, Dispatcher]]:
 
     async def serve() -> grpc.aio.Server:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 4096)])
-        server.add_generic_rpc_handlers((handlers(model, dispatcher, default_timeout_ms=5000),))
+        server.add_generic_rpc_handlers((GrpcTransport(plane(model, dispatcher)).handler(),))
         server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
         return server
@@ -82,12 +82,12 @@ def test_refusals_carry_the_protocols_codes(served: tuple[str, Doubler, Dispatch
         with pytest.raises(InferenceServerException, match=says) as refused:
             call()
         assert refused.value.status() == status
-    dispatcher.call_s = 1.0  # as if one model call took a second: a 1 ms timeout cannot be met
+    dispatcher.admission.call_s = 1.0  # as if one model call took a second: a 1 ms timeout cannot be met
     try:
         with pytest.raises(InferenceServerException, match="shed: the deadline is") as shed:
             infer("doubler", np.zeros((1, 2), np.float32), timeout=1000)
     finally:
-        dispatcher.call_s = 0.0
+        dispatcher.admission.call_s = 0.0
     assert shed.value.status() == "StatusCode.UNAVAILABLE"
 
 

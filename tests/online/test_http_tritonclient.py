@@ -15,10 +15,11 @@ import uvicorn
 from tritonclient.utils import InferenceServerException
 
 from streamer.model.signature import Columns
-from streamer.online.dispatch import Dispatcher, Scoring
-from streamer.online.http import app
+from streamer.online.dispatch import Dispatcher
+from streamer.online.http import HttpTransport
+from streamer.pipeline.records import Scored
 from streamer.testing import FakeClock
-from tests.online.doubler import TIMEOUT_S, Doubler, doubling, free_port
+from tests.online.doubler import TIMEOUT_S, Doubler, doubled, doubling, free_port, plane
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def served() -> Iterator[tuple[str, Doubler, Dispatcher]]:
     model = Doubler()
     dispatcher = doubling()
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app(model, dispatcher, default_timeout_ms=5000, max_body_bytes=4096),
+    server = uvicorn.Server(uvicorn.Config(HttpTransport(plane(model, dispatcher), max_body_bytes=4096).app(),
                                            host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -91,12 +92,12 @@ def test_an_unknown_model_and_a_deadline_that_cannot_be_met(served: tuple[str, D
     with pytest.raises(InferenceServerException, match="unknown model 'nope'") as unknown:
         client(url).infer("nope", [given])
     assert unknown.value.status() == "404"
-    dispatcher.call_s = 1.0  # as if one model call took a second: a 1 ms deadline cannot be met
+    dispatcher.admission.call_s = 1.0  # as if one model call took a second: a 1 ms deadline cannot be met
     try:
         with pytest.raises(InferenceServerException, match="shed: the deadline is") as shed:
             client(url).infer("doubler", [given], timeout=1000)  # microseconds, in parameters.timeout
     finally:
-        dispatcher.call_s = 0.0
+        dispatcher.admission.call_s = 0.0
     assert shed.value.status() == "503"
     import urllib.request
 
@@ -129,17 +130,17 @@ def test_a_malformed_body_is_400_with_a_json_error(served: tuple[str, Doubler, D
 def test_a_request_whose_deadline_passes_while_it_waits_is_503_expired_and_not_scored() -> None:
     clock, entered, held, scored = FakeClock(100.0), threading.Event(), threading.Event(), []
 
-    def model(cols: Columns, ids: list[str]) -> Scoring:
+    def model(cols: Columns, ids: list[str]) -> Scored:
         entered.set()
         held.wait(TIMEOUT_S)  # the first call holds the model: the second request waits behind it
         scored.extend(ids)
-        return Scoring({"y": cols.arrays["x"] * 2}, "doubler", "7", "abc123")
+        return doubled(cols, ids)
 
     dispatcher = Dispatcher(model, max_size=1, max_wait_ms=0, max_queue_rows=100, clock=clock)
     dispatcher.start()
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app(Doubler(), dispatcher, default_timeout_ms=5000, max_body_bytes=4096,
-                                               clock=clock), host="127.0.0.1", port=port, log_level="warning"))
+    served = HttpTransport(plane(Doubler(), dispatcher, clock=clock), max_body_bytes=4096).app()
+    server = uvicorn.Server(uvicorn.Config(served, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -153,7 +154,7 @@ def test_a_request_whose_deadline_passes_while_it_waits_is_503_expired_and_not_s
             assert entered.wait(TIMEOUT_S), "the first request never reached the model"
             late = pool.submit(client(url).infer, "doubler", [given], request_id="late", timeout=200_000)  # 200 ms
             deadline = time.monotonic() + TIMEOUT_S
-            while dispatcher.queued_rows < 2:  # both admitted: the first in the held call, the late one queued
+            while dispatcher.admission.queued_rows < 2:  # both admitted: the first in the held call, the late one queued
                 assert time.monotonic() < deadline, "the requests were not admitted"
                 time.sleep(0.01)
             clock.advance(0.5)  # its 200 ms pass while the model is held

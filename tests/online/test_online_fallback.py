@@ -23,10 +23,10 @@ def test_a_failing_model_is_answered_by_the_fallback_flagged_degraded(tmp_path: 
     dispatcher.start()
     features = Columns({"features": np.ones((2, N), np.float32)})
     good = dispatcher.submit(features, time.monotonic() + TIMEOUT_S).result(TIMEOUT_S)
-    assert good.degraded is None and good.outputs["scores"].ravel().tolist() == [2.0, 2.0]
+    assert good.scored.degraded is None and good.outputs["scores"].ravel().tolist() == [2.0, 2.0]
     flaky.failing = True
     degraded = dispatcher.submit(features, time.monotonic() + TIMEOUT_S).result(TIMEOUT_S)
-    assert degraded.degraded is not None and "model failing" in degraded.degraded
+    assert degraded.scored.degraded is not None and "model failing" in degraded.scored.degraded
     assert degraded.outputs["scores"].ravel().tolist() == [0.5, 0.5]  # the constant fallback row
     dispatcher.stop(TIMEOUT_S)
 

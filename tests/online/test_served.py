@@ -22,8 +22,9 @@ from streamer.config import Config, with_overrides
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.config_file import load_config
 from streamer.online.dispatch import Dispatcher
-from streamer.online.grpc_service import handlers
-from streamer.online.http import app
+from streamer.online.grpc_service import GrpcTransport
+from streamer.online.http import HttpTransport
+from streamer.online.plane import DataPlane
 from streamer.online.served import ServedModel
 from streamer.wiring.lake import lake_house
 from tests.conftest import EXAMPLE, ROOT
@@ -54,16 +55,16 @@ class Served:
         self.model = ServedModel(cfg.model.name, house.model.serving)
         self.dispatcher = Dispatcher(self.model.score, 64, 2, 10_000)
         self.dispatcher.start()
+        self.plane = DataPlane(self.model, self.dispatcher, timeout_ms=5000)
         house.model.serving.warm_up()
         self.model.set_ready(True)
         self.http_port, self.grpc_port = free_port(), free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app(self.model, self.dispatcher, default_timeout_ms=5000,
-                                                        max_body_bytes=1 << 20),
+        self.server = uvicorn.Server(uvicorn.Config(HttpTransport(self.plane, max_body_bytes=1 << 20).app(),
                                                     host="127.0.0.1", port=self.http_port, log_level="warning"))
         threading.Thread(target=self.server.run, daemon=True).start()
         async def serve() -> grpc.aio.Server:
             server = grpc.aio.server()
-            server.add_generic_rpc_handlers((handlers(self.model, self.dispatcher, default_timeout_ms=5000),))
+            server.add_generic_rpc_handlers((GrpcTransport(self.plane).handler(),))
             server.add_insecure_port(f"127.0.0.1:{self.grpc_port}")
             await server.start()
             return server

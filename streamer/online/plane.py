@@ -1,0 +1,207 @@
+"""The online data plane: one served model's health, metadata and inference, whatever the transport.
+
+HTTP and gRPC (online/http.py, online/grpc_service.py) each translate their wire into one
+:class:`InferRequest` and the plane's :class:`InferResponse` back into their wire; everything
+between is here, once: which model a request names, its deadline, its inputs checked into the
+model's columns, its rows batched and scored by the dispatcher, the outputs it asked for, and
+every way it is not answered, one :class:`Refused` with its status. Each request is metered
+once, where it ends (:meth:`DataPlane.ended`): by transport and status, and its seconds.
+
+Refusals: 400 (the protocol or the model's inputs refuse the request, or an output it asks for
+is unknown), 404 (another model or version), 413 (more rows than the queue holds), 503 with
+Retry-After (not ready, shed at admission, expired while it waited), 500 (the model failed).
+
+A request's deadline, one rule for every transport: from when it has arrived whole,
+``parameters.timeout`` (microseconds, what tritonclient's ``timeout=`` sends), else what the
+wire asks (HTTP's ``X-Request-Timeout-Ms``), else ``online.timeout_ms``; never later than
+``online.timeout_ms`` nor than the wire's own deadline (gRPC's). Worked example with ``online.timeout_ms`` 1000: a
+gRPC call with a 300 ms deadline and ``parameters.timeout`` 500000 must be answered within
+300 ms; an HTTP request with ``parameters.timeout`` 2000000 within 1000 ms.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from streamer.errors import BadRequest, Refused
+from streamer.model.signature import Columns
+from streamer.online.dispatch import Answer, Dispatcher
+from streamer.online.meters import OnlineMetrics
+from streamer.pipeline.records import Scored
+
+SERVER = {"name": "streamer", "version": "1", "extensions": ["binary_tensor_data"]}  # the server's metadata
+NO_PARAMETERS: Mapping[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest:
+    """An inference request as each transport decodes it: the model (and version, "": any) it
+    names, its input tensors by name, the outputs asked for (empty: all), which of them go back
+    as binary (HTTP), its id and its parameters."""
+
+    model: str
+    version: str
+    inputs: dict[str, np.ndarray]
+    outputs: tuple[str, ...] = ()
+    binary: frozenset[str] = frozenset()
+    binary_default: bool = False
+    id: str | None = None
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    def wants_binary(self, name: str) -> bool:
+        return name in self.binary or self.binary_default
+
+
+@dataclass(frozen=True, slots=True)
+class InferResponse:
+    """An inference answer as each transport encodes it: the served model's name, the version that
+    scored, the outputs by name, the request's id, and the parameters (the model file's digest,
+    whether the fallback answered, and why)."""
+
+    model: str
+    version: str
+    outputs: Mapping[str, np.ndarray]
+    id: str | None
+    parameters: dict[str, str | bool]
+
+
+class OnlineModel(Protocol):
+    """The served model as the protocol sees it: its tensors, and a request's inputs checked into
+    the columns the dispatcher scores."""
+
+    name: str
+
+    @property
+    def version(self) -> str: ...
+
+    def ready(self) -> bool: ...
+
+    def metadata(self) -> dict[str, Any]: ...
+
+    def columns(self, inputs: dict[str, np.ndarray]) -> Columns:
+        """The model's input columns of a request's tensors; BadRequest naming the tensor when
+        one is missing, unknown, of another datatype or shape."""
+        ...
+
+
+class DataPlane:
+    """Health, metadata and inference of one served model, its rows scored by ``dispatcher``."""
+
+    def __init__(self, model: OnlineModel, dispatcher: Dispatcher, *, timeout_ms: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``timeout_ms``: a request's time to answer when it asks none, and the most it may ask."""
+        self.model, self.dispatcher, self.clock = model, dispatcher, clock
+        self.metrics: OnlineMetrics = dispatcher.metrics
+        self._timeout_s = timeout_ms / 1000
+        self._meters: dict[tuple[str, str], tuple[Any, Any]] = {}  # (transport, code) -> its counter, its histogram
+
+    # ---- health and metadata ----------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Whether the model takes requests: warmed up, listening, not stopping."""
+        return self.model.ready()
+
+    def unknown(self, name: str, version: str | None) -> str | None:
+        """Why ``name`` (and ``version``, when one is given) is not the served model; None when it is."""
+        model = self.model
+        if name != model.name:
+            return f"unknown model {name!r}: this server serves {model.name!r}"
+        if version and version != model.version:
+            return f"model {name!r} has no version {version!r}: it serves {model.version!r}"
+        return None
+
+    def model_ready(self, name: str, version: str | None) -> bool:
+        """Whether the named model is ready; :class:`Refused` 404 for another."""
+        self._known(name, version)
+        return self.model.ready()
+
+    def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        """The named model's tensors; :class:`Refused` 404 for another."""
+        self._known(name, version)
+        return self.model.metadata()
+
+    def _known(self, name: str, version: str | None) -> None:
+        why = self.unknown(name, version)
+        if why is not None:
+            raise Refused(404, why)
+
+    # ---- inference --------------------------------------------------------------------------
+
+    def deadline(self, started: float, parameters: Mapping[str, Any] = NO_PARAMETERS, *,
+                 asked_s: float | None = None, bound_s: float | None = None) -> float:
+        """When a request that arrived at ``started`` must be answered (the module's rule):
+        ``asked_s``, what its wire asks when its parameters do not; ``bound_s``, the wire's own
+        deadline. BadRequest for a ``parameters.timeout`` that is not a positive integer."""
+        timeout = parameters.get("timeout")
+        if timeout is not None:
+            if not isinstance(timeout, int) or timeout <= 0:
+                raise BadRequest(f"parameters.timeout {timeout!r} is not a positive number of microseconds")
+            seconds = min(timeout / 1e6, self._timeout_s)
+        elif asked_s is not None:
+            seconds = min(asked_s, self._timeout_s)
+        else:
+            seconds = self._timeout_s
+        if bound_s is not None:
+            seconds = min(seconds, bound_s)
+        return started + seconds
+
+    def refused(self, name: str, version: str | None, status: int, why: str) -> Refused:
+        """The refusal of what a request's wire carried (its body, tensors, timeout); 404 when the
+        request names another model, as if that were checked first."""
+        unknown = self.unknown(name, version)
+        return Refused(status, why) if unknown is None else Refused(404, unknown)
+
+    async def infer(self, request: InferRequest, deadline: float) -> InferResponse:
+        """``request`` answered by ``deadline`` (the clock's time), or :class:`Refused`."""
+        model = self.model
+        self._known(request.model, request.version)
+        try:
+            features = model.columns(request.inputs)
+        except BadRequest as exc:
+            raise Refused(400, str(exc)) from None
+        if not model.ready():
+            raise _not_ready()
+        answer = await self.dispatcher.answer(features, deadline, request.id)
+        scored = answer.scored
+        outputs = scored.scores.arrays
+        if request.outputs:
+            unknown = [name for name in request.outputs if name not in outputs]
+            if unknown:
+                raise Refused(400, f"no output {unknown[0]!r}: the model answers {', '.join(outputs)}")
+            outputs = {k: v for k, v in outputs.items() if k in request.outputs}
+        return InferResponse(model.name, scored.model.version, outputs, request.id, parameters(scored))
+
+    async def score(self, features: Columns, deadline: float, name: str | None = None) -> Answer:
+        """Rows already in the model's columns (an event's: ``/v1/score``) answered by ``deadline``,
+        or :class:`Refused`; ``name``: their event id."""
+        if not self.model.ready():
+            raise _not_ready()
+        return await self.dispatcher.answer(features, deadline, name)
+
+    def ended(self, transport: str, code: str, started: float) -> None:
+        """Meter a request where it ends: its transport (http, grpc, score), its status (HTTP's
+        number, gRPC's code name) and its seconds since ``started``."""
+        meters = self._meters.get((transport, code))
+        if meters is None:
+            m = self.metrics
+            meters = self._meters[transport, code] = (m.requests.labels(transport, code), m.latency.labels(transport))
+        meters[0].inc()
+        meters[1].observe(self.clock() - started)
+
+
+def parameters(scored: Scored) -> dict[str, str | bool]:
+    """An answer's protocol parameters: the model file's digest, whether the fallback answered,
+    and why."""
+    params: dict[str, str | bool] = {"model_digest": scored.model.digest, "degraded": scored.degraded is not None}
+    if scored.degraded is not None:
+        params["degraded_reason"] = scored.degraded
+    return params
+
+
+def _not_ready() -> Refused:
+    return Refused(503, "the model is not ready (warming up, or stopping)", 1.0)
