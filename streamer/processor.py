@@ -5,7 +5,7 @@ acknowledged its prediction (or its dead letter), and only the contiguous done p
 partition is committed (see kafka/offsets.py). A crash at any instant re-reads what was not
 committed. Exactly-once commits the same progress inside a transaction (kafka/checkpoint.py).
 
-The loop routes; it decides nothing about guarantees (the checkpoint does), blocking (the gate),
+The loop routes; it decides nothing about guarantees (the checkpoint does), blocking (the holds),
 counting (accounting) or the model that scores (serving). Unit tests run it against fake clients.
 """
 
@@ -22,7 +22,7 @@ from confluent_kafka import Message, TopicPartition
 from streamer import heap
 from streamer.config import dead_letter_topic
 from streamer.errors import BrokerError, ProduceError, RecordError
-from streamer.gate import Gate
+from streamer.holds import Holds
 from streamer.house import Observers, Scope, Wiring
 from streamer.kafka.checkpoint import Checkpoint, Commit
 from streamer.kafka.clients import consume_batch
@@ -63,7 +63,7 @@ class Processor:
         self._assigned: set[Partition] = set()
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
-        self._gate = Gate(cfg.processing.retry_backoff_ms / 1e3, cfg.processing.retry_backoff_max_ms / 1e3, clock,
+        self._holds = Holds(cfg.processing.retry_backoff_ms / 1e3, cfg.processing.retry_backoff_max_ms / 1e3, clock,
                           cfg.processing.broken_input_batches)
         self._range = ReadRange(scope.bounds) if scope.bounds is not None else None
         self._heartbeat = clock()  # the loop's last pass: /healthz reads it from another thread
@@ -75,8 +75,8 @@ class Processor:
         self.checkpoint: Checkpoint = None  # type: ignore[assignment]  # opened by run()
         self.http = None if wiring.health is None else wiring.health(self.status)  # /metrics, /healthz
 
-    healthy = property(lambda self: not self._gate.blocked)
-    unhealthy_reason = property(lambda self: self._gate.reason)  # None while healthy
+    healthy = property(lambda self: not self._holds.blocked)
+    unhealthy_reason = property(lambda self: self._holds.reason)  # None while healthy
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -139,9 +139,9 @@ class Processor:
     def _consume(self) -> list[Message]:
         wait = min(self.cfg.input.consume_timeout_ms / 1000.0, self._inference.poll_s,  # results due soon
                    self.deliveries.poll_s)  # acknowledgements to collect
-        if not self._gate.blocked and self._inference.behind(wait):  # waited for the model, read nothing
+        if not self._holds.blocked and self._inference.behind(wait):  # waited for the model, read nothing
             return []
-        if (remaining := self._batcher.remaining_s()) is not None and not self._gate.blocked:
+        if (remaining := self._batcher.remaining_s()) is not None and not self._holds.blocked:
             wait = min(wait, remaining)
         return consume_batch(self.consumer, self.cfg.input.consume_max_messages, wait)
 
@@ -156,11 +156,11 @@ class Processor:
             rows, rejects = self._stages.decode(chunk)
         except BrokerError as exc:  # the registry is away: not the records' fault; read them again
             self._seek({tp: int(offsets[0]) for tp, offsets in by_tp.items()})
-            self._gate.hold_input(str(exc))
+            self._holds.hold_input(str(exc))
             return self._stages.empty
         if by_tp:  # something was read and decoded: whatever decoding needs answers again
-            self._gate.input_decoded()
-            if self._gate.judge(wholly_broken(len(rows), rejects)):  # a config problem: read it again later
+            self._holds.input_decoded()
+            if self._holds.judge(wholly_broken(len(rows), rejects)):  # a config problem: read it again later
                 self._seek({tp: int(offsets[0]) for tp, offsets in by_tp.items()})
                 return self._stages.empty
         for tp, offsets in by_tp.items():
@@ -176,7 +176,7 @@ class Processor:
         """Produce scored batches in order (pipelined: those the inference thread finished); stop
         at one the model cannot take (then retry later)."""
         self._account.reloaded(self.serving.poll())  # a new model version goes in between batches
-        for done in self._inference.ready(self._gate.model_may_run):
+        for done in self._inference.ready(self._holds.model_may_run):
             outputs = self._predictions(done)
             if outputs is None:
                 return
@@ -190,22 +190,22 @@ class Processor:
             self._account.final(self.checkpoint.acknowledged(acked))
         failed = self.checkpoint.failed(failed).within(self._assigned)  # the others are their new owner's
         self.deliveries.send(list(failed.shrink))  # dead letters too large for their topic, cut short
-        self._gate.redo(failed.retry)
+        self._holds.redo(failed.retry)
         self._dead_letter([(ProduceError(f"the broker refused the prediction: {err}"), out.source)
                            for out, err in failed.refused])
 
     def _redo_failed_deliveries(self) -> None:
-        self.deliveries.send(self._gate.resend())  # nothing, unless a back-off is over
-        self._gate.settle(self.deliveries.in_flight)
+        self.deliveries.send(self._holds.resend())  # nothing, unless a back-off is over
+        self._holds.settle(self.deliveries.in_flight)
 
     def _pause_or_resume(self) -> None:
-        paused = self._gate.paused
+        paused = self._holds.paused
         if paused != self._paused and self._assigned:
             tps = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
             (self.consumer.pause if paused else self.consumer.resume)(tps)
         self._paused = paused
-        self._account.gauges(held=self._gate.reason, paused=paused, assigned=len(self._assigned),
-                             in_flight_rows=self._tracker.in_flight(), input_broken=self._gate.broken is not None)
+        self._account.gauges(held=self._holds.reason, paused=paused, assigned=len(self._assigned),
+                             in_flight_rows=self._tracker.in_flight(), input_broken=self._holds.broken is not None)
 
     def _commit_if_due(self, read: bool) -> None:  # read: this pass's consume returned events
         self._apply(self.checkpoint.settled())  # background commits answered since the last pass
@@ -230,7 +230,7 @@ class Processor:
         """Alive (the loop turns), not blocked, no stalled partition; ready once in the group."""
         return loop_status(running=self._running, silent_s=self._clock() - self._heartbeat,
                            stall_s=self.cfg.metrics.stall_timeout_ms / 1000.0,
-                           blocked=self._gate.reason or (self._topics and self._topics.reason) or None,
+                           blocked=self._holds.reason or (self._topics and self._topics.reason) or None,
                            stalled=self._progress.stalled, ready=self._ready)
 
     # ---- rebalances -----------------------------------------------------------------------
@@ -272,7 +272,7 @@ class Processor:
             self._inference.clear()
             self._seek(commit.rewind)
             if commit.write_failure is not None:  # an output could not be written: wait first
-                self._gate.writes_failed(commit.write_failure)
+                self._holds.writes_failed(commit.write_failure)
 
     def _seek(self, positions: dict[Partition, int]) -> None:  # those still assigned
         for tp in positions.keys() & self._assigned:
@@ -283,7 +283,7 @@ class Processor:
         keep = partial(Rows.without, tps=tps)
         self._batcher.drop(keep)
         self._inference.keep(keep)
-        self._gate.forget(tps)
+        self._holds.forget(tps)
         self._tracker.forget(tps)
         self._assigned -= tps
         self._progress.forget(tps)
@@ -291,11 +291,11 @@ class Processor:
     def _predictions(self, done: Scoring) -> Predictions | None:
         """Predictions for a scored batch (its rejects go to dead letters); None while the model is held."""
         if done.out is None:
-            self._gate.hold_model(str(done.error))
+            self._holds.hold_model(str(done.error))
             return None
         batch, out = done.batch, done.out
         self._account.breaker(self.serving.breaker.state.value)
-        self._gate.model_answered()
+        self._holds.model_answered()
         stamp = Stamp.of(out, int(time.time() * 1000), self.scope.run_id)
         rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
         self._observe.scored(batch, done.seconds, out, rows)
@@ -304,10 +304,10 @@ class Processor:
 
     def _drain(self, reason: FlushReason) -> None:
         """Flush the open batch (unless blocked or failed), wait for the acks, commit what they acked."""
-        if not (self._failed or self._gate.blocked):
+        if not (self._failed or self._holds.blocked):
             self._inference.add(self._batcher.flush(reason) or [])
             self._infer_and_produce()
-            while len(self._inference) and not self._gate.blocked:  # pipelined: the thread's batches
+            while len(self._inference) and not self._holds.blocked:  # pipelined: the thread's batches
                 self._inference.wait()
                 self._infer_and_produce()
         left = self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)

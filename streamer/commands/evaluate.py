@@ -7,7 +7,7 @@ the side-by-side rows go to a topic, an Iceberg table or a Parquet dataset (by d
 the report), and what each row says is kept for the report: each model's score and label, its
 event time, and its outcome when one is given (``--labels FIELD``) or joined afterwards
 (``--labels-from``, evaluate/labels.py). The report (evaluate/metrics.py, evaluate/report.py) is
-written before the gate (evaluate/gate.py) is judged, so a refused candidate leaves its reasons.
+written before the gate (evaluate/require.py) is judged, so a refused candidate leaves its reasons.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, TextIO
 
 from streamer.config import Config
 from streamer.errors import EXIT_GATE, CandidateFailedError, ConfigError
-from streamer.evaluate.gate import check, parse_require
 from streamer.evaluate.metrics import summarize
 from streamer.evaluate.observations import ModelInfo, Run
 from streamer.evaluate.report import write_report
+from streamer.evaluate.require import check, parse_require
 from streamer.kafka.ranges import Ranges
 from streamer.lake.run import LakeRun
 from streamer.observe.bar import ProgressBar

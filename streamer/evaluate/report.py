@@ -18,8 +18,8 @@ from typing import Any
 
 from streamer.evaluate import plots
 from streamer.evaluate.figures import OUTCOME_NAMES, SIDES, Summary
-from streamer.evaluate.gate import Verdict
 from streamer.evaluate.observations import Run
+from streamer.evaluate.require import Verdict
 
 COUNTS = ("events", "labeled", "champion_failed", "candidate_failed")  # whole numbers in report.json
 

@@ -10,7 +10,7 @@ A failed delivery gets one verdict (:class:`Failed`), decided by the delivery la
     shrink    a dead letter too large for its topic (deadletter.py   produces it now, cut short
               cuts it short, once)
     retry     anything else (the broker away, a timeout, a denied    holds input, produces it again
-              topic, a dead letter refused otherwise)                after a back-off (gate.py)
+              topic, a dead letter refused otherwise)                after a back-off (holds.py)
 """
 
 from __future__ import annotations

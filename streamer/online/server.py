@@ -74,11 +74,11 @@ class OnlineServer:
 
     def _warm_beside(self, rows: int) -> None:
         """Once the stream's start-up has warmed its serving (or a stop came first), warm the model
-        up for online batches: one model call among the stream's (the gate)."""
+        up for online batches: one model call among the stream's (the priority lock)."""
         while not self.serving.warmed.wait(0.05):
             if self._stop_asked.is_set():
                 return
-        with self.serving.gate.hold(urgent=True):
+        with self.serving.priority.hold(urgent=True):
             self.serving.runner.warm_up(rows)
 
     def stop(self) -> None:

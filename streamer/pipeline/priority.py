@@ -1,6 +1,6 @@
 """One model call at a time, the urgent ones first: online requests before stream batches.
 
-The stream and the online server share one serving model. A call holds the gate while it runs;
+The stream and the online server share one serving model. A call holds the lock while it runs;
 when it ends, a waiting urgent call (an online batch) goes before any waiting ordinary one (a
 stream batch), so an online request waits for at most the model call in progress. The stream
 yields, it never starves the online side; the online side can slow the stream, by as much as
@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class PriorityGate:
+class PriorityLock:
     """Holds one caller at a time; urgent callers go before ordinary ones."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._busy = False
         self._urgent = 0  # urgent callers waiting
-        self._urgent_calls = 0  # urgent callers that took the gate, ever
+        self._urgent_calls = 0  # urgent callers that took the lock, ever
         self.yielded = 0  # ordinary calls that an urgent one went before (what the tests count)
 
     @contextmanager

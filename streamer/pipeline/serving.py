@@ -26,7 +26,7 @@ from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 from streamer.pipeline.breaker import Breaker, Fallback
 from streamer.pipeline.isolate import BatchScorer, IsolationPolicy
-from streamer.pipeline.priority import PriorityGate
+from streamer.pipeline.priority import PriorityLock
 from streamer.pipeline.records import ModelId, Rows, Scored
 from streamer.pipeline.reload import Reload, Reloader, served_model
 
@@ -75,7 +75,7 @@ class Serving:
         self._width = 0  # the serving model's output width, once known
         self._last: Columns | None = None  # the last live batch: a candidate's probe
         self.reloader = Reloader(m, load, clock, rows)
-        self.gate = PriorityGate()  # the stream and the online server call one model: online first
+        self.priority = PriorityLock()  # the stream and the online server call one model: online first
         self.warmed = threading.Event()  # set once warm_up() ran: the challengers take batches
 
     def _model(self, runner: ModelRunner, model: ModelId) -> _Model:
@@ -123,7 +123,7 @@ class Serving:
         """Score one batch (and hand it to the challengers); ``urgent``: an online batch, which
         goes before waiting stream batches. Raises ModelBrokenError when the model is failing and
         no fallback (or a failing one) can stand in: the loop holds the batch and retries it later."""
-        with self.gate.hold(urgent):
+        with self.priority.hold(urgent):
             out = self._score(rows.features)
         if self.shadow is not None:
             self.shadow.submit(rows, out)

@@ -10,10 +10,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from streamer.evaluate.gate import check, parse_require
 from streamer.evaluate.metrics import summarize
 from streamer.evaluate.observations import Run
 from streamer.evaluate.report import write_report
+from streamer.evaluate.require import check, parse_require
 from tests.evaluate.conftest import THRESHOLD, informative, observations, timings
 
 N = 2000

@@ -162,7 +162,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the consume wait is not cut to what is left of the open batch's max_wait_ms",
         (P + "test_an_open_batch_is_flushed_within_max_wait_when_the_consume_timeout_is_longer",),
         (Edit(PROCESSOR, "Processor._consume",
-              "if (remaining := self._batcher.remaining_s()) is not None and not self._gate.blocked:\n"
+              "if (remaining := self._batcher.remaining_s()) is not None and not self._holds.blocked:\n"
               "    wait = min(wait, remaining)\n",
               ""),),
     ),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
-from streamer.pipeline.priority import PriorityGate
+from streamer.pipeline.priority import PriorityLock
 
 WAIT_S = 5.0
 
 
 def test_an_urgent_waiter_goes_before_an_ordinary_one_that_came_first() -> None:
-    gate, order = PriorityGate(), []
+    gate, order = PriorityLock(), []
     holding, release = threading.Event(), threading.Event()
 
     def first() -> None:

@@ -1,10 +1,10 @@
-"""The gate's holds on a fake clock: every transition of its table (gate.py), and the worked example."""
+"""The holds on a fake clock: every transition of their table (holds.py), and the worked example."""
 
 from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
-from streamer.gate import Gate
+from streamer.holds import Holds
 from streamer.kafka.messages import Output
 from streamer.pipeline.broken import Broken
 from streamer.testing import FakeClock
@@ -13,9 +13,9 @@ from tests.support.fakes import FakeMessage
 TIMED_OUT = KafkaError(KafkaError._MSG_TIMED_OUT)
 
 
-def gate() -> tuple[Gate, FakeClock]:
+def holds() -> tuple[Holds, FakeClock]:
     clock = FakeClock()
-    return Gate(0.5, 30.0, clock), clock
+    return Holds(0.5, 30.0, clock), clock
 
 
 def letter(partition: int = 0) -> Output:
@@ -23,7 +23,7 @@ def letter(partition: int = 0) -> Output:
 
 
 def test_the_worked_example_a_dead_letter_that_fails_twice_then_goes_through() -> None:
-    g, clock = gate()
+    g, clock = holds()
     g.redo([(letter(), TIMED_OUT)])  # t=0: held, redo at 0.5
     assert g.blocked and g.paused and g.reason is not None and "cannot write to in.dlq" in g.reason
     clock.advance(0.4)
@@ -43,7 +43,7 @@ def test_the_worked_example_a_dead_letter_that_fails_twice_then_goes_through() -
 
 
 def test_the_back_off_doubles_per_repeat_up_to_the_max() -> None:
-    g, _ = gate()
+    g, _ = holds()
     waits = []
     for _ in range(10):
         g.hold_model("boom")
@@ -53,7 +53,7 @@ def test_the_back_off_doubles_per_repeat_up_to_the_max() -> None:
 
 
 def test_a_held_model_runs_again_when_its_retry_is_due_and_an_answer_releases_it() -> None:
-    g, clock = gate()
+    g, clock = holds()
     assert g.model_may_run() and not g.blocked
     g.hold_model("the device went away")
     assert g.paused and not g.model_may_run() and g.reason == "model failing: the device went away"
@@ -64,7 +64,7 @@ def test_a_held_model_runs_again_when_its_retry_is_due_and_an_answer_releases_it
 
 
 def test_a_held_input_is_read_again_after_its_back_off_and_released_once_it_decodes() -> None:
-    g, clock = gate()
+    g, clock = holds()
     g.hold_input("schema registry: unreachable")
     assert g.blocked and g.paused
     clock.advance(0.5)
@@ -76,7 +76,7 @@ def test_a_held_input_is_read_again_after_its_back_off_and_released_once_it_deco
 
 
 def test_an_aborted_transaction_releases_the_hold_once_its_back_off_is_over() -> None:
-    g, clock = gate()
+    g, clock = holds()
     g.writes_failed("cannot write to scores: timed out")  # no redo list: the redo starts from the commit
     assert g.blocked and not g.settle(in_flight=0)
     clock.advance(0.5)
@@ -84,7 +84,7 @@ def test_an_aborted_transaction_releases_the_hold_once_its_back_off_is_over() ->
 
 
 def test_forgotten_partitions_leave_the_redo_list_and_the_model_hold_wins_the_reason() -> None:
-    g, clock = gate()
+    g, clock = holds()
     g.redo([(letter(0), TIMED_OUT), (letter(1), TIMED_OUT)])
     g.forget({("in", 1)})  # revoked: partition 1's outputs are its next owner's to redo
     clock.advance(0.5)
@@ -98,13 +98,13 @@ def test_forgotten_partitions_leave_the_redo_list_and_the_model_hold_wins_the_re
 MISSING = Broken("missing field 'features'", "missing field 'features'")
 
 
-def broken_gate(after: int = 3) -> tuple[Gate, FakeClock]:
+def broken_holds(after: int = 3) -> tuple[Holds, FakeClock]:
     clock = FakeClock()
-    return Gate(0.5, 30.0, clock, broken_after=after), clock
+    return Holds(0.5, 30.0, clock, broken_after=after), clock
 
 
 def test_the_nth_wholly_broken_chunk_of_one_reason_is_held_and_probed_with_back_off() -> None:
-    g, clock = broken_gate(3)
+    g, clock = broken_holds(3)
     assert not g.judge(MISSING) and not g.judge(MISSING)  # the pattern is not known yet: dead letters
     assert not g.blocked
     assert g.judge(MISSING)  # the third in a row: held
@@ -120,7 +120,7 @@ def test_the_nth_wholly_broken_chunk_of_one_reason_is_held_and_probed_with_back_
 
 
 def test_a_probe_that_fails_another_way_releases_the_hold_and_starts_a_new_streak() -> None:
-    g, clock = broken_gate(2)
+    g, clock = broken_holds(2)
     g.judge(MISSING)
     assert g.judge(MISSING)
     clock.advance(0.5)
@@ -130,21 +130,21 @@ def test_a_probe_that_fails_another_way_releases_the_hold_and_starts_a_new_strea
 
 
 def test_partial_failures_and_changing_reasons_never_hold() -> None:
-    g, _ = broken_gate(2)
+    g, _ = broken_holds(2)
     other = Broken("field 'x' is … or missing", "field 'x' is null or missing")
     verdicts = [g.judge(b) for b in (MISSING, None, MISSING, other, MISSING, other, None, MISSING)]
     assert verdicts == [False] * 8 and not g.blocked
 
 
 def test_broken_after_zero_never_holds_and_one_holds_the_first_broken_chunk() -> None:
-    off, _ = broken_gate(0)
+    off, _ = broken_holds(0)
     assert not any(off.judge(MISSING) for _ in range(100)) and not off.blocked
-    first, _ = broken_gate(1)
+    first, _ = broken_holds(1)
     assert first.judge(MISSING) and first.blocked
 
 
 def test_the_model_hold_is_reported_before_a_broken_input() -> None:
-    g, _ = broken_gate(1)
+    g, _ = broken_holds(1)
     g.judge(MISSING)
     g.hold_model("boom")
     assert g.reason == "model failing: boom"

@@ -1,15 +1,15 @@
-"""The gate: whether input flows, and why not. Holds, back-off and outputs to redo.
+"""The holds: whether input flows, and why not; back-off and outputs to redo.
 
 The processor *holds* (pauses its partitions, reports unhealthy, commits nothing past the
 failure, retries with back-off) for four causes: the model looks broken, an output could not be
 written (the dead-letter topic is missing or denied, the broker is away), input cannot be
 decoded because something it needs is away (the Schema Registry: unreachable, slow, 5xx), or the
 input is wholly broken (every row of the last ``broken_after`` chunks failed validation with one
-reason class, pipeline/broken.py: a config or producer problem, not a stream of dead letters). The
-gate keeps one hold per cause, each a :class:`Hold` (reason, retry time, back-off), and answers
+reason class, pipeline/broken.py: a config or producer problem, not a stream of dead letters).
+:class:`Holds` keeps one hold per cause, each a :class:`Hold` (reason, retry time, back-off), and answers
 questions; it never calls into the processor, which acts on the answers. What to do with a
 failed output is decided before it gets here (kafka/messages.py: refused, shrink, retry): only
-the retries reach the gate.
+the retries reach the holds.
 
 Transitions (back-off: ``retry_backoff_s`` doubling per repeat up to ``retry_backoff_max_s``):
 
@@ -64,7 +64,7 @@ class Hold:
     resent: bool = False  # the failed outputs were produced again
 
 
-class Gate:
+class Holds:
     """Blocked, back-off and redo state for one processor."""
 
     def __init__(self, retry_backoff_s: float, retry_backoff_max_s: float,

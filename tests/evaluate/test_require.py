@@ -6,7 +6,7 @@ import pytest
 
 from streamer.errors import EXIT_CONFIG, EXIT_GATE, ConfigError
 from streamer.evaluate.figures import Confusion, Summary
-from streamer.evaluate.gate import Condition, check, parse_require, shown
+from streamer.evaluate.require import Condition, check, parse_require, shown
 
 NO_OUTCOMES = "no outcomes: give --labels FIELD or --labels-from PATH"
 
