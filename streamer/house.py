@@ -11,7 +11,7 @@ from streamer.config import Config
 from streamer.formats.codec import Codec
 from streamer.kafka.checkpoint import Checkpoint
 from streamer.kafka.delivery import Deliveries
-from streamer.kafka.messages import Acked
+from streamer.kafka.messages import Acked, Output, Predictions
 from streamer.kafka.offsets import OffsetTracker
 from streamer.kafka.ranges import Ranges
 from streamer.kafka.topics import TopicWait
@@ -63,6 +63,13 @@ class KafkaSide:
     consumer: Any
     deliveries: Deliveries
     checkpoint: Checkpoint
+
+    def send(self, outputs: list[Output] | Predictions) -> None:
+        """Send outputs as one unit, the checkpoint told first (exactly-once opens its
+        transaction there); nothing for none."""
+        if outputs:
+            self.checkpoint.sending()
+            self.deliveries.send(outputs)
 
 
 class OpenKafka(Protocol):

@@ -23,8 +23,8 @@ from streamer import heap
 from streamer.config import dead_letter_topic
 from streamer.errors import BrokerError, ProduceError, RecordError
 from streamer.holds import Holds
-from streamer.house import Observers, Scope, Wiring
-from streamer.kafka.checkpoint import Checkpoint, Commit
+from streamer.house import KafkaSide, Observers, Scope, Wiring
+from streamer.kafka.checkpoint import Commit
 from streamer.kafka.clients import consume_batch
 from streamer.kafka.deadletter import letter_for
 from streamer.kafka.messages import Predictions, consumed
@@ -70,10 +70,14 @@ class Processor:
         self._progress = ProgressWatch(cfg.metrics.stall_timeout_ms / 1000.0, clock, self._account.metrics)
         # ready: warmed up, in the group; failed: the loop died (close only); paused: input paused
         self._running = self._failed = self._ready = self._paused = self._stop_asked = False
-        self.consumer: Any = None
-        self.deliveries: Any = None
-        self.checkpoint: Checkpoint = None  # type: ignore[assignment]  # opened by run()
+        self._kafka: KafkaSide | None = None  # opened by run()
         self.http = None if wiring.health is None else wiring.health(self.status)  # /metrics, /healthz
+
+    @property
+    def kafka(self) -> KafkaSide:
+        """The consumer, deliveries and checkpoint, open while the processor runs."""
+        assert self._kafka is not None, "the Kafka side opens when the processor runs"
+        return self._kafka
 
     healthy = property(lambda self: not self._holds.blocked)
     unhealthy_reason = property(lambda self: self._holds.reason)  # None while healthy
@@ -123,27 +127,26 @@ class Processor:
         self.serving.warm_up()
         self._inference.start()  # pipelined: the inference thread
         self._account.started(self.serving.provider, self.serving.model.version)
-        side = self._open_kafka(self._tracker, self._clock, self.scope.commit_metadata,
-                                self._progress.on_stats if self._observed else None,
-                                on_full=lambda: self._collect_acks(timeout_s=0.05))
-        self.consumer, self.deliveries, self.checkpoint = side.consumer, side.deliveries, side.checkpoint
+        self._kafka = self._open_kafka(self._tracker, self._clock, self.scope.commit_metadata,
+                                       self._progress.on_stats if self._observed else None,
+                                       on_full=lambda: self._collect_acks(timeout_s=0.05))
         if self._range is None:
-            self.consumer.subscribe(list(self.cfg.input.topics), on_assign=self._on_assign,
-                                    on_revoke=self._on_revoke, on_lost=self._on_lost)
+            self.kafka.consumer.subscribe(list(self.cfg.input.topics), on_assign=self._on_assign,
+                                          on_revoke=self._on_revoke, on_lost=self._on_lost)
         else:
-            self.consumer.assign(self._range.assignment())
-            self._on_assign(self.consumer, self._range.assignment())
+            self.kafka.consumer.assign(self._range.assignment())
+            self._on_assign(self.kafka.consumer, self._range.assignment())
         heap.freeze()  # what start-up built stays: out of the collector's way (heap.py)
         self._running = not self._stop_asked  # a SIGTERM during start-up is not forgotten
 
     def _consume(self) -> list[Message]:
         wait = min(self.cfg.input.consume_timeout_ms / 1000.0, self._inference.poll_s,  # results due soon
-                   self.deliveries.poll_s)  # acknowledgements to collect
+                   self.kafka.deliveries.poll_s)  # acknowledgements to collect
         if not self._holds.blocked and self._inference.behind(wait):  # waited for the model, read nothing
             return []
         if (remaining := self._batcher.remaining_s()) is not None and not self._holds.blocked:
             wait = min(wait, remaining)
-        return consume_batch(self.consumer, self.cfg.input.consume_max_messages, wait)
+        return consume_batch(self.kafka.consumer, self.cfg.input.consume_max_messages, wait)
 
     def _decode(self, messages: Sequence[Message]) -> Rows:
         chunk = consumed(messages)
@@ -180,51 +183,51 @@ class Processor:
             outputs = self._predictions(done)
             if outputs is None:
                 return
-            self.deliveries.send(outputs)
+            self.kafka.send(outputs)
 
     def _collect_acks(self, timeout_s: float) -> None:
         """Serve delivery reports: acked outputs mark their offsets done; failures go by their verdict."""
-        acked, failed = self.deliveries.collect(timeout_s)
+        acked, failed = self.kafka.deliveries.collect(timeout_s)
         if acked:
             self._observe.acked(acked)
-            self._account.final(self.checkpoint.acknowledged(acked))
-        failed = self.checkpoint.failed(failed).within(self._assigned)  # the others are their new owner's
-        self.deliveries.send(list(failed.shrink))  # dead letters too large for their topic, cut short
+            self._account.final(self.kafka.checkpoint.acknowledged(acked))
+        failed = self.kafka.checkpoint.failed(failed).within(self._assigned)  # the others are their new owner's
+        self.kafka.send(list(failed.shrink))  # dead letters too large for their topic, cut short
         self._holds.redo(failed.retry)
         self._dead_letter([(ProduceError(f"the broker refused the prediction: {err}"), out.source)
                            for out, err in failed.refused])
 
     def _redo_failed_deliveries(self) -> None:
-        self.deliveries.send(self._holds.resend())  # nothing, unless a back-off is over
-        self._holds.settle(self.deliveries.in_flight)
+        self.kafka.send(self._holds.resend())  # nothing, unless a back-off is over
+        self._holds.settle(self.kafka.deliveries.in_flight)
 
     def _pause_or_resume(self) -> None:
         paused = self._holds.paused
         if paused != self._paused and self._assigned:
             tps = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
-            (self.consumer.pause if paused else self.consumer.resume)(tps)
+            (self.kafka.consumer.pause if paused else self.kafka.consumer.resume)(tps)
         self._paused = paused
         self._account.gauges(held=self._holds.reason, paused=paused, assigned=len(self._assigned),
                              in_flight_rows=self._tracker.in_flight(), input_broken=self._holds.broken is not None)
 
     def _commit_if_due(self, read: bool) -> None:  # read: this pass's consume returned events
-        self._apply(self.checkpoint.settled())  # background commits answered since the last pass
-        if self.checkpoint.commit_due(read):
-            self._apply(self.checkpoint.commit(background=True))
+        self._apply(self.kafka.checkpoint.settled())  # background commits answered since the last pass
+        if self.kafka.checkpoint.commit_due(read):
+            self._apply(self.kafka.checkpoint.commit(background=True))
 
     def _commit(self, tps: Iterable[Partition] | None = None) -> None:
         """Commit progress now (all partitions, or ``tps`` where the guarantee allows)."""
-        self._apply(self.checkpoint.commit(tps, failing=self._failed))
+        self._apply(self.kafka.checkpoint.commit(tps, failing=self._failed))
 
     def _watch_progress(self) -> None:
         self._progress.check(self._tracker.in_flight)
-        self._account.queues(len(self._inference) + self.deliveries.units_in_flight,
-                             len(self.deliveries.producer), self._progress.lag)
+        self._account.queues(len(self._inference) + self.kafka.deliveries.units_in_flight,
+                             len(self.kafka.deliveries.producer), self._progress.lag)
 
     def _bounds_done(self) -> bool:
         """A replay is done when every partition's reads reached its end and nothing is in flight."""
         busy = self._tracker.in_flight() or len(self._inference) or len(self._batcher)
-        return self._range is not None and not busy and self._range.read(self.consumer)
+        return self._range is not None and not busy and self._range.read(self.kafka.consumer)
 
     def status(self) -> Status:
         """Alive (the loop turns), not blocked, no stalled partition; ready once in the group."""
@@ -258,7 +261,7 @@ class Processor:
         log.warning("lost %s: dropping their in-flight work", names(partitions))
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self._forget(lost)
-        self._apply(self.checkpoint.lost(lost))
+        self._apply(self.kafka.checkpoint.lost(lost))
         self._account.rebalanced("lost", len(self._assigned))
 
     # ---- helpers --------------------------------------------------------------------------
@@ -276,7 +279,7 @@ class Processor:
 
     def _seek(self, positions: dict[Partition, int]) -> None:  # those still assigned
         for tp in positions.keys() & self._assigned:
-            self.consumer.seek(TopicPartition(tp[0], tp[1], positions[tp]))
+            self.kafka.consumer.seek(TopicPartition(tp[0], tp[1], positions[tp]))
 
     def _forget(self, tps: set[Partition]) -> None:
         """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""
@@ -310,7 +313,7 @@ class Processor:
             while len(self._inference) and not self._holds.blocked:  # pipelined: the thread's batches
                 self._inference.wait()
                 self._infer_and_produce()
-        left = self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
+        left = self.kafka.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
         self._collect_acks(timeout_s=0.0)
         if left:
             log.error("%d outputs not acknowledged within %d ms: their inputs stay uncommitted",
@@ -320,14 +323,11 @@ class Processor:
     def _close(self) -> None:
         self._running = False
         heap.thaw()  # first: whatever closing raises, the heap is the collector's again
-        if self.consumer is not None:
-            self.consumer.close()  # runs the revoke callback: nothing is left to flush by then
-            self.consumer = None
-        if self.checkpoint is not None:
-            self.checkpoint.close()
-        if self.deliveries is not None:
-            self.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
-            self.deliveries = None
+        if self._kafka is not None:
+            self._kafka.consumer.close()  # runs the revoke callback: nothing is left to flush by then
+            self._kafka.checkpoint.close()
+            self._kafka.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
+            self._kafka = None
         self._inference.close()
         self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
         self._account.stopped(self._failed)
@@ -336,6 +336,5 @@ class Processor:
                      scored_by: ModelId | None = None) -> None:
         """Dead letters as one unit, named by ``scored_by``, the model that scored them (default: serving)."""
         model = scored_by or self.serving.model
-        self.deliveries.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
-                                         model=model)
-                              for error, message in rejects])
+        self.kafka.send([letter_for(error, message, dlq_topic=self._dlq_topic, group_id=self.cfg.input.group_id,
+                                    model=model) for error, message in rejects])

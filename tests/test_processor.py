@@ -270,7 +270,7 @@ def test_while_outputs_wait_for_their_acks_the_loop_polls_for_them_often() -> No
     marks: list[float] = []
 
     def held(s: Stats) -> bool:
-        if h.processor.deliveries.in_flight:
+        if h.processor.kafka.deliveries.in_flight:
             marks.append(h.clock())
         return len(marks) >= 20
 

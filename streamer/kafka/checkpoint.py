@@ -104,6 +104,9 @@ class Checkpoint(Protocol):
     def lost(self, tps: set[Partition]) -> Commit:
         """Partitions lost: their work is dropped and never committed."""
 
+    def sending(self) -> None:
+        """The loop is about to send outputs (the first after a commit opens a transaction)."""
+
     def close(self) -> None:
         """Release what is open (an open transaction is aborted unless the producer is dead)."""
 
@@ -267,6 +270,9 @@ class AtLeastOnce(_Base):
         self._on_its_way.forget(tps)  # back later, their positions go anew
         return Commit()
 
+    def sending(self) -> None:
+        pass  # nothing opens: each output counts once acknowledged
+
     def close(self) -> None:
         pass
 
@@ -289,11 +295,10 @@ class Transactional(_Base):
     def _transactions(self) -> Transactions:
         """The transactional state of the current producer (init_transactions: this fences any
         older producer of our transactional.id and aborts what it left open)."""
-        txn = Transactions(self._deliveries.producer, self._consumer.consumer_group_metadata, self._ack_timeout_s)
-        self._deliveries.before_send = self._begin  # the first output after a commit opens one
-        return txn
+        return Transactions(self._deliveries.producer, self._consumer.consumer_group_metadata, self._ack_timeout_s)
 
-    def _begin(self) -> None:
+    def sending(self) -> None:
+        """The first output after a commit opens the next transaction."""
         try:
             self._txn.begin()
         except ProducerFatalError as exc:  # its outputs fail; the commit (due now) renews it

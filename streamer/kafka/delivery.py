@@ -137,7 +137,6 @@ class Deliveries:
     """Sends outputs through one producer and sorts the reports into acked and failed."""
 
     def __init__(self, producer: Producer, on_full: Callable[[], None],
-                 before_send: Callable[[], None] = lambda: None,
                  make_producer: Callable[[], Producer] | None = None, key_by: OutputKey = "input",
                  queue_limit: int = QUEUE_LIMIT) -> None:
         self.producer = producer
@@ -145,7 +144,6 @@ class Deliveries:
         self.key_by = key_by  # output.key
         self._make_producer = make_producer  # for renew(): a producer like the first one
         self._on_full = on_full  # called when the local queue is full, to serve reports
-        self.before_send = before_send  # exactly-once: the checkpoint opens its transaction here
         self._finished: list[_Unit] = []
         self._generation = 0
         self.in_flight = 0  # outputs sent and not yet reported
@@ -153,9 +151,8 @@ class Deliveries:
 
     def send(self, outputs: list[Output] | Predictions) -> None:
         """Produce a batch's predictions, or single outputs, as one unit."""
-        if not (outputs.values if isinstance(outputs, Predictions) else outputs):
+        if not outputs:
             return
-        self.before_send()
         if isinstance(outputs, Predictions):
             outputs = outputs.keyed(self.key_by)
         else:  # counted per send: a failure hands back the output with its attempts

@@ -87,6 +87,9 @@ class Predictions:
     rows: Rows
     keys: list[bytes | None] | None = None
 
+    def __len__(self) -> int:
+        return len(self.values)
+
     def output(self, i: int) -> Output:
         """Row ``i``'s prediction as a single output (to produce it again, or dead-letter it)."""
         m = self.rows.source.items[i]

@@ -12,6 +12,7 @@ import numpy as np
 
 from streamer.config import with_overrides
 from streamer.config_file import load_config
+from streamer.house import KafkaSide
 from streamer.kafka.checkpoint import Transactional
 from streamer.kafka.delivery import Deliveries
 from streamer.kafka.messages import Output
@@ -40,6 +41,11 @@ def outputs(offsets: range) -> list[Output]:
     return [Output("scores", None, f"p{o}".encode(), None, FakeMessage(*P0, o, b"")) for o in offsets]
 
 
+def send(deliveries: Deliveries, checkpoint: Transactional, sent: list[Output]) -> None:
+    """The loop's send: through its Kafka side, which tells the checkpoint first."""
+    KafkaSide(FakeConsumer(), deliveries, checkpoint).send(sent)
+
+
 def collect(deliveries: Deliveries, checkpoint: Transactional) -> None:
     """The loop's pass: reports served, acknowledged and failed outputs handed over."""
     acked, failed = deliveries.collect(0)
@@ -50,7 +56,7 @@ def collect(deliveries: Deliveries, checkpoint: Transactional) -> None:
 def test_outputs_become_final_with_their_offsets_in_one_transaction_each_interval() -> None:
     clock, producer, deliveries, tracker, checkpoint = exactly_once()
     assert producer.transactions == ["init"] and not checkpoint.commit_due()  # nothing open
-    deliveries.send(outputs(range(10)))  # the first output opens the transaction
+    send(deliveries, checkpoint, outputs(range(10)))  # the first output opens the transaction
     collect(deliveries, checkpoint)
     assert producer.transactions == ["init", "begin"]
     clock.advance(0.999)
@@ -66,11 +72,11 @@ def test_outputs_become_final_with_their_offsets_in_one_transaction_each_interva
 
 def test_a_failed_output_aborts_the_transaction_at_once_and_reads_again_from_the_last_commit() -> None:
     clock, producer, deliveries, tracker, checkpoint = exactly_once()
-    deliveries.send(outputs(range(5)))
+    send(deliveries, checkpoint, outputs(range(5)))
     collect(deliveries, checkpoint)
     clock.advance(1.0)
     checkpoint.commit()  # offsets 0-4 committed
-    deliveries.send(outputs(range(5, 10)))
+    send(deliveries, checkpoint, outputs(range(5, 10)))
     producer.fail_next = 1  # the broker times one of them out
     collect(deliveries, checkpoint)
     assert checkpoint.commit_due()  # at once: not an interval later
@@ -85,7 +91,7 @@ def test_a_failing_loop_aborts_instead_of_committing_and_an_empty_interval_commi
     clock, producer, deliveries, tracker, checkpoint = exactly_once()
     clock.advance(5.0)
     assert not checkpoint.commit().attempted and producer.transactions == ["init"]  # no transaction open
-    deliveries.send(outputs(range(3)))
+    send(deliveries, checkpoint, outputs(range(3)))
     collect(deliveries, checkpoint)
     commit = checkpoint.commit(failing=True)  # the loop died: commit only what is safe
     assert producer.transactions[-1] == "abort" and commit.rewind == {P0: 0} and not producer.sent_offsets

@@ -28,9 +28,9 @@ MUTANTS: tuple[Mutant, ...] = (
          "tests/integration/test_faults_kafka.py::test_unacknowledged_predictions_are_never_committed"),
         (Edit(PROCESSOR, "Processor._infer_and_produce",
               "    return\n"
-              "self.deliveries.send(outputs)\n",
+              "self.kafka.send(outputs)\n",
               "    return\n"
-              "self.deliveries.send(outputs)\n"
+              "self.kafka.send(outputs)\n"
               "for tp, offsets in outputs.rows.source.by_partition().items():\n"
               "    self._tracker.done(tp, offsets)\n"),),
     ),
