@@ -18,8 +18,8 @@ import numpy as np
 
 from streamer.commands.demo import encoded_events, produce_events
 from streamer.config import Config, InputSource, OutputTarget, RegistryConfig
+from streamer.formats.configured import input_codec
 from streamer.kafka.topics import create_topics
-from streamer.wiring.codecs import input_codec
 
 CONVERTER_MODELS = Path(__file__).resolve().parent.parent / "models" / "build_converter_models.py"
 

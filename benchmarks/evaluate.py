@@ -35,10 +35,10 @@ from streamer.commands.model import calibration_rows
 from streamer.config import LakeConfig
 from streamer.config_check import Location
 from streamer.dev.broker import kafka_cluster
+from streamer.formats.configured import input_codec
 from streamer.kafka.ranges import When
 from streamer.kafka.topics import create_topics
 from streamer.model.optimize import optimize
-from streamer.wiring.codecs import input_codec
 from streamer.wiring.evaluate import Evaluation, Outputs
 
 ROOT = Path(__file__).resolve().parents[1]

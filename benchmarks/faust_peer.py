@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from streamer.commands.demo import demo_config  # noqa: E402
 from streamer.formats.avro import load_schema  # noqa: E402
+from streamer.model.runner import model_runner  # noqa: E402
 from streamer.testing import score_matrix  # noqa: E402
-from streamer.wiring.model import model_runner  # noqa: E402
 
 BATCH = 512
 WITHIN_S = 0.02

@@ -18,16 +18,16 @@ from stages import STAGES, StageCpu, staged
 
 from streamer.commands.replay import run_replay
 from streamer.config import Config
+from streamer.formats.configured import input_codec, output_codec
 from streamer.kafka import clients
 from streamer.kafka.delivery import produce
 from streamer.kafka.ranges import When
 from streamer.model.contract import SCORES
+from streamer.model.runner import model_runner
 from streamer.observe.stats import Stats
 from streamer.pipeline.records import ModelId, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 from streamer.testing import PoisonRunner, score_matrix
-from streamer.wiring.codecs import input_codec, output_codec
-from streamer.wiring.model import model_runner
 from streamer.wiring.stream import build_processor
 
 POISON = 9999.0

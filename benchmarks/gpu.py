@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamer.commands.demo import demo_config, encoded_events, synthetic_events  # noqa: E402
 from streamer.config import Config  # noqa: E402
+from streamer.formats.configured import input_codec  # noqa: E402
 from streamer.kafka.clients import KafkaClients  # noqa: E402
 from streamer.model.contract import FEATURES  # noqa: E402
+from streamer.model.runner import model_runner  # noqa: E402
 from streamer.model.signature import Columns  # noqa: E402
-from streamer.wiring.codecs import input_codec  # noqa: E402
-from streamer.wiring.model import model_runner  # noqa: E402
 from streamer.wiring.stream import build_processor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -50,9 +50,9 @@ from streamer.commands.lake import LakeSummary, Target, run_lake_replay, run_sco
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
 from streamer.dev.broker import kafka_cluster
+from streamer.formats.configured import input_codec
 from streamer.kafka.ranges import When
 from streamer.kafka.topics import create_topics
-from streamer.wiring.codecs import input_codec
 
 PART = 100_000  # events generated, produced and written to Parquet at a time
 PARTITIONS = 3

@@ -36,9 +36,9 @@ from streamer.commands.demo import demo_config, encoded_events, produce_events, 
 from streamer.config import ChallengerConfig, Config  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.errors import InferenceError  # noqa: E402
+from streamer.formats.configured import input_codec  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.testing import FunctionRunner  # noqa: E402
-from streamer.wiring.codecs import input_codec  # noqa: E402
 from streamer.wiring.stream import build_processor  # noqa: E402
 
 

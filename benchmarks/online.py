@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from streamer.wiring.codecs import input_codec
+from streamer.formats.configured import input_codec
 
 ROOT = Path(__file__).resolve().parents[1]
 VEGETA = ROOT / ".cache" / "bin" / "vegeta-v12.12.0" / "vegeta"

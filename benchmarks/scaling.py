@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
+from streamer.formats.configured import input_codec  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
-from streamer.wiring.codecs import input_codec  # noqa: E402
 from tests.support.faults import caught_up, write_config, written  # noqa: E402
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from streamer.config import Config
 from streamer.kafka import clients
-from streamer.wiring.model import checked_runner
+from streamer.pipeline.reload import checked_runner
 
 STAGES: dict[str, list[dict[str, float]]] = {}  # per figure: each run's StageCpu per event (us)
 

@@ -89,9 +89,9 @@ from streamer import heap  # noqa: E402
 from streamer.commands.demo import demo_config, encoded_events, produce_events, synthetic_events  # noqa: E402
 from streamer.config import Config  # noqa: E402
 from streamer.dev.broker import kafka_cluster  # noqa: E402
+from streamer.formats.configured import input_codec  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
-from streamer.wiring.codecs import input_codec  # noqa: E402
-from streamer.wiring.model import model_runner  # noqa: E402
+from streamer.model.runner import model_runner  # noqa: E402
 
 ALL = "abcdefghijno"  # the figures a run without --figures makes
 NAMES = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",

@@ -9,11 +9,9 @@ from typing import Any, Protocol
 
 from streamer.config import Config
 from streamer.formats.codec import Codec
-from streamer.kafka.checkpoint import Checkpoint
-from streamer.kafka.delivery import Deliveries
-from streamer.kafka.messages import Acked, Output, Predictions
-from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.messages import Acked
 from streamer.kafka.ranges import Ranges
+from streamer.kafka.side import OpenKafka
 from streamer.kafka.topics import TopicWait
 from streamer.model.runner import ModelRunner
 from streamer.observe.health import Status
@@ -53,34 +51,6 @@ class Observers:
     def acked(self, acked: Acked) -> None:
         for o in self.each:
             o.acked(acked)
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaSide:
-    """The clients a processor opens when it runs: its consumer, its deliveries (the producer) and
-    the checkpoint of its guarantee, wired to each other."""
-
-    consumer: Any
-    deliveries: Deliveries
-    checkpoint: Checkpoint
-
-    def send(self, outputs: list[Output] | Predictions) -> None:
-        """Send outputs as one unit, the checkpoint told first (exactly-once opens its
-        transaction there); nothing for none."""
-        if outputs:
-            self.checkpoint.sending()
-            self.deliveries.send(outputs)
-
-
-class OpenKafka(Protocol):
-    """Opens a processor's Kafka side (wiring/stream.py builds it from the config): ``tracker`` shared with
-    the checkpoint, ``commit_metadata`` kept with each commit, ``on_stats`` given librdkafka's
-    statistics (None: not asked for), ``on_full`` called while the producer's local queue is full
-    (it serves delivery reports)."""
-
-    def __call__(self, tracker: OffsetTracker, clock: Callable[[], float],
-                 commit_metadata: Callable[[Partition], str] | None,
-                 on_stats: Callable[[str], None] | None, on_full: Callable[[], None]) -> KafkaSide: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,13 @@ from streamer import heap
 from streamer.config import dead_letter_topic
 from streamer.errors import BrokerError, ProduceError, RecordError
 from streamer.holds import Holds
-from streamer.house import KafkaSide, Observers, Scope, Wiring
+from streamer.house import Observers, Scope, Wiring
 from streamer.kafka.checkpoint import Commit
 from streamer.kafka.clients import consume_batch
 from streamer.kafka.deadletter import letter_for
 from streamer.kafka.messages import Predictions, consumed
 from streamer.kafka.offsets import OffsetTracker, ReadRange
+from streamer.kafka.side import KafkaSide
 from streamer.kafka.topics import names
 from streamer.observe.accounting import Accounting
 from streamer.observe.health import Status, loop_status

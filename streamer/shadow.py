@@ -34,9 +34,13 @@ import numpy as np
 from confluent_kafka import KafkaError
 
 from streamer.config import ChallengerConfig, Config, shadow_topic
+from streamer.errors import ConfigError
+from streamer.formats.codec import Codec
+from streamer.formats.json_events import JsonCodec
+from streamer.kafka.clients import ensure_topic, make_producer
 from streamer.model.onnx_file import file_digest
 from streamer.model.outputs import decision_scores
-from streamer.model.runner import ModelRunner
+from streamer.model.runner import ModelRunner, model_runner
 from streamer.model.signature import Columns
 from streamer.observe.metrics import Metrics, NullMetrics, observe_many
 from streamer.pipeline.records import ModelId, Rows, Scored, Stamp
@@ -217,3 +221,18 @@ class Shadow:
             c.logged_at = now
             log.warning("shadow %s v%s: %s (the champion is not affected; logged once a minute)",
                         c.name, c.version, why)
+
+
+def shadow_of(cfg: Config, champion: ModelRunner, encoder: Codec, metrics: Metrics | None) -> Shadow | None:
+    """The challengers of ``shadow.challengers``, each checked to take the champion's input."""
+    if not cfg.shadow.challengers:
+        return None
+    challengers = []
+    for n, spec in enumerate(cfg.shadow.challengers):
+        runner = model_runner(cfg, spec.path)
+        if differs := champion.signature.differs(runner.signature):
+            raise ConfigError(f"shadow.challengers[{n}].path", f"{spec.name!r}: {differs}")
+        challengers.append((spec, runner))
+    stages = Stages.serving(JsonCodec(), encoder, cfg, champion)  # encodes only
+    return Shadow(cfg, challengers, stages, lambda: make_producer(cfg), metrics,
+                  ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))

@@ -22,18 +22,18 @@ from streamer.config import Config, dead_letter_topic, with_overrides
 from streamer.config_file import load_config
 from streamer.errors import BrokerError, ConfigError, ProducerFatalError
 from streamer.formats.codec import Codec
+from streamer.formats.configured import output_codec
 from streamer.formats.json_events import JsonCodec
 from streamer.house import Wiring
 from streamer.kafka.checkpoint import FENCE_WINDOW_S, MAX_RENEWALS
 from streamer.kafka.clients import KafkaClients
+from streamer.kafka.side import open_kafka
 from streamer.kafka.topics import TopicWait
 from streamer.observe.metrics import Metrics
 from streamer.observe.stats import Stats
 from streamer.pipeline.inference import FULL
 from streamer.processor import Processor
 from streamer.testing import FakeClock, FunctionRunner
-from streamer.wiring.codecs import output_codec
-from streamer.wiring.stream import open_kafka
 from tests.support.fakes import FakeConsumer, FakeProducer, event, raise_kafka, serving_of
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from streamer.config import ChallengerConfig
 from streamer.errors import InferenceError
 from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.configured import output_codec
 from streamer.formats.json_events import JsonCodec
 from streamer.model.contract import Contract
 from streamer.model.signature import Columns
@@ -22,7 +23,6 @@ from streamer.pipeline.records import ModelId, Scored
 from streamer.pipeline.stages import Stages
 from streamer.shadow import Shadow
 from streamer.testing import FakeClock, FunctionRunner, matrix_signature
-from streamer.wiring.codecs import output_codec
 from tests.pipeline.test_serving import N, config, rows
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,10 +19,10 @@ from confluent_kafka import KafkaException
 
 from streamer.config import Config, RegistryConfig, dead_letter_topic, librdkafka_config, output_registry
 from streamer.errors import ConfigError
+from streamer.formats.configured import input_schema, prediction_schema
 from streamer.formats.subjects import redact, registry_client
 from streamer.kafka.clients import make_admin
-from streamer.wiring.codecs import input_schema, prediction_schema
-from streamer.wiring.model import checked_runner
+from streamer.pipeline.reload import checked_runner
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,11 @@ from streamer.config import Config, dead_letter_topic
 from streamer.config_file import load_config
 from streamer.dev.broker import kafka_cluster
 from streamer.formats.codec import Codec
+from streamer.formats.configured import input_codec
 from streamer.kafka.clients import plain_producer
 from streamer.kafka.delivery import produce
 from streamer.kafka.topics import create_topics
 from streamer.observe.stats import Stats
-from streamer.wiring.codecs import input_codec
 from streamer.wiring.stream import build_processor
 
 log = logging.getLogger(__name__)

@@ -36,6 +36,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 
 from streamer.config import Config, dead_letter_topic
 from streamer.errors import STAGES, BrokerError
+from streamer.formats.configured import input_codec
 from streamer.kafka import clients
 from streamer.kafka.deadletter import (
     REDRIVE_HEADER,
@@ -47,7 +48,6 @@ from streamer.kafka.deadletter import (
 )
 from streamer.kafka.topics import create, partitions
 from streamer.pipeline.records import Partition
-from streamer.wiring.codecs import input_codec
 
 REDRIVEN_SUFFIX = ".redriven"  # the compacted topic of selectively redriven letters, beside the dead letters
 Place = tuple[int, int]  # a letter's (partition, offset) in the dead-letter topic

@@ -22,6 +22,7 @@ from streamer.config import Config
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.errors import ConfigError
 from streamer.formats.avro import load_schema
+from streamer.formats.configured import input_codec, input_schema, prediction_schema
 from streamer.formats.json_events import JsonCodec
 from streamer.kafka.ranges import parse_when
 from streamer.model.contract import Contract
@@ -29,10 +30,9 @@ from streamer.model.optimize import Feeds
 from streamer.model.outputs import suggested_outputs
 from streamer.model.prediction_schema import made_schema
 from streamer.model.signature import DTYPES, Signature
+from streamer.pipeline.reload import checked_runner
 from streamer.pipeline.stages import Stages
 from streamer.schemas import bundled
-from streamer.wiring.codecs import input_codec, input_schema, prediction_schema
-from streamer.wiring.model import checked_runner
 
 
 def signature_of(path: Path) -> Signature:

@@ -39,6 +39,7 @@ from streamer.config import Config, output_registry
 from streamer.errors import BrokerError, ConfigError, FileError, InferenceError, SerializeError
 from streamer.formats.avro import AvroCodec, Mismatch, load_schema, mismatch
 from streamer.formats.codec import Codec
+from streamer.formats.configured import input_codec, input_schema, prediction_schema
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec, JsonSchemaCheck
 from streamer.formats.subjects import registry_client
@@ -47,7 +48,6 @@ from streamer.kafka.delivery import produce
 from streamer.model.contract import Contract
 from streamer.model.onnx_file import read_signature
 from streamer.pipeline.reload import served_file
-from streamer.wiring.codecs import input_codec, input_schema, prediction_schema
 
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 

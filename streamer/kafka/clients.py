@@ -20,7 +20,7 @@ from streamer.config import Config, Secret, dead_letter_topic, librdkafka_config
 from streamer.errors import BrokerError, ConfigError, StopRequested
 from streamer.kafka.delivery import QUEUE_LIMIT
 from streamer.kafka.retrylog import LibrdkafkaLog, retry_level
-from streamer.kafka.topics import create, ensure_like, partitions
+from streamer.kafka.topics import TopicWait, create, ensure_like, partitions
 
 log = logging.getLogger(__name__)
 
@@ -353,3 +353,11 @@ def consume_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Me
         elif err.code() != KafkaError._PARTITION_EOF:
             log.log(retry_level(err), "consumer error (librdkafka retries it): %s", err)
     return good
+
+
+def topic_wait(cfg: Config) -> TopicWait:
+    """What a processor waits for before it reads: the output topic, and the input topics unless
+    ``input.create_topics`` (start-up created them then); each named by its config key."""
+    needed = [] if cfg.input.create_topics else [(f"input.topics[{n}]", t) for n, t in enumerate(cfg.input.topics)]
+    needed.append(("output.topic", cfg.output.topic))
+    return TopicWait(make_admin(cfg), needed, str(librdkafka_config(cfg)["bootstrap.servers"]))

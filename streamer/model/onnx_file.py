@@ -1,4 +1,4 @@
-"""The signature an ONNX file declares, read from its protobuf without ONNX Runtime.
+"""A model's file: the signature it declares (read from its protobuf without ONNX Runtime), its digest, and the file ``model.path`` serves.
 
 For the commands that read a model's outputs but never score (``streamer tail`` makes the
 prediction schema from them): no session, no provider probing, no CUDA messages. The result is
@@ -22,6 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
+from streamer.config import ModelConfig, model_versions
 from streamer.errors import InferenceError
 from streamer.model.signature import Signature, TensorSpec
 
@@ -179,3 +180,12 @@ def file_digest(file: Path, strict: bool = False) -> str:
         if strict:
             raise
         return ""
+
+
+def served_file(m: ModelConfig) -> tuple[Path, str | None]:
+    """The file to load for ``model.path`` and the version its place gives (a folder's number)."""
+    versions = model_versions(m.path)
+    if versions:
+        n = max(versions)
+        return versions[n], str(n)
+    return m.path, None

@@ -125,3 +125,11 @@ def _fits(ours: str, theirs: str) -> bool:
     return isinstance(branches, list) and all(
         json.dumps(b, sort_keys=True) in {json.dumps(x, sort_keys=True) for x in branches}
         for b in (json.loads(ours) if ours.startswith("[") else [json.loads(ours)]))
+
+
+def can_flag_degraded(schema: dict[str, Any]) -> None:
+    """A fallback's predictions are flagged degraded: refused when the schema cannot say so."""
+    if "degraded_reason" not in {f["name"] for f in schema["fields"]}:
+        raise ConfigError("output.schema", "has no degraded and degraded_reason fields (schemas/"
+                                           "prediction.avsc has them): model.fallback_* needs them "
+                                           "to flag degraded predictions")

@@ -16,8 +16,10 @@ from typing import Literal, Protocol
 import numpy as np
 import onnxruntime as ort
 
+from streamer.config import Config
 from streamer.errors import ConfigError, InferenceError, TransientInferenceError
 from streamer.model.contract import Contract
+from streamer.model.onnx_file import served_file
 from streamer.model.signature import Columns, Signature
 
 Device = Literal["cuda", "cpu"]
@@ -211,3 +213,13 @@ def cuda_options(device_id: int, mem_limit_mb: int, arena: str) -> dict[str, str
     if mem_limit_mb:
         options["gpu_mem_limit"] = str(mem_limit_mb * 1024 * 1024)
     return options
+
+
+def model_runner(cfg: Config, path: Path | None = None) -> ModelRunner:
+    """The model at ``path`` (default: the one ``model.path`` serves) on the configured devices,
+    with the contract of ``model.inputs`` and ``model.outputs`` (ConfigError: it does not fit)."""
+    m = cfg.model
+    return OnnxRunner(path or served_file(m)[0], m.providers, intra_op_threads=m.intra_op_threads,
+                      cuda_options=cuda_options(m.cuda_device_id, m.cuda_mem_limit_mb, m.cuda_arena),
+                      io_binding=m.io_binding,
+                      contract=lambda sig: Contract.of(sig, m.inputs, m.outputs, cfg.input.features_field))

@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from streamer.config import Config
+from streamer.errors import ConfigError
 from streamer.pipeline.records import Partition
 
 log = logging.getLogger(__name__)
@@ -97,3 +99,11 @@ def loop_status(*, running: bool, silent_s: float, stall_s: float, blocked: str 
     else:
         waiting = ""
     return Status(healthy=not reason, ready=ready and running, reason=reason, waiting=waiting)
+
+
+def serve_http(cfg: Config, registry: CollectorRegistry, status: Callable[[], Status]) -> HealthServer:
+    try:
+        return HealthServer(registry, cfg.metrics.host, cfg.metrics.port, status)
+    except OSError as exc:
+        raise ConfigError("metrics.port", f"cannot listen on {cfg.metrics.host}:"
+                                          f"{cfg.metrics.port}: {exc.strerror}") from exc

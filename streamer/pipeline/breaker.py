@@ -28,13 +28,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
+from streamer.config import Config
 from streamer.model.contract import SCORES
+from streamer.model.onnx_file import file_digest
+from streamer.model.prediction_schema import can_flag_degraded
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
 from streamer.pipeline.records import ModelId, Scored
+from streamer.pipeline.reload import checked_runner, file_version
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +102,17 @@ class Fallback:
             return Scored(Columns({SCORES: np.repeat(self._row, len(features), axis=0)}), calls=0, model=self.model,
                           provider="fallback")
         return Scored(self.runner.run(features), calls=1, model=self.model, provider="fallback")
+
+
+def fallback_of(cfg: Config, runner: ModelRunner, schema_out: dict[str, Any]) -> Fallback | None:
+    """``model.fallback_path``'s model (opened once, with the serving model's signature), or
+    ``model.fallback_scores``' constant row; None without either."""
+    m = cfg.model
+    if not m.fallback:
+        return None
+    can_flag_degraded(schema_out)
+    if m.fallback_path is None:
+        return Fallback(None, m.fallback_scores, ModelId(f"{m.name}-fallback", "constant"))
+    stand_in = checked_runner(cfg, m.fallback_path, "model.fallback_path", like=runner)
+    version = file_version("", None, stand_in, file_digest(m.fallback_path))
+    return Fallback(stand_in, m.fallback_scores, ModelId(f"{m.name}-fallback", version))

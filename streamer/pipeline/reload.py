@@ -30,13 +30,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from streamer.config import ModelConfig, model_versions
+from streamer.config import Config, ModelConfig
+from streamer.errors import ConfigError, InferenceError
 from streamer.model.contract import SCORES
-from streamer.model.onnx_file import file_digest
-from streamer.model.runner import ModelRunner
+from streamer.model.onnx_file import file_digest, served_file
+from streamer.model.runner import ModelRunner, model_runner
 from streamer.model.signature import Columns
 from streamer.pipeline.records import ModelId
 
@@ -65,15 +67,6 @@ def served_model(m: ModelConfig, runner: ModelRunner, label: str | None = None) 
     file, place = served_file(m)
     digest = file_digest(file)
     return ModelId(m.name, label or file_version(m.version, place, runner, digest), digest)
-
-
-def served_file(m: ModelConfig) -> tuple[Path, str | None]:
-    """The file to load for ``model.path`` and the version its place gives (a folder's number)."""
-    versions = model_versions(m.path)
-    if versions:
-        n = max(versions)
-        return versions[n], str(n)
-    return m.path, None
 
 
 def _state(m: ModelConfig) -> tuple[str, int, int, int]:
@@ -205,3 +198,25 @@ class Reloader:
             refused = f"{type(exc).__name__}: {exc}"
         self._loaded = Reload(file, version or "?", 0.0,  # the seconds are the swap's: poll
                               runner=None if refused else runner, refused=refused, digest=digest)
+
+
+def checked_runner(cfg: Config, path: Path | None = None, key: str = "model.path",
+                   like: ModelRunner | None = None, schema_in: dict[str, Any] | None = None) -> ModelRunner:
+    """:func:`model_runner`, refused at start-up as a hot reload would refuse it: its fields must
+    be in ``schema_in`` (the input's Avro schema, when there is one) with types it takes, it must
+    have ``like``'s signature (when given), warm up, and answer a probe batch with finite outputs.
+    A refusal is a ConfigError on ``key`` (exit 2): a restart cannot make the model servable."""
+    try:
+        runner = model_runner(cfg, path)
+    except InferenceError as exc:
+        raise ConfigError(key, str(exc)) from exc
+    if like is None:
+        runner.contract.check_fields(schema_in)
+    name = (path or served_file(cfg.model)[0]).name
+    try:
+        refused = check_candidate(runner, like, [runner.contract.blank(2)], cfg.batching.max_size)
+    except InferenceError as exc:
+        refused = f"it fails on a probe batch: {exc}"
+    if refused:
+        raise ConfigError(key, f"cannot serve {name}: {refused}")
+    return runner

@@ -18,13 +18,13 @@ from streamer.evaluate import labels
 from streamer.evaluate.labels import Known, LabelsFrom, Outcomes
 from streamer.evaluate.pair import PairColumns, PairScorer
 from streamer.evaluate.to_topic import TopicSink, topic_codec
+from streamer.formats.configured import input_codec
 from streamer.kafka.clients import ensure_topic, make_producer
 from streamer.kafka.ranges import Ranges, When
 from streamer.lake.sink import Resume, Shard, Sink
 from streamer.lake.topic import TopicSource, replay_plan
 from streamer.model.runner import ModelRunner
 from streamer.pipeline.stages import Stages
-from streamer.wiring.codecs import input_codec
 from streamer.wiring.lake import LakeHouse, Target, lake_house, open_sink
 
 

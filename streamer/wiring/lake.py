@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from streamer.config import Config, LakeConfig, ShadowConfig
 from streamer.errors import ConfigError
+from streamer.formats.configured import input_codec
 from streamer.kafka.ranges import When
 from streamer.lake.arrow_fields import ArrowFields
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
@@ -29,7 +30,6 @@ from streamer.lake.topic import TopicSource, replay_plan
 from streamer.model.runner import ModelRunner
 from streamer.pipeline.stages import Stages
 from streamer.pipeline.validate import EventValidator
-from streamer.wiring.codecs import input_codec
 from streamer.wiring.model import ModelHouse, model_house
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")

@@ -19,10 +19,10 @@ from streamer.config import Config
 from streamer.config_file import config_from_dict, load_config
 from streamer.errors import EXIT_CONFIG, ConfigError, FileError
 from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.configured import prediction_schema
 from streamer.formats.confluent import ConfluentAvroCodec
 from streamer.formats.json_events import JsonCodec
-from streamer.wiring.codecs import prediction_schema
-from streamer.wiring.model import model_runner
+from streamer.model.runner import model_runner
 from tests.conftest import ROOT
 
 SCHEMA: dict[str, Any] = {

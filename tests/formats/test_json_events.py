@@ -14,10 +14,10 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamer.errors import ConfigError, DeserializeError, SerializeError, ValidationError
+from streamer.formats.configured import input_codec
 from streamer.formats.json_events import CheckedJsonCodec, ConfluentJsonCodec, JsonCodec, JsonSchemaCheck
 from streamer.model.contract import Contract
 from streamer.testing import matrix_signature
-from streamer.wiring.codecs import input_codec
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "streamer" / "schemas" / "feature_event.schema.json").read_text())

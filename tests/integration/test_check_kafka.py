@@ -17,8 +17,8 @@ import yaml
 
 from streamer.cli import main as cli
 from streamer.config import Config
+from streamer.formats.configured import input_codec
 from streamer.kafka.topics import create_topics
-from streamer.wiring.codecs import input_codec
 from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, end_offsets
 from tests.support.schema_registry import SchemaRegistry

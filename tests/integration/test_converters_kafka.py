@@ -27,9 +27,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from streamer.commands.demo import produce_events
 from streamer.config import Config, InputSource, OutputTarget, RegistryConfig, with_overrides
 from streamer.errors import ConfigError
+from streamer.formats.configured import input_codec
 from streamer.formats.json_events import JsonCodec
 from streamer.kafka.deadletter import header
-from streamer.wiring.codecs import input_codec
 from streamer.wiring.stream import build_processor
 from tests.conftest import (
     ROOT,

@@ -18,12 +18,12 @@ from streamer.commands import dlq
 from streamer.commands.demo import synthetic_events
 from streamer.config import Config, with_overrides
 from streamer.errors import ConfigError, InferenceError
+from streamer.formats.configured import input_codec, output_codec
 from streamer.kafka.clients import KafkaClients
 from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_BYTES, header
 from streamer.kafka.topics import create, create_topics
+from streamer.model.runner import model_runner
 from streamer.testing import FunctionRunner, PoisonRunner, score_matrix
-from streamer.wiring.codecs import input_codec, output_codec
-from streamer.wiring.model import model_runner
 from streamer.wiring.stream import build_processor
 from tests.conftest import (
     Topics,

@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from streamer.dev.broker import LocalKafka, ensure_jars
+from streamer.formats.configured import input_codec
 from streamer.kafka.topics import create_topics
-from streamer.wiring.codecs import input_codec
 from tests.conftest import Topics, free_port, make_config
 from tests.support.faults import (
     Audit,

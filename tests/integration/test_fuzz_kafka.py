@@ -23,8 +23,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from streamer.commands.demo import synthetic_events
 from streamer.config import RegistryConfig, with_overrides
 from streamer.formats import subjects
+from streamer.formats.configured import input_codec, output_codec
 from streamer.kafka.deadletter import header
-from streamer.wiring.codecs import input_codec, output_codec
 from streamer.wiring.stream import build_processor
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, read_all, run_until_outputs
 from tests.integration.test_deadletter_kafka import produce_raw, zigzag

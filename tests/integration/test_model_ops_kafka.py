@@ -27,8 +27,8 @@ from streamer.commands.demo import synthetic_events
 from streamer.config import ChallengerConfig, with_overrides
 from streamer.errors import InferenceError
 from streamer.formats.avro import AvroCodec, load_schema
+from streamer.model.runner import model_runner
 from streamer.testing import FunctionRunner, score_matrix
-from streamer.wiring.model import model_runner
 from streamer.wiring.stream import build_processor
 from tests.conftest import Topics, make_config
 from tests.integration.test_faults_kafka import Feeder, check, feed, finish_feed

@@ -27,12 +27,12 @@ from prometheus_client import CollectorRegistry
 
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from streamer.config import ChallengerConfig, Config, with_overrides
+from streamer.formats.configured import input_codec
 from streamer.observe.drift import write_profile
 from streamer.observe.health import HealthServer, Status
 from streamer.observe.lag import LagExporter
 from streamer.processor import Processor
 from streamer.testing import FunctionRunner, score_matrix
-from streamer.wiring.codecs import input_codec
 from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, free_port, make_config
 from tests.support.faults import ChildProcessor, write_config

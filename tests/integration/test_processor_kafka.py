@@ -31,7 +31,7 @@ from streamer.commands.demo import encoded_events, produce_events, synthetic_eve
 from streamer.config import RegistryConfig
 from streamer.formats import subjects
 from streamer.formats.avro import AvroCodec
-from streamer.wiring.codecs import input_codec, output_codec
+from streamer.formats.configured import input_codec, output_codec
 from streamer.wiring.stream import build_processor
 from tests.conftest import (
     ROOT,

@@ -31,8 +31,8 @@ from streamer.commands.demo import produce_events, synthetic_events
 from streamer.config import Config, RegistryConfig, Secret, with_overrides
 from streamer.errors import EXIT_CONFIG, BrokerError, ConfigError
 from streamer.formats.avro import AvroCodec, load_schema
+from streamer.formats.configured import output_codec
 from streamer.kafka.deadletter import header
-from streamer.wiring.codecs import output_codec
 from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, make_config, read_all, run_until_outputs
 from tests.support.schema_registry import SchemaRegistry

@@ -20,8 +20,8 @@ from streamer.commands.demo import synthetic_events
 from streamer.commands.replay import run_replay
 from streamer.config import Config
 from streamer.errors import ConfigError, ReplayFinishedError
+from streamer.formats.configured import input_codec, output_codec
 from streamer.kafka.ranges import When, parse_when
-from streamer.wiring.codecs import input_codec, output_codec
 from streamer.wiring.stream import build_processor
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, run_until_outputs
 from tests.support.faults import read_all, wait_until, write_config

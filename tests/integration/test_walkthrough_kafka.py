@@ -32,8 +32,8 @@ import pytest
 
 from streamer.commands.demo import produce_events
 from streamer.config_file import load_config
+from streamer.formats.configured import input_codec
 from streamer.kafka.deadletter import header
-from streamer.wiring.codecs import input_codec
 from streamer.wiring.stream import build_processor
 from tests.conftest import ROOT, Topics, read_all, run_until_outputs
 from tests.support.pages import marked_blocks, run_block

@@ -15,8 +15,8 @@ from streamer.config_file import load_config
 from streamer.kafka.clients import KafkaClients, consume_batch
 from streamer.kafka.offsets import OffsetTracker
 from streamer.kafka.retrylog import STARTUP_GRACE_S, LibrdkafkaLog, retry_level
+from streamer.kafka.side import open_kafka
 from streamer.testing import FakeClock
-from streamer.wiring.stream import open_kafka
 from tests.support.fakes import FakeConsumer, FakeProducer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ import numpy as np
 
 from streamer.config import with_overrides
 from streamer.config_file import load_config
-from streamer.house import KafkaSide
 from streamer.kafka.checkpoint import Transactional
 from streamer.kafka.delivery import Deliveries
 from streamer.kafka.messages import Output
 from streamer.kafka.offsets import OffsetTracker
+from streamer.kafka.side import KafkaSide
 from streamer.testing import FakeClock
 from tests.support.fakes import FakeConsumer, FakeMessage, FakeProducer
 

@@ -13,9 +13,9 @@ from streamer.commands.lake import Target, run_lake_replay
 from streamer.config import Config, LakeConfig
 from streamer.config_check import Location
 from streamer.errors import ReplayFinishedError
+from streamer.formats.configured import output_codec
 from streamer.kafka.ranges import When
-from streamer.wiring.codecs import output_codec
-from streamer.wiring.model import checked_runner
+from streamer.pipeline.reload import checked_runner
 from tests.conftest import Topics, make_config
 from tests.integration.test_replay_kafka import produce_stamped
 
@@ -143,10 +143,10 @@ def test_offsets_the_broker_deleted_before_the_run_read_them_are_counted_not_hid
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
+    from streamer.formats.configured import input_codec
     from streamer.lake.sink import Resume
     from streamer.lake.topic import TopicSource
     from streamer.pipeline.stages import Stages
-    from streamer.wiring.codecs import input_codec
     from tests.support.faults import end_offsets
 
     cfg = make_config(bootstrap, topics)

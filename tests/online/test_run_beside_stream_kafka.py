@@ -25,7 +25,7 @@ import yaml
 
 from streamer.commands.demo import encoded_events, produce_events, synthetic_events
 from streamer.config_file import load_config
-from streamer.wiring.codecs import input_codec
+from streamer.formats.configured import input_codec
 from tests.conftest import Topics, read_all
 from tests.integration.test_model_ops_kafka import predictions
 from tests.integration.test_observability_kafka import drift_profile

@@ -1,9 +1,8 @@
-"""The schemas and codecs of a config: the input schema read once, the prediction schema made once, and the codecs built from them."""
+"""The schemas and codecs a config chooses: the input's for ``input.format`` (``input.schema`` read once), the prediction schema, and the predictions' codec for ``output.format``."""
 
 from __future__ import annotations
 
 from streamer.config import Config, InputConfig, OutputConfig
-from streamer.errors import ConfigError
 from streamer.formats.avro import AvroCodec, AvroSchema, load_schema
 from streamer.formats.codec import Codec
 from streamer.formats.confluent import ConfluentAvroCodec, SchemaIds
@@ -76,11 +75,3 @@ def output_codec(cfg: Config, schema: AvroSchema | None = None) -> Codec:
     if cfg.output.format == "avro-confluent":
         return confluent_output_codec(cfg, schema)
     return AvroCodec(schema)
-
-
-def can_flag_degraded(schema: AvroSchema) -> None:
-    """A fallback's predictions are flagged degraded: refused when the schema cannot say so."""
-    if "degraded_reason" not in {f["name"] for f in schema["fields"]}:
-        raise ConfigError("output.schema", "has no degraded and degraded_reason fields (schemas/"
-                                           "prediction.avsc has them): model.fallback_* needs them "
-                                           "to flag degraded predictions")
