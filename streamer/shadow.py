@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaError
 
-from streamer.config import ChallengerConfig, Config, shadow_topic
+from streamer.config import ChallengerConfig, Config, ShadowConfig, shadow_topic
 from streamer.errors import ConfigError
 from streamer.formats.codec import Codec
 from streamer.formats.json_events import JsonCodec
@@ -88,13 +88,14 @@ class Challenger:
 class Shadow:
     """The challengers of one processor, their shadow predictions and agreement metrics."""
 
-    def __init__(self, cfg: Config, challengers: list[tuple[ChallengerConfig, ModelRunner]], stages: Stages,
-                 make_producer: Callable[[], Any], metrics: Metrics | None = None,
+    def __init__(self, s: ShadowConfig, topic: str, challengers: list[tuple[ChallengerConfig, ModelRunner]],
+                 stages: Stages, make_producer: Callable[[], Any], metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  ensure_topic: Callable[[str], object] = lambda topic: None) -> None:
-        depth = cfg.shadow.queue_batches
-        self.challengers = [Challenger(spec, runner, depth) for spec, runner in challengers]
-        self.topic, self.threshold = shadow_topic(cfg), cfg.shadow.flip_threshold
+        """``s``: the ``shadow`` section; ``topic``: where shadow predictions go (config.shadow_topic);
+        ``stages``: the champion's encoder of predictions."""
+        self.challengers = [Challenger(spec, runner, s.queue_batches) for spec, runner in challengers]
+        self.topic, self.threshold = topic, s.flip_threshold
         self._stages, self._make_producer, self._ensure = stages, make_producer, ensure_topic
         self._clock = clock
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
@@ -234,5 +235,5 @@ def shadow_of(cfg: Config, champion: ModelRunner, encoder: Codec, metrics: Metri
             raise ConfigError(f"shadow.challengers[{n}].path", f"{spec.name!r}: {differs}")
         challengers.append((spec, runner))
     stages = Stages.serving(JsonCodec(), encoder, cfg, champion)  # encodes only
-    return Shadow(cfg, challengers, stages, lambda: make_producer(cfg), metrics,
+    return Shadow(cfg.shadow, shadow_topic(cfg), challengers, stages, lambda: make_producer(cfg), metrics,
                   ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))

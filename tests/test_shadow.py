@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from streamer.config import ChallengerConfig
+from streamer.config import ChallengerConfig, shadow_topic
 from streamer.errors import InferenceError
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.configured import output_codec
@@ -51,7 +51,7 @@ def make(tmp_path: Path, runners: dict[str, Any], **shadow: object) -> tuple[Sha
     cfg = config(model)
     cfg = replace(cfg, shadow=replace(cfg.shadow, challengers=tuple(specs), **shadow))
     sink, registry = Sink(), CollectorRegistry()
-    s = Shadow(cfg, list(zip(specs, runners.values(), strict=True)),
+    s = Shadow(cfg.shadow, shadow_topic(cfg), list(zip(specs, runners.values(), strict=True)),
                Stages(JsonCodec(), output_codec(cfg), cfg.input, Contract.of(matrix_signature(N))), lambda: sink, Metrics(registry), FakeClock())
     s.start(8)
     return s, sink, registry
