@@ -37,7 +37,7 @@ from streamer.observe.progress import ProgressWatch
 from streamer.observe.stats import Stats
 from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.broken import wholly_broken
-from streamer.pipeline.inference import Inference, Scoring
+from streamer.pipeline.inference import Inference, Inferred
 from streamer.pipeline.records import ModelId, Partition, Rows, Stamp
 from streamer.pipeline.stages import Stages
 
@@ -292,7 +292,7 @@ class Processor:
         self._assigned -= tps
         self._progress.forget(tps)
 
-    def _predictions(self, done: Scoring) -> Predictions | None:
+    def _predictions(self, done: Inferred) -> Predictions | None:
         """Predictions for a scored batch (its rejects go to dead letters); None while the model is held."""
         if done.out is None:
             self._holds.hold_model(str(done.error))

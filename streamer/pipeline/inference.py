@@ -50,8 +50,8 @@ FULL = 2 * DEPTH  # batches queued and in flight at which the loop stops reading
 
 
 @dataclass(frozen=True, slots=True)
-class Scoring:
-    """A batch scored: ``out``, or the ``error`` that holds it (the loop retries it later)."""
+class Inferred:
+    """A batch through the model: its ``out``, or the ``error`` that holds it (the loop retries it later)."""
 
     batch: Batch[Rows]
     out: Scored | None
@@ -69,8 +69,8 @@ class Inference:
         self._inflight: deque[Batch[Rows]] = deque()  # handed to the thread, in order
         self._generation = 0
         self._inbox: queue.Queue[tuple[int, Batch[Rows]] | None] = queue.Queue()
-        self._outbox: queue.Queue[tuple[int, Scoring, BaseException | None]] = queue.Queue()
-        self._arrived: deque[tuple[int, Scoring, BaseException | None]] = deque()  # taken by wait()
+        self._outbox: queue.Queue[tuple[int, Inferred, BaseException | None]] = queue.Queue()
+        self._arrived: deque[tuple[int, Inferred, BaseException | None]] = deque()  # taken by wait()
         self._thread: threading.Thread | None = None
         self._timings: list[float] = []  # auto: seconds of the first full-ish batches
 
@@ -89,7 +89,7 @@ class Inference:
         self._thread = threading.Thread(target=self._work, name="inference", daemon=True)
         self._thread.start()
 
-    def _timed(self, done: Scoring) -> None:
+    def _timed(self, done: Inferred) -> None:
         """Auto: time full-ish batches scored inline in one model call (not the fallback's, which
         makes none); pipeline once their median is heavy. A batch searched for poison rows is not
         timed: its many small calls are mostly the search's Python, which holds the GIL, so a
@@ -132,8 +132,8 @@ class Inference:
     def add(self, batches: list[Batch[Rows]] | Batch[Rows]) -> None:
         self._pending.extend(batches if isinstance(batches, list) else [batches])
 
-    def ready(self, may_run: Callable[[], bool]) -> Iterator[Scoring]:
-        """Scored batches, in order. Stops after a batch the model could not take (its Scoring
+    def ready(self, may_run: Callable[[], bool]) -> Iterator[Inferred]:
+        """Scored batches, in order. Stops after a batch the model could not take (its Inferred
         carries the error; it stays first in line). ``may_run`` is asked before each hand-out."""
         if not self.pipelined:
             while self._pending and may_run():
@@ -207,13 +207,13 @@ class Inference:
             self._pending.extendleft(reversed(self._inflight))
             self._inflight.clear()
 
-    def _score(self, batch: Batch[Rows]) -> Scoring:
+    def _score(self, batch: Batch[Rows]) -> Inferred:
         started = time.perf_counter()
         try:
             out = self._serving.score(batch.rows)
         except ModelBrokenError as exc:
-            return Scoring(batch, None, exc, time.perf_counter() - started)
-        return Scoring(batch, out, None, time.perf_counter() - started)
+            return Inferred(batch, None, exc, time.perf_counter() - started)
+        return Inferred(batch, out, None, time.perf_counter() - started)
 
     def _work(self) -> None:
         while (item := self._inbox.get()) is not None:
@@ -223,4 +223,4 @@ class Inference:
             try:
                 self._outbox.put((generation, self._score(batch), None))
             except BaseException as exc:  # noqa: BLE001 - handed to the loop, which raises it
-                self._outbox.put((generation, Scoring(batch, None), exc))
+                self._outbox.put((generation, Inferred(batch, None), exc))

@@ -13,7 +13,7 @@ from streamer.errors import InferenceError
 from streamer.model.contract import Contract
 from streamer.model.signature import Columns
 from streamer.pipeline.batcher import Batch
-from streamer.pipeline.inference import DEPTH, Inference, Scoring
+from streamer.pipeline.inference import DEPTH, Inference, Inferred
 from streamer.pipeline.records import Rows
 from streamer.testing import FakeClock, FunctionRunner, matrix_signature
 from tests.pipeline.test_serving import N, config, rows
@@ -60,9 +60,9 @@ def inference(runner: object, pipelined: bool | None) -> Inference:
     return inf
 
 
-def collect(inf: Inference, until: int, may_run: bool = True) -> list[Scoring]:
+def collect(inf: Inference, until: int, may_run: bool = True) -> list[Inferred]:
     """Take results as the loop does, waiting as a drain does, until ``until`` arrived."""
-    got: list[Scoring] = []
+    got: list[Inferred] = []
     deadline = time.monotonic() + 10
     while len(got) < until:
         got.extend(inf.ready(lambda: may_run))
@@ -73,7 +73,7 @@ def collect(inf: Inference, until: int, may_run: bool = True) -> list[Scoring]:
     return got
 
 
-def firsts(done: list[Scoring]) -> list[int]:
+def firsts(done: list[Inferred]) -> list[int]:
     return [int(d.batch.rows.features.arrays["features"][0, 0]) for d in done]
 
 
@@ -113,7 +113,7 @@ def test_a_batch_the_model_cannot_take_goes_back_with_everything_behind_it() -> 
         model.opened.release()
     done = collect(inf, 1)
     assert done[-1].error is not None and firsts(done) == [0]
-    assert len(inf) == 3 and firsts([Scoring(b, None) for b in inf._pending]) == [0, 4, 8]
+    assert len(inf) == 3 and firsts([Inferred(b, None) for b in inf._pending]) == [0, 4, 8]
     model.failing = False
     done = collect(inf, 3)
     assert firsts(done) == [0, 4, 8] and all(d.error is None for d in done)  # each once, in order
