@@ -1,8 +1,9 @@
 """The `streamer` command line: each command dispatched to its module (cli_parser.py holds the words).
 
-The modules of the commands that score, or read a model, are imported when their command runs:
-ONNX Runtime (and its CUDA probing) loads only for them, never for ``dlq``, ``lag-exporter``,
-``topics`` or ``dev``, and an optional extra (lake, eval, online) only with its command.
+Each command's module is imported when its command runs: ``streamer --help`` and the light
+commands start at once, ONNX Runtime (and its CUDA probing) loads only for the commands that
+score or read a model (never for ``dlq``, ``lag-exporter``, ``topics`` or ``dev``), and an optional
+extra (lake, eval, online) only with its command.
 """
 
 from __future__ import annotations
@@ -17,19 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
-from prometheus_client import CollectorRegistry
-
 from streamer.cli_parser import parser
-from streamer.commands import dlq
-from streamer.commands.devkafka import run_dev_kafka
-from streamer.commands.topics import TopicsPlan, create_topics, exit_code
-from streamer.commands.workers import Supervisor, for_worker, spawn_worker
-from streamer.config import librdkafka_config, redacted
-from streamer.config_file import load_config, load_part
 from streamer.errors import EXIT_CONFIG, EXIT_FATAL, ConfigError, StopRequested, StreamerError
-from streamer.kafka.ranges import parse_when
-from streamer.observe.health import HealthServer, Status
-from streamer.observe.lag import LagConfig, LagExporter
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "evaluate":
             return _evaluate(args)
         if args.command == "serve":
-            from streamer.commands.serve import run_serve  # the online extra's
+            from streamer.commands.serve import run_serve
+            from streamer.config_file import load_config
 
             return run_serve(load_config(args.config))
         if args.command in ("produce", "tail"):
@@ -75,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _supervise(config_path: str, workers: int) -> int:
+    from streamer.commands.workers import Supervisor, spawn_worker
+    from streamer.config_file import load_config
+
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
     load_config(config_path)  # a bad config fails here once, not in every worker
@@ -91,7 +85,11 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
     _on_signals(lambda: stop[0]())
     reload: list[Callable[[], None]] = [lambda: None]  # SIGHUP: load the model again (not: hang up)
     signal.signal(signal.SIGHUP, lambda *_: reload[0]())
-    from streamer.wiring.online import running  # ONNX Runtime
+
+    from streamer.commands.workers import for_worker
+    from streamer.config import redacted
+    from streamer.config_file import load_config
+    from streamer.wiring.online import running
 
     cfg = load_config(config_path)
     if worker_index is not None:
@@ -109,6 +107,9 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
 
 
 def _dlq(args: argparse.Namespace) -> int:
+    from streamer.commands import dlq
+    from streamer.config_file import load_config
+
     cfg = load_config(args.config)
     if args.dlq_command == "inspect":
         lines = dlq.inspect(cfg, args.limit)
@@ -123,6 +124,13 @@ def _dlq(args: argparse.Namespace) -> int:
 
 
 def _lag_exporter(args: argparse.Namespace) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from streamer.config import librdkafka_config
+    from streamer.config_file import load_part
+    from streamer.observe.health import HealthServer, Status
+    from streamer.observe.lag import LagConfig, LagExporter
+
     host, port = "127.0.0.1", 9399
     if args.config:
         # The processors' file, so the cluster's security settings and the group are theirs; only
@@ -149,7 +157,8 @@ def _lag_exporter(args: argparse.Namespace) -> int:
 
 
 def _lake(args: argparse.Namespace) -> int:
-    from streamer.commands import lake  # the lake extra's
+    from streamer.commands import lake
+    from streamer.config_file import load_config
 
     cfg = load_config(args.config)
     target = lake.Target(args.to_table, args.to_parquet)
@@ -157,6 +166,8 @@ def _lake(args: argparse.Namespace) -> int:
         summary = lake.run_score(cfg, args.from_, target, run_id=args.run_id, force=args.force,
                                  batch_size=args.batch_size)
     else:
+        from streamer.kafka.ranges import parse_when
+
         if args.workers != 1:
             return lake.supervise_replay(args.argv, cfg, args.workers, args.run_id, args.from_)
         shard = lake.parse_shard(args.shard)
@@ -175,7 +186,9 @@ def _lake(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from streamer.commands.replay import run_replay  # ONNX Runtime
+    from streamer.commands.replay import run_replay
+    from streamer.config_file import load_config
+    from streamer.kafka.ranges import parse_when
 
     cfg = load_config(args.config)
     summary = run_replay(
@@ -198,8 +211,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     if missing:  # an optional extra: the streaming image leaves it out
         raise ConfigError("evaluate", f"needs the eval extra, pip install 'streamer[eval]' ({', '.join(missing)} "
                                       "not installed)")
-    from streamer.commands.evaluate import evaluate, parse_within  # the eval extra's
+    from streamer.commands.evaluate import evaluate, parse_within
+    from streamer.config_file import load_config
     from streamer.evaluate.labels import LabelsFrom
+    from streamer.kafka.ranges import parse_when
     from streamer.wiring.evaluate import Evaluation, Outputs
 
     given = [flag for flag, value in (("--labels-key", args.labels_key), ("--labels-column", args.labels_column),
@@ -224,23 +239,27 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _model(args: argparse.Namespace) -> int:
-    from streamer.commands import model  # ONNX Runtime
+    from streamer.commands import model
 
     if args.command == "model":
         if args.model_command == "optimize":
             return _optimize(args)
         print(model.inspect(Path(args.path)))
         return 0
+    from streamer.config_file import load_config
+
     print(model.schema(load_config(args.config)))
     return 0
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from streamer.commands.model import calibration_rows  # ONNX Runtime
+    from streamer.commands.model import calibration_rows
     from streamer.model.optimize import optimize
 
     calibration = None
     if args.calibrate_from:
+        from streamer.config_file import load_config
+
         if not args.config:
             raise ConfigError("--config", "is required with --calibrate-from: it names the input topics and the contract")
         if args.calibrate_rows < 1:
@@ -252,7 +271,8 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _check(config_path: str, timeout_s: float) -> int:
-    from streamer.commands.check import check  # ONNX Runtime
+    from streamer.commands.check import check
+    from streamer.config_file import load_config
 
     findings = check(load_config(config_path), timeout_s)  # a bad config: ConfigError, exit 2
     print("\n".join(f.line() for f in findings))
@@ -263,8 +283,11 @@ def _check(config_path: str, timeout_s: float) -> int:
 
 def _dev_or_topics(args: argparse.Namespace) -> int:
     if args.command == "dev":
+        from streamer.commands.devkafka import run_dev_kafka
 
         return run_dev_kafka(Path(args.data), args.port, sys.stdout, sys.stderr)
+    from streamer.commands.topics import TopicsPlan, create_topics, exit_code
+    from streamer.config_file import load_config
 
     plan = TopicsPlan(args.partitions, args.replication, args.retention_ms)  # a bad flag: exit 2
     lines = create_topics(load_config(args.config), plan)
@@ -273,7 +296,8 @@ def _dev_or_topics(args: argparse.Namespace) -> int:
 
 
 def _files(args: argparse.Namespace) -> int:
-    from streamer.commands.produce import produce_file, tail  # ONNX Runtime, with the codecs
+    from streamer.commands.produce import produce_file, tail
+    from streamer.config_file import load_config
 
     cfg = load_config(args.config)
     if args.command == "produce":
@@ -285,7 +309,7 @@ def _files(args: argparse.Namespace) -> int:
 
 
 def _demo(events: int, brokers: int = 1) -> int:
-    from streamer.commands.demo import run_demo  # ONNX Runtime
+    from streamer.commands.demo import run_demo
 
     if events <= 0:
         raise SystemExit("streamer demo: --events must be > 0")

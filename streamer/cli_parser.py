@@ -6,7 +6,6 @@ import argparse
 import os
 from collections.abc import Callable
 
-from streamer.commands.dlq import parse_place
 from streamer.errors import STAGES
 
 DESCRIPTION = """\
@@ -264,6 +263,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _place(text: str) -> tuple[int, int]:
     """``--offset PARTITION:OFFSET``; argparse names a bad one (exit 2)."""
+    from streamer.commands.dlq import parse_place  # the command's module, only when its flag is read
+
     try:
         return parse_place(text)
     except ValueError as exc:

@@ -135,8 +135,8 @@ def test_the_lag_exporters_default_port_is_below_the_workers_ports(monkeypatch: 
         bound.append((host, port))
         raise Stop
 
-    monkeypatch.setattr(cli, "HealthServer", server)
-    monkeypatch.setattr(cli, "LagExporter", lambda *a, **k: None)
+    monkeypatch.setattr("streamer.observe.health.HealthServer", server)
+    monkeypatch.setattr("streamer.observe.lag.LagExporter", lambda *a, **k: None)
     with pytest.raises(Stop):
         cli.main(["lag-exporter", "--config", str(EXAMPLE)])
     cfg = load_config(EXAMPLE)
