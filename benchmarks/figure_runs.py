@@ -25,7 +25,7 @@ from streamer.kafka.ranges import When
 from streamer.model.contract import SCORES
 from streamer.model.runner import model_runner
 from streamer.observe.stats import Stats
-from streamer.pipeline.records import ModelId, Stamp, prediction_fields
+from streamer.pipeline.records import ModelId, Partition, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 from streamer.testing import PoisonRunner, score_matrix
 from streamer.wiring.stream import build_processor
@@ -40,7 +40,7 @@ def pass_through(cfg: Config, n: int) -> float:
     producer = Producer(clients.producer_config(cfg, **harness.WAKEUPS.settings()))
     consumer.subscribe(list(cfg.input.topics))
     done, acked, started = 0, [0], None
-    positions: dict[tuple[str, int], int] = {}
+    positions: dict[Partition, int] = {}
 
     def ack(err: object, _m: object) -> None:
         acked[0] += err is None

@@ -41,6 +41,7 @@ from streamer.kafka.clients import KafkaClients  # noqa: E402
 from streamer.model.contract import FEATURES  # noqa: E402
 from streamer.model.runner import model_runner  # noqa: E402
 from streamer.model.signature import Columns  # noqa: E402
+from streamer.pipeline.records import Partition  # noqa: E402
 from streamer.wiring.stream import build_processor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +88,7 @@ class MemoryConsumer:
                  **_: Any) -> None:
         self._messages, self._next, self._on_commit, self._assigned = messages, 0, on_commit, False
         self._callbacks: dict[str, Any] = {}
-        self.committed: dict[tuple[str, int], int] = {}
+        self.committed: dict[Partition, int] = {}
 
     def subscribe(self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None) -> None:
         self._callbacks = {"assign": on_assign, "revoke": on_revoke}

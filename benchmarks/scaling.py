@@ -31,6 +31,7 @@ from streamer.commands.demo import encoded_events, produce_events, synthetic_eve
 from streamer.dev.broker import kafka_cluster  # noqa: E402
 from streamer.formats.configured import input_codec  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
+from streamer.pipeline.records import Partition  # noqa: E402
 from tests.support.faults import caught_up, write_config, written  # noqa: E402
 
 
@@ -50,9 +51,9 @@ def pass_through_child(config: str, group: str, out: str) -> None:
     base = load_config(config)
     cfg = replace(base, input=replace(base.input, group_id=group))
     consumer, producer = clients.make_consumer(cfg), clients.make_producer(cfg)
-    positions: dict[tuple[str, int], int] = {}
+    positions: dict[Partition, int] = {}
 
-    def commit(tps: set[tuple[str, int]] | None = None) -> None:
+    def commit(tps: set[Partition] | None = None) -> None:
         """Commit after every ack (of ``tps`` only, on a revoke); a failure is retried next time."""
         chosen = {tp: o for tp, o in positions.items() if tps is None or tp in tps}
         if chosen and producer.flush(30) == 0:

@@ -1,13 +1,17 @@
-"""What a processor runs on: the wiring that commands build before it runs, and the scope of a bounded run."""
+"""What a processor runs on: the wiring that commands build before it runs, and the scope of a bounded run with its run id."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streamer.config import Config
+from streamer.errors import ConfigError
 from streamer.formats.codec import Codec
 from streamer.kafka.messages import Acked
 from streamer.kafka.ranges import Ranges
@@ -19,6 +23,8 @@ from streamer.observe.metrics import Metrics
 from streamer.pipeline.batcher import Batch
 from streamer.pipeline.records import Partition, Rows, Scored
 from streamer.pipeline.serving import Serving
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
 class Observer(Protocol):
@@ -86,3 +92,13 @@ class Scope:
     bounds: Ranges | None = None
     run_id: str | None = None
     commit_metadata: Callable[[Partition], str] | None = None
+
+
+def new_run_id(given: str | None) -> str:
+    """A bounded run's id (a replay's, a lake run's, an evaluation's): ``given`` checked (letters,
+    digits, '.', '_', '-', up to 100: it names consumer groups, commits and files), or a new one
+    of the time and 4 hex digits."""
+    run_id = given or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:4]
+    if not _RUN_ID.match(run_id):
+        raise ConfigError("--run-id", f"{run_id!r}: letters, digits, '.', '_' and '-' only, up to 100")
+    return run_id

@@ -21,7 +21,7 @@ from confluent_kafka import Message, TopicPartition
 
 from streamer import heap
 from streamer.config import dead_letter_topic
-from streamer.errors import BrokerError, ProduceError, RecordError
+from streamer.errors import BrokerError, ProduceError
 from streamer.holds import Holds
 from streamer.house import Observers, Scope, Wiring
 from streamer.kafka.checkpoint import Commit
@@ -39,7 +39,7 @@ from streamer.pipeline.batcher import FlushReason, MicroBatcher
 from streamer.pipeline.broken import wholly_broken
 from streamer.pipeline.inference import Inference, Inferred
 from streamer.pipeline.records import ModelId, Partition, Rows, Stamp
-from streamer.pipeline.stages import Stages
+from streamer.pipeline.stages import Reject, Stages
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +333,7 @@ class Processor:
         self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
         self._account.stopped(self._failed)
 
-    def _dead_letter(self, rejects: Sequence[tuple[RecordError, Message]],
+    def _dead_letter(self, rejects: Sequence[Reject],
                      scored_by: ModelId | None = None) -> None:
         """Dead letters as one unit, named by ``scored_by``, the model that scored them (default: serving)."""
         model = scored_by or self.serving.model

@@ -68,7 +68,7 @@ class Challenger:
     """One challenger model and the thread that scores its queue."""
 
     def __init__(self, spec: ChallengerConfig, runner: ModelRunner, depth: int) -> None:
-        self.name, self.version, self.runner = spec.name, spec.version, runner
+        self.runner = runner
         self.model = ModelId(spec.name, spec.version, file_digest(spec.path))  # what its predictions carry
         self.inbox: queue.Queue[_Job | None] = queue.Queue(maxsize=depth)
         self.done: queue.Queue[_Done] = queue.Queue()
@@ -103,7 +103,7 @@ class Shadow:
         self.compared = self.flips = self.skipped = self.failed = self.produced = 0  # for tests and notes
         for c in self.challengers:
             for stage in ("skipped", "score", "encode", "produce"):
-                self.metrics.shadow_failures.labels(c.name, stage)
+                self.metrics.shadow_failures.labels(c.model.name, stage)
 
     def start(self, rows: int) -> None:
         """Create the shadow topic if missing (shaped like the output topic), warm every
@@ -118,7 +118,7 @@ class Shadow:
             c.thread.start()
         if self.challengers:
             log.info("shadow: %s scored beside the champion, predictions to %s",
-                     ", ".join(f"{c.name} v{c.version}" for c in self.challengers), self.topic)
+                     ", ".join(f"{c.model.name} v{c.model.version}" for c in self.challengers), self.topic)
 
     def submit(self, rows: Rows, out: Scored) -> None:
         """Queue a scored batch for every challenger; never waits (a full queue skips the batch)."""
@@ -131,7 +131,7 @@ class Shadow:
                 c.inbox.put_nowait(job)
             except queue.Full:
                 self.skipped += len(rows)
-                self.metrics.shadow_failures.labels(c.name, "skipped").inc(len(rows))
+                self.metrics.shadow_failures.labels(c.model.name, "skipped").inc(len(rows))
 
     def pump(self) -> None:
         """Publish what the challengers finished: shadow predictions and agreement."""
@@ -169,7 +169,7 @@ class Shadow:
             self._failed(c, "score", f"failed on a batch of {len(done.job.rows)} rows: {done.error}")
             return
         scores = done.scores
-        m.inference.labels(c.name, c.version, c.runner.provider).observe(done.seconds)
+        m.inference.labels(c.model.name, c.model.version, c.runner.provider).observe(done.seconds)
         n = len(done.job.rows)
         if not scores.arrays or any(len(v) != n for v in scores.arrays.values()):
             self._failed(c, "score", f"answered {scores!r} for {n} rows")
@@ -190,9 +190,9 @@ class Shadow:
         flips = int(np.count_nonzero((theirs >= self.threshold) != (ours >= self.threshold)))
         self.compared += len(ours)
         self.flips += flips
-        self.metrics.shadow_rows.labels(c.name).inc(len(ours))
-        self.metrics.shadow_flips.labels(c.name).inc(flips)
-        observe_many(self.metrics.shadow_abs_diff.labels(c.name), np.abs(theirs - ours))
+        self.metrics.shadow_rows.labels(c.model.name).inc(len(ours))
+        self.metrics.shadow_flips.labels(c.model.name).inc(flips)
+        observe_many(self.metrics.shadow_abs_diff.labels(c.model.name), np.abs(theirs - ours))
 
     def _produce(self, c: Challenger, rows: Rows, values: list[bytes]) -> None:
         if self._producer is None:
@@ -202,7 +202,7 @@ class Shadow:
         def report(err: KafkaError | None, _msg: Any) -> None:
             if err is None:
                 self.produced += 1
-                self.metrics.shadow_predictions.labels(c.name).inc()
+                self.metrics.shadow_predictions.labels(c.model.name).inc()
             else:
                 self._failed(c, "produce", f"the broker refused a shadow prediction: {err}")
 
@@ -216,12 +216,12 @@ class Shadow:
 
     def _failed(self, c: Challenger, stage: str, why: str, count: int = 1) -> None:
         self.failed += count
-        self.metrics.shadow_failures.labels(c.name, stage).inc(count)
+        self.metrics.shadow_failures.labels(c.model.name, stage).inc(count)
         now = self._clock()
         if now - c.logged_at >= LOG_EVERY_S:
             c.logged_at = now
             log.warning("shadow %s v%s: %s (the champion is not affected; logged once a minute)",
-                        c.name, c.version, why)
+                        c.model.name, c.model.version, why)
 
 
 def shadow_of(cfg: Config, champion: ModelRunner, encoder: Codec, metrics: Metrics | None) -> Shadow | None:

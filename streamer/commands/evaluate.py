@@ -26,11 +26,12 @@ from streamer.evaluate.metrics import summarize
 from streamer.evaluate.observations import ModelInfo, Run
 from streamer.evaluate.report import write_report
 from streamer.evaluate.require import check, parse_require
+from streamer.house import new_run_id
 from streamer.kafka.ranges import Ranges
 from streamer.lake.run import LakeRun
 from streamer.observe.bar import ProgressBar
 from streamer.wiring.evaluate import Evaluation, evaluation_job
-from streamer.wiring.lake import LakeHouse, new_run_id
+from streamer.wiring.lake import LakeHouse
 
 _WITHIN = re.compile(r"^(\d+)(s|m|h|d)$")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -20,11 +20,12 @@ from typing import TextIO
 
 from streamer.config import Config
 from streamer.errors import ConfigError
+from streamer.house import new_run_id
 from streamer.kafka.ranges import When, parse_when
 from streamer.lake.run import LakeCounts, LakeRun
 from streamer.lake.sink import Resume, Shard
 from streamer.observe.bar import ProgressBar
-from streamer.wiring.lake import BATCH_SIZE, LakeJob, Target, new_run_id, replay_job, score_job
+from streamer.wiring.lake import BATCH_SIZE, LakeJob, Target, replay_job, score_job
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,12 +9,10 @@ A finished run refuses to run again unless forced.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import sys
 import time
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from streamer.config import Config
 from streamer.errors import ConfigError, ReplayFinishedError
-from streamer.house import Scope
+from streamer.house import Scope, new_run_id
 from streamer.kafka import clients
 from streamer.kafka.ranges import Ranges, When, resolve
 from streamer.kafka.topics import partitions
@@ -107,7 +105,7 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
     The run's config is built, and so validated, before anything talks to the broker: a bad
     override raises :class:`ConfigError` naming ``batching.max_size`` at once.
     """
-    run_id = run_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:4]
+    run_id = new_run_id(run_id)
     output_topic = output_topic or f"{cfg.output.topic}.backfill"
     if output_topic == cfg.output.topic and not allow_live_output:
         raise ConfigError("--output-topic", f"{output_topic!r} is the live output topic; a replay "

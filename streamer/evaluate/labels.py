@@ -141,8 +141,7 @@ def read(lake: LakeConfig, spec: LabelsFrom) -> pa.Table:
             return pq.read_table(path, filesystem=fs)
         except (pa.ArrowInvalid, OSError) as exc:
             raise ConfigError("--labels-from", f"cannot read {where}: {exc}") from exc
-    from pyiceberg.exceptions import NoSuchTableError
-
+    from pyiceberg.exceptions import NoSuchTableError  # the lake extra's
 
     try:
         return open_catalog(lake).load_table(identifier(lake, where, "--labels-from")).scan().to_arrow()

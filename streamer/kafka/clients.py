@@ -152,7 +152,7 @@ def check_topics(cfg: Config, timeout_s: float = 10.0, wait_s: float = STARTUP_W
                  stopping: Callable[[], bool] = lambda: False) -> None:
     """The cluster answers, and what start-up creates or needs at once is there: with
     ``input.create_topics`` a missing input topic is created (the broker's default partitions and
-    replication; without it, the processor waits for it: wiring/stream.topic_wait). A missing
+    replication; without it, the processor waits for it: :func:`topic_wait`). A missing
     dead-letter topic that streamer may not create is a ConfigError
     (``processing.create_dead_letter_topic: false``): named by ``processing.dead_letter_topic``
     rather than found at the first bad row, which would block the partitions. A

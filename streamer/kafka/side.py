@@ -40,8 +40,8 @@ class KafkaSide:
 
 
 class OpenKafka(Protocol):
-    """Opens a processor's Kafka side (wiring/stream.py builds it from the config): ``tracker`` shared with
-    the checkpoint, ``commit_metadata`` kept with each commit, ``on_stats`` given librdkafka's
+    """Opens a processor's Kafka side (:func:`open_kafka` makes one of a config): ``tracker`` shared
+    with the checkpoint, ``commit_metadata`` kept with each commit, ``on_stats`` given librdkafka's
     statistics (None: not asked for), ``on_full`` called while the producer's local queue is full
     (it serves delivery reports)."""
 

@@ -86,7 +86,7 @@ class TopicSource:
 
     @staticmethod
     def _deleted(consumer: Any, todo: set[Partition], start: dict[Partition, int],
-                 bounds: dict[Partition, tuple[int, int]]) -> int:
+                 bounds: Ranges) -> int:
         """Offsets of the range the broker deleted (retention) before the run read them: counted,
         logged, and ``start`` moved past them."""
         gone = 0
@@ -102,7 +102,7 @@ class TopicSource:
 
     @staticmethod
     def _idle(consumer: Any, todo: set[Partition], where: dict[Partition, int],
-              bounds: dict[Partition, tuple[int, int]]) -> set[Partition]:
+              bounds: Ranges) -> set[Partition]:
         """Partitions left whose range has nothing more to read (their end is past what the broker
         holds: records deleted by retention, or aborted ones at the end); the others are asked for
         again from where they stand."""

@@ -142,9 +142,10 @@ def metadata_response(meta: dict[str, Any]) -> Any:
 
 
 def _value(parameter: Any) -> Any:
-    """An ``InferParameter``'s value, of whichever kind it holds; None for none."""
+    """An ``InferParameter``'s value, of whichever kind it holds; one holding none reads as the
+    int64 default, 0 (a ``timeout`` of 0 is refused, as the protocol's default would be)."""
     kind = parameter.WhichOneof("parameter_choice")
-    return None if kind is None else getattr(parameter, kind)
+    return parameter.int64_param if kind is None else getattr(parameter, kind)
 
 
 def _status(refused: Refused) -> grpc.StatusCode:

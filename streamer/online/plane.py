@@ -139,7 +139,7 @@ class DataPlane:
         deadline. BadRequest for a ``parameters.timeout`` that is not a positive integer."""
         timeout = parameters.get("timeout")
         if timeout is not None:
-            if not isinstance(timeout, int) or timeout <= 0:
+            if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
                 raise BadRequest(f"parameters.timeout {timeout!r} is not a positive number of microseconds")
             seconds = min(timeout / 1e6, self._timeout_s)
         elif asked_s is not None:

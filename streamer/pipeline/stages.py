@@ -43,10 +43,10 @@ from streamer.model.contract import FEATURES, SCORES, Contract
 from streamer.model.prediction_schema import include_name
 from streamer.model.runner import ModelRunner
 from streamer.model.signature import Columns
-from streamer.pipeline.records import Messages, Rows, SourceRecord, Stamp, prediction_fields
+from streamer.pipeline.records import Messages, Origin, Rows, SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.validate import EventValidator
 
-Reject = tuple[RecordError, Any]  # why a row failed, and the consumed message it came from
+Reject = tuple[RecordError, Origin]  # why a row failed, and where it came from (a consumed message, a table row)
 
 
 class Stages:

@@ -146,6 +146,9 @@ def raised() -> list[Raised]:
                 reason = text(node.args[1])
                 if reason is not None:
                     out.append(Raised(name, _module(path), node.lineno, text(node.args[0]) or "{...}", reason))
+            elif name == "Refused" and len(node.args) >= 2:  # Refused(status, reason): an online refusal
+                if (reason := text(node.args[1])) is not None:
+                    out.append(Raised(name, _module(path), node.lineno, "", reason))
             elif (message := text(node.args[0])) is not None:
                 out.append(Raised(name, _module(path), node.lineno, "", message))
     in_helpers = [r for r in out if r.module == _module(HELPERS)]

@@ -9,9 +9,6 @@ the run starts.
 
 from __future__ import annotations
 
-import datetime as dt
-import re
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,6 +20,8 @@ from streamer.formats.configured import input_codec
 from streamer.kafka.ranges import When
 from streamer.lake.arrow_fields import ArrowFields
 from streamer.lake.columns import PredictionColumns, prediction_arrow_schema
+from streamer.lake.iceberg import IcebergSink
+from streamer.lake.parquet import ParquetSink
 from streamer.lake.run import Predictions, Source
 from streamer.lake.sink import Resume, Shard, Sink
 from streamer.lake.table import TableSource
@@ -32,7 +31,6 @@ from streamer.pipeline.stages import Stages
 from streamer.pipeline.validate import EventValidator
 from streamer.wiring.model import ModelHouse, model_house
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 BATCH_SIZE = 8192  # rows per model call: nobody waits on a backfill's latency
 
 
@@ -73,14 +71,6 @@ class LakeJob:
         return Predictions(self.house.model.serving, self.house.columns, self.run_id)
 
 
-def new_run_id(given: str | None) -> str:
-    """``given`` checked (letters, digits, '.', '_', '-'), or a new one of the time and 4 hex digits."""
-    run_id = given or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:4]
-    if not _RUN_ID.match(run_id):
-        raise ConfigError("--run-id", f"{run_id!r}: letters, digits, '.', '_' and '-' only, up to 100")
-    return run_id
-
-
 def lake_house(cfg: Config, model_path: Path | None = None, model_version: str | None = None, *,
                key: str = "model.path", like: ModelRunner | None = None) -> LakeHouse:
     """The house of one run, its model checked as at start-up (refused on ``key``), with
@@ -95,11 +85,7 @@ def lake_house(cfg: Config, model_path: Path | None = None, model_version: str |
 def open_sink(lake: LakeConfig, target: Target, schema: pa.Schema) -> Sink:
     """The sink of ``target``, for rows of ``schema``."""
     if target.table is not None:
-        from streamer.lake.iceberg import IcebergSink  # pyiceberg: the lake extra's
-
         return IcebergSink(lake, target.table, schema)
-    from streamer.lake.parquet import ParquetSink
-
     assert target.parquet is not None
     return ParquetSink(lake, target.parquet, schema)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from functools import partial
 
@@ -18,8 +17,6 @@ from streamer.observe.health import serve_http
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
 from streamer.wiring.model import model_house
-
-log = logging.getLogger(__name__)
 
 
 def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,

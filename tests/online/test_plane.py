@@ -121,7 +121,7 @@ def test_the_deadline_rule_is_one_for_every_transport(dispatcher: Dispatcher) ->
     assert p.deadline(10.0, asked_s=0.25) == pytest.approx(10.25)  # HTTP's header
     assert p.deadline(10.0, asked_s=5.0) == pytest.approx(11.0)
     assert p.deadline(10.0) == pytest.approx(11.0) and p.deadline(10.0, bound_s=0.1) == pytest.approx(10.1)
-    for bad in (0, -5, "soon", 1.5):
+    for bad in (0, -5, "soon", 1.5, True):  # a bool is no number of microseconds, though Python counts it an int
         with pytest.raises(BadRequest, match="not a positive number of microseconds"):
             p.deadline(10.0, {"timeout": bad})
 

@@ -1,4 +1,4 @@
-"""The priority gate: one call at a time, an urgent waiter before an ordinary one."""
+"""The priority lock: one call at a time, an urgent waiter before an ordinary one."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ WAIT_S = 5.0
 
 
 def test_an_urgent_waiter_goes_before_an_ordinary_one_that_came_first() -> None:
-    gate, order = PriorityLock(), []
+    lock, order = PriorityLock(), []
     holding, release = threading.Event(), threading.Event()
 
     def first() -> None:
-        with gate.hold():
+        with lock.hold():
             holding.set()
             release.wait(WAIT_S)
 
     def call(name: str, urgent: bool, queued: threading.Event) -> None:
         queued.set()
-        with gate.hold(urgent):
+        with lock.hold(urgent):
             order.append(name)
 
     threads = [threading.Thread(target=first)]
@@ -34,12 +34,12 @@ def test_an_urgent_waiter_goes_before_an_ordinary_one_that_came_first() -> None:
         assert queued.wait(WAIT_S)
         threads.append(t)
     deadline = time.monotonic() + WAIT_S
-    while True:  # until both wait on the gate's condition (CPython's Condition keeps its waiters)
-        assert time.monotonic() < deadline, "the two calls never both waited on the gate"
-        with gate._cond:
-            if len(gate._cond._waiters) == 2 and gate._urgent == 1:  # type: ignore[attr-defined]
+    while True:  # until both wait on the lock's condition (CPython's Condition keeps its waiters)
+        assert time.monotonic() < deadline, "the two calls never both waited on the lock"
+        with lock._cond:
+            if len(lock._cond._waiters) == 2 and lock._urgent == 1:  # type: ignore[attr-defined]
                 break
     release.set()
     for t in threads:
         t.join(WAIT_S)
-    assert order == ["online", "stream"] and gate.yielded == 1
+    assert order == ["online", "stream"] and lock.yielded == 1

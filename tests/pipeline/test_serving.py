@@ -60,7 +60,6 @@ class Flaky:
         self.failing, self.slow_s, self.calls, self._clock = False, 0.0, 0, clock
         self.inner = FunctionRunner(lambda x: x[:, :1] * 2, N)
 
-    n_features = N
     provider = "CPUExecutionProvider"
     signature = property(lambda self: self.inner.signature)
     contract = property(lambda self: self.inner.contract)
