@@ -16,6 +16,8 @@ import pyarrow.fs as pafs
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError
 
+OPEN_TRIES = 3  # a new SQL catalog whose tables another process created between its check and ours
+
 
 def catalog_uri(lake: LakeConfig) -> str:
     if lake.catalog_uri is not None and lake.catalog_uri.value:
@@ -38,7 +40,19 @@ def io_properties(lake: LakeConfig) -> dict[str, str]:
 
 
 def open_catalog(lake: LakeConfig) -> Any:
-    """The configured catalog (pyiceberg's), its namespace created when missing."""
+    """The configured catalog (pyiceberg's), its namespace created when missing. Processes that
+    open a new SQL catalog at once (``--workers``, a Job's pods) race to create its tables: the
+    one that finds them made meanwhile opens it again."""
+    for attempt in range(1, OPEN_TRIES + 1):
+        try:
+            return _open_catalog(lake)
+        except ConfigError as exc:
+            if attempt == OPEN_TRIES or "already exists" not in exc.reason:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _open_catalog(lake: LakeConfig) -> Any:
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.catalog.sql import SqlCatalog
 
