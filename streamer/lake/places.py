@@ -17,6 +17,9 @@ from streamer.config import LakeConfig
 from streamer.errors import ConfigError
 
 OPEN_TRIES = 3  # a new SQL catalog whose tables another process created between its check and ours
+# What a SQL database says to the second of two processes creating the same table or row
+# (SQLite's table and unique constraint; PostgreSQL's unique key).
+RACE_LOST = ("already exists", "UNIQUE constraint failed", "duplicate key value")
 
 
 def catalog_uri(lake: LakeConfig) -> str:
@@ -42,12 +45,12 @@ def io_properties(lake: LakeConfig) -> dict[str, str]:
 def open_catalog(lake: LakeConfig) -> Any:
     """The configured catalog (pyiceberg's), its namespace created when missing. Processes that
     open a new SQL catalog at once (``--workers``, a Job's pods) race to create its tables: the
-    one that finds them made meanwhile opens it again."""
+    one that finds them (or the namespace) made meanwhile opens it again."""
     for attempt in range(1, OPEN_TRIES + 1):
         try:
             return _open_catalog(lake)
         except ConfigError as exc:
-            if attempt == OPEN_TRIES or "already exists" not in exc.reason:
+            if attempt == OPEN_TRIES or not any(lost in exc.reason for lost in RACE_LOST):
                 raise
     raise AssertionError("unreachable")
 

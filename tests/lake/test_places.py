@@ -30,9 +30,11 @@ def racing(monkeypatch: pytest.MonkeyPatch, fails: int, why: str) -> list[int]:
     return opens
 
 
+@pytest.mark.parametrize("why", ["table iceberg_tables already exists",  # its tables
+                                 "UNIQUE constraint failed: iceberg_namespace_properties.catalog_name"])  # its namespace
 def test_a_catalog_whose_tables_another_process_made_meanwhile_is_opened_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    opens = racing(monkeypatch, 1, "table iceberg_tables already exists")
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, why: str) -> None:
+    opens = racing(monkeypatch, 1, why)
     catalog = open_catalog(LakeConfig(warehouse=Location(str(tmp_path / "lake"))))
     assert opens == [2] and catalog.list_namespaces() == [("streamer",)]
 
