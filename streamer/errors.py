@@ -19,6 +19,8 @@ EXIT_FATAL = 3  # a runtime error that ends the process (fenced, fatal client er
 #                 past the start-up wait): restart it; nothing past the last commit is lost
 EXIT_WORKERS = 4  # `run --workers N`: workers kept dying and the supervisor gave up
 EXIT_GATE = 5  # `evaluate --require`: a condition failed or could not be computed; the report is written
+EXIT_STOPPED = 6  # a batch command (replay, score, evaluate, dlq redrive, produce) stopped by SIGTERM or
+#                   Ctrl+C before its end: what was done is committed; the same --run-id resumes it
 EXIT_WATCHDOG = 70  # a Kafka call blocked past its deadline (kafka/watchdog.py): restart it
 
 
