@@ -19,7 +19,15 @@ from pathlib import Path
 from types import FrameType
 
 from streamer.cli_parser import parser
-from streamer.errors import EXIT_CONFIG, EXIT_FATAL, ConfigError, StopRequested, StreamerError
+from streamer.errors import (
+    EXIT_CONFIG,
+    EXIT_FATAL,
+    EXIT_STOPPED,
+    ConfigError,
+    ReplayFinishedError,
+    StopRequested,
+    StreamerError,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,11 +123,16 @@ def _dlq(args: argparse.Namespace) -> int:
         lines = dlq.inspect(cfg, args.limit)
         print("\n".join(lines) if lines else "no dead letters")
         return 0
-    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id)
-    print(f"redriven {result.redriven}, refused {result.refused} (redriven "
+    stop = _stop_event()
+    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id, stop=stop)
+    print(("redrive stopped: " if result.stopped else "")
+          + f"redriven {result.redriven}, refused {result.refused} (redriven "
           f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short), "
           f"already redriven {result.already}"
           + (f", not found {' '.join(result.not_found)}" if result.not_found else ""))
+    if result.stopped:  # what was sent is committed: the same command sends the rest
+        print("the letters sent are committed; run the same command again to send the rest")
+        return EXIT_STOPPED
     return 0
 
 
@@ -157,6 +170,7 @@ def _lag_exporter(args: argparse.Namespace) -> int:
 
 
 def _lake(args: argparse.Namespace) -> int:
+    stop = _stop_event()  # first: a signal while the model loads stops the run at its first chunk
     from streamer.commands import lake
     from streamer.config_file import load_config
 
@@ -164,20 +178,29 @@ def _lake(args: argparse.Namespace) -> int:
     target = lake.Target(args.to_table, args.to_parquet)
     if args.command == "score":
         summary = lake.run_score(cfg, args.from_, target, run_id=args.run_id, force=args.force,
-                                 batch_size=args.batch_size)
+                                 batch_size=args.batch_size, stop=stop)
     else:
         from streamer.kafka.ranges import parse_when
 
-        if args.workers != 1:
+        if args.workers != 1:  # the supervisor forwards signals to its workers instead
             return lake.supervise_replay(args.argv, cfg, args.workers, args.run_id, args.from_)
         shard = lake.parse_shard(args.shard)
         if shard.count > 1 and not args.run_id:
             raise ConfigError("--run-id", "is required with --shard: every shard of a run writes under one id")
-        summary = lake.run_lake_replay(
-            cfg, parse_when(args.from_, "--from"), parse_when(args.to or "latest", "--to"), target,
-            run_id=args.run_id, shard=shard, force=args.force, batch_size=args.batch_size,
-            model_path=Path(args.model).resolve() if args.model else None, model_version=args.model_version)
+        try:
+            summary = lake.run_lake_replay(
+                cfg, parse_when(args.from_, "--from"), parse_when(args.to or "latest", "--to"), target,
+                run_id=args.run_id, shard=shard, force=args.force, batch_size=args.batch_size,
+                model_path=Path(args.model).resolve() if args.model else None, model_version=args.model_version,
+                stop=stop)
+        except ReplayFinishedError:  # a resumed --workers run: a shard that had finished has nothing to read
+            if args.finished_ok:
+                print(f"replay {args.run_id}: shard {shard} had finished, nothing left to read")
+                return 0
+            raise
     print("\n".join(summary.lines()))
+    if summary.counts.stopped:
+        return EXIT_STOPPED
     if summary.all_rejected:
         print(f"streamer: every row of {summary.verb} {summary.run_id} was rejected (see {summary.sink}_rejects "
               f"for the reasons); fix the model or the schemas, then run it again with --force", file=sys.stderr)
@@ -211,6 +234,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if missing:  # an optional extra: the streaming image leaves it out
         raise ConfigError("evaluate", f"needs the eval extra, pip install 'streamer[eval]' ({', '.join(missing)} "
                                       "not installed)")
+    stop = _stop_event()
     from streamer.commands.evaluate import evaluate, parse_within
     from streamer.config_file import load_config
     from streamer.evaluate.labels import LabelsFrom
@@ -233,7 +257,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                     threshold=args.threshold, require=args.require,
                     outputs=Outputs(args.to_topic, args.to_table, args.to_parquet), batch_size=args.batch_size,
                     min_events=args.min_events, bootstrap=args.bootstrap)
-    result = evaluate(cfg, ev)
+    result = evaluate(cfg, ev, stop=stop)
     print("\n".join(result.lines))
     return result.exit_code
 
@@ -301,9 +325,9 @@ def _files(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     if args.command == "produce":
-        n = produce_file(cfg, Path(args.file), args.key_field)
-        print(f"produced {n} events to {cfg.input.topics[0]} ({cfg.input.format})")
-        return 0
+        done = produce_file(cfg, Path(args.file), args.key_field, skip=args.skip, stop=_stop_event())
+        print("\n".join(done.lines(cfg.input.format)))
+        return EXIT_STOPPED if done.stopped else 0
     tail(cfg, sys.stdout, args.limit, args.topic)
     return 0
 
@@ -316,6 +340,13 @@ def _demo(events: int, brokers: int = 1) -> int:
     summary = run_demo(events, brokers)
     print("\n".join(["", "streamer demo summary", *summary.lines()]))
     return 0
+
+
+def _stop_event() -> threading.Event:
+    """A long command's stop: set by the first SIGTERM or SIGINT (see :func:`_on_signals`)."""
+    stop = threading.Event()
+    _on_signals(stop.set)
+    return stop
 
 
 def _on_signals(stop: Callable[[], None]) -> None:

@@ -102,6 +102,9 @@ def parser() -> argparse.ArgumentParser:
     produce.add_argument("--config", required=True, help=CONFIG)
     produce.add_argument("file", help="JSON Lines (.jsonl, .ndjson), CSV with a header row (.csv) or Parquet")
     produce.add_argument("--key-field", help="the field whose value keys each event (default input.entity_field)")
+    produce.add_argument("--skip", type=int, default=0, metavar="N",
+                         help="leave out the file's first N events (a stopped produce prints the N that "
+                              "produces the rest)")
 
     run = command("run", "score events until Ctrl+C or SIGTERM",
                   " On a signal it finishes the open batch, waits for the acknowledgements, commits and "
@@ -141,6 +144,8 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--shard", metavar="I/N",
                     help="into the lake: take only the partitions p with p %% N == I (a Kubernetes Indexed "
                          "Job's pod: $(JOB_COMPLETION_INDEX)/N); needs --run-id")
+    rp.add_argument("--finished-ok", action="store_true",  # --workers' workers: a resumed run's finished shards
+                    help=argparse.SUPPRESS)
 
     sc = command("score", "score the rows of Parquet files or an Iceberg table into the lake, no Kafka",
                  " Reads batch by batch through Arrow (memory stays bounded) with the config's model.inputs, "

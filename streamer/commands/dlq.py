@@ -20,13 +20,16 @@ the compacted topic ``<dead-letter topic>.redriven`` (:data:`REDRIVEN_SUFFIX`), 
 ``partition:offset`` and created on first use; every run and ``inspect`` read it, so a later run
 (selected or not) reports that letter ``already`` and sends the others. So running it twice, with
 any mix of filters, publishes nothing twice. It is at-least-once: a crash between publishing and
-committing (or recording) can publish a row again.
+committing (or recording) can publish a row again. A stop (SIGTERM, Ctrl+C) ends it between two
+letters: those sent are flushed and committed (or recorded) as at the end, and a later run sends
+the rest.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -60,6 +63,7 @@ class RedriveResult:
     skipped: int  # another stage than asked for, not ours, or cut short
     already: int = 0  # redriven by an earlier run (of another stage filter, or selected)
     not_found: tuple[str, ...] = ()  # selected offsets and event ids no letter matched
+    stopped: bool = False  # a stop ended it before the end of the dead-letter topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +124,18 @@ def inspect(cfg: Config, limit: int | None = None) -> list[str]:
 
 
 def redrive(cfg: Config, stage: str | None = None, limit: int | None = None,
-            offsets: Collection[Place] = (), event_ids: Collection[str] = ()) -> RedriveResult:
+            offsets: Collection[Place] = (), event_ids: Collection[str] = (),
+            stop: threading.Event | None = None) -> RedriveResult:
     """Re-publish dead letters (of ``stage``, or all; only those at ``offsets`` or of
-    ``event_ids`` when either is given) to their original topics; record progress."""
+    ``event_ids`` when either is given) to their original topics; record progress. ``stop`` set
+    ends it before the next letter (``stopped``)."""
     topic = dead_letter_topic(cfg)
     offsets, event_ids = set(offsets), set(event_ids)
     selecting = bool(offsets or event_ids)
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": _group(cfg, stage)}))
     producer = Producer(clients.producer_config(cfg))
     redriven = refused = skipped = already = 0
+    stopped = False
     positions: dict[Partition, int] = {}
     sent: list[Place] = []
     found_places: set[Place] = set()
@@ -142,6 +149,9 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None,
                   for p, by_stage in done.items()}
         for m in clients.read_to_end(consumer, topic, from_committed=False, starts=starts):
             if limit is not None and redriven >= limit:
+                break
+            if stop is not None and stop.is_set():
+                stopped = True  # this letter is neither sent nor passed: the next run starts at it
                 break
             partition, offset = cast(int, m.partition()), cast(int, m.offset())
             h = headers_of(m)
@@ -189,7 +199,7 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None,
     finally:
         consumer.close()
     missing = [f"{p}:{o}" for p, o in sorted(offsets - found_places)] + sorted(event_ids - found_ids)
-    return RedriveResult(redriven, refused, skipped, already, tuple(missing))
+    return RedriveResult(redriven, refused, skipped, already, tuple(missing), stopped)
 
 
 def _group(cfg: Config, stage: str | None) -> str:

@@ -8,6 +8,9 @@ the report), and what each row says is kept for the report: each model's score a
 event time, and its outcome when one is given (``--labels FIELD``) or joined afterwards
 (``--labels-from``, evaluate/labels.py). The report (evaluate/metrics.py, evaluate/report.py) is
 written before the gate (evaluate/require.py) is judged, so a refused candidate leaves its reasons.
+A stop (SIGTERM, Ctrl+C) ends the reading after the chunk in hand: the rows read are scored,
+written and committed, the report covers them and says the run was stopped, and the exit code is
+6 whatever the gate says of a part of the range.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ from __future__ import annotations
 import datetime as dt
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from streamer.config import Config
-from streamer.errors import EXIT_GATE, CandidateFailedError, ConfigError
+from streamer.errors import EXIT_GATE, EXIT_STOPPED, CandidateFailedError, ConfigError
 from streamer.evaluate.metrics import summarize
 from streamer.evaluate.observations import ModelInfo, Run
 from streamer.evaluate.report import write_report
@@ -57,8 +61,10 @@ def parse_within(text: str | None) -> int | None:
     return int(m.group(1)) * _UNIT_MS[m.group(2)]
 
 
-def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Result:
-    """Score ``ev``'s range with the champion and the candidate, write both, report, and judge the gate."""
+def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None,
+             stop: threading.Event | None = None) -> Result:
+    """Score ``ev``'s range with the champion and the candidate, write both, report, and judge the
+    gate; ``stop`` set ends the reading early (reported, exit 6)."""
     conditions = parse_require(ev.require) if ev.require else ()  # a bad gate is refused before any work
     started, began = dt.datetime.now(dt.UTC), time.monotonic()
     run_id = new_run_id("eval-" + started.strftime("%Y%m%dT%H%M%S-") + f"{int(time.time_ns()) % 65536:04x}")
@@ -69,9 +75,13 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     lake = LakeRun(job.sink, scorer, run_id, ev.batch_size or job.cfg.batching.max_size, lambda c: bar.update(c.rows))
     stopped = None
     try:
-        counts = lake.run(job.source, job.resume)
+        counts = lake.run(job.source, job.resume, stop)
     except CandidateFailedError as exc:  # reported, and the gate fails: a broken candidate is a refused one
         stopped, counts = str(exc), lake.counts
+    if counts.stopped:
+        stopped = (f"stopped by SIGTERM or Ctrl+C after {counts.rows:,} of {job.resume.left():,} offsets in range: "
+                   "the report covers the events read before it; run the evaluation again for the whole range")
+    seconds = time.monotonic() - began
     bar.close(counts.rows)
 
     obs = scorer.observations()
@@ -82,18 +92,20 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None) -> Res
     verdicts = check(conditions, summary)
     facts = Run(run_id, _info(job.champion, cfg.model.path), _info(job.candidate, ev.candidate),
                 _range_text(job.plan, obs), job.threshold, labels_text, counts.rejects, job.sink.name,
-                started.isoformat(timespec="seconds"), time.monotonic() - began, stopped)
+                started.isoformat(timespec="seconds"), seconds, stopped)
     assert ev.report is not None
     html, js = write_report(summary, facts, verdicts, ev.report)
     failed = [v for v in verdicts if not v.passed]
-    lines = [f"evaluate {run_id}: {len(obs):,} events compared, {counts.rejects:,} rejected, "
-             f"side by side into {job.sink.name}",
+    lines = [f"evaluate {run_id}{' stopped' if counts.stopped else ''}: {len(obs):,} events compared, "
+             f"{counts.rejects:,} rejected, side by side into {job.sink.name}",
              *_headline(summary.metrics),
+             f"throughput {counts.rows / max(seconds, 1e-9):,.0f} events/s read and scored by both models, "
+             f"{seconds:.1f} s in all",
              f"report: {html} (and {js.name})"]
     lines += [("FAILED " if not v.passed else "ok     ") + v.message for v in verdicts]
     if stopped:
         lines.append(f"FAILED {stopped}")
-    return Result(html, js, lines, EXIT_GATE if failed or stopped else 0)
+    return Result(html, js, lines, EXIT_STOPPED if counts.stopped else EXIT_GATE if failed or stopped else 0)
 
 
 def _info(house: LakeHouse, path: Path) -> ModelInfo:

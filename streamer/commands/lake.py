@@ -13,13 +13,14 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from streamer.config import Config
-from streamer.errors import ConfigError
+from streamer.errors import EXIT_STOPPED, ConfigError
 from streamer.house import new_run_id
 from streamer.kafka.ranges import When, parse_when
 from streamer.lake.run import LakeCounts, LakeRun
@@ -30,7 +31,7 @@ from streamer.wiring.lake import BATCH_SIZE, LakeJob, Target, replay_job, score_
 
 @dataclass(frozen=True, slots=True)
 class LakeSummary:
-    """What a finished run did; the counts add up: ``rows = predictions + rejects``."""
+    """What a run did, finished or stopped; the counts add up: ``rows = predictions + rejects``."""
 
     verb: str  # 'replay' or 'score'
     run_id: str
@@ -43,17 +44,24 @@ class LakeSummary:
         c = self.counts
         left = self.resume.left()
         counts = f"predictions {c.predictions} + rejects {c.rejects}"
-        if self.verb == "replay":  # a topic's offsets: commit markers take some, retention may delete some
-            if c.gone:
-                counts += f" + deleted by retention before they were read {c.gone}"
+        if self.verb == "replay" and c.gone:  # a topic's offsets: retention may delete some
+            counts += f" + deleted by retention before they were read {c.gone}"
+        if c.stopped:  # a part of the range: markers and the rest unread, the equation is the finished run's
+            counts = f"read {c.rows} of {left} {'offsets in range' if self.verb == 'replay' else 'rows'}: {counts}"
+        elif self.verb == "replay":  # commit markers take some offsets
             counts = (f"offsets in range {left} = {counts} + without an event "
                       f"{max(left - c.predictions - c.rejects - c.gone, 0)} (transaction markers, aborted records)")
         else:
             counts = f"rows {left} = {counts}"
-        return [f"{self.verb} {self.run_id} {'resumed and ' if self.resume.resumed else ''}finished into {self.sink}",
-                counts,
-                f"{c.commits} commits, throughput {c.rows / max(self.seconds, 1e-9):,.0f} rows/s, "
-                f"{self.seconds:.1f} s in all"]
+        unit = "events" if self.verb == "replay" else "rows"
+        lines = [f"{self.verb} {self.run_id} {'resumed and ' if self.resume.resumed else ''}"
+                 f"{'stopped' if c.stopped else 'finished'} into {self.sink}",
+                 counts,
+                 f"{c.commits} commits, throughput {c.rows / max(self.seconds, 1e-9):,.0f} {unit}/s read, scored "
+                 f"and written, {self.seconds:.1f} s in all"]
+        if c.stopped:
+            lines.append(f"resume with --run-id {self.run_id}")
+        return lines
 
     @property
     def all_rejected(self) -> bool:
@@ -73,25 +81,28 @@ def parse_shard(text: str | None) -> Shard:
 def run_lake_replay(cfg: Config, start: When, end: When, target: Target, *, run_id: str | None = None,
                     shard: Shard = Shard(), force: bool = False, batch_size: int | None = None,
                     model_path: Path | None = None, model_version: str | None = None,
-                    progress: TextIO | None = None) -> LakeSummary:
-    """Score the range into ``target`` exactly once under ``run_id`` (resumed when it has progress there)."""
+                    progress: TextIO | None = None, stop: threading.Event | None = None) -> LakeSummary:
+    """Score the range into ``target`` exactly once under ``run_id`` (resumed when it has progress
+    there); ``stop`` set ends it early, committed and resumable."""
     job = replay_job(cfg, start, end, target, new_run_id(run_id), shard=shard, force=force, model_path=model_path,
                      model_version=model_version)
-    return _run("replay", job, batch_size, progress)
+    return _run("replay", job, batch_size, progress, stop)
 
 
 def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None = None, force: bool = False,
-              batch_size: int | None = None, progress: TextIO | None = None) -> LakeSummary:
+              batch_size: int | None = None, progress: TextIO | None = None,
+              stop: threading.Event | None = None) -> LakeSummary:
     """Score every row of ``location`` (Parquet files, a dataset, an Iceberg table) into ``target``."""
     job = score_job(cfg, location, target, new_run_id(run_id), force=force, batch_size=batch_size)
-    return _run("score", job, batch_size, progress)
+    return _run("score", job, batch_size, progress, stop)
 
 
-def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | None) -> LakeSummary:
+def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | None,
+         stop: threading.Event | None) -> LakeSummary:
     bar = ProgressBar(job.resume.left(), progress or sys.stderr, verb)
     started = time.monotonic()
     lake = LakeRun(job.sink, job.scorer(), job.run_id, batch_size or BATCH_SIZE, lambda c: bar.update(c.rows))
-    counts = lake.run(job.source, job.resume)
+    counts = lake.run(job.source, job.resume, stop)
     bar.close(counts.rows)
     return LakeSummary(verb, job.run_id, job.sink.name, job.resume, counts, time.monotonic() - started)
 
@@ -99,26 +110,37 @@ def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | Non
 def supervise_replay(argv: list[str], cfg: Config, workers: int, run_id: str | None, start: str) -> int:
     """``--workers N``: N processes of this replay, process I taking the partitions p with p % N == I,
     under one run id, into one table (Iceberg's optimistic commits take turns). A relative ``--from``
-    is fixed here, so that every worker resolves the same time. Exit: the worst of theirs."""
+    is fixed here, so that every worker resolves the same time. A resumed run's shards that finished
+    before exit 0 at once (``--finished-ok``). The workers run in a process group
+    of their own, so that a terminal's Ctrl+C reaches them once, forwarded: a SIGTERM or SIGINT
+    here is passed on to each (a second one too: they exit at once). Exit: the worst of theirs, a
+    failure before a stop (6)."""
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
     when = parse_when(start, "--from")
     fixed = (dt.datetime.fromtimestamp(when.timestamp_ms / 1000, dt.UTC).isoformat()
              if when.kind == "timestamp" else start)
     run_id = new_run_id(run_id)
-    rest = _without(argv, {"--workers": True, "--run-id": True, "--from": True})
-    procs = [subprocess.Popen([sys.executable, "-m", "streamer", *rest, "--from", fixed, "--run-id", run_id,
-                               "--shard", f"{i}/{workers}"]) for i in range(workers)]
+    rest = _without(argv, {"--workers": True, "--run-id": True, "--from": True, "--finished-ok": False})
+    procs: list[subprocess.Popen[bytes]] = []
 
-    def stop(*_: object) -> None:
+    def forward(signum: int, _frame: object) -> None:
         for p in procs:
-            p.send_signal(signal.SIGTERM)
+            if p.poll() is None:
+                p.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, forward)  # before the first worker starts: none is left unstopped
+    signal.signal(signal.SIGINT, forward)
+    for i in range(workers):  # one by one: a signal meanwhile reaches those started
+        procs.append(subprocess.Popen([sys.executable, "-m", "streamer", *rest, "--from", fixed, "--run-id", run_id,
+                                       "--shard", f"{i}/{workers}", "--finished-ok"], process_group=0))
     codes = [p.wait() for p in procs]
-    print(f"replay {run_id}: {workers} workers finished, exit codes {codes}")
-    return max(codes, key=lambda c: (c != 0, abs(c)))
+    code = max(codes, key=lambda c: (c != 0, c != EXIT_STOPPED, abs(c)))
+    print(f"replay {run_id}: {workers} workers {'stopped' if code == EXIT_STOPPED else 'finished'}, "
+          f"exit codes {codes}")
+    if code == EXIT_STOPPED:
+        print(f"resume with --run-id {run_id} (and the same --workers)")
+    return code
 
 
 def _without(argv: list[str], flags: dict[str, bool]) -> list[str]:

@@ -11,7 +11,11 @@ field as null, arrays, maps and records as JSON); with JSON input, a cell that p
 takes that type. Keys are ``--key-field`` (default ``input.entity_field``) as UTF-8. A row that
 does not fit the input schema as it is (nothing is converted: 4.5 into a long, 1 into a boolean,
 "7" into a number are refused; an integer into a double is taken) is refused with its file,
-line, field and reason (exit 2) before anything is sent.
+line, field and reason (exit 2) before anything is sent. ``--skip N`` leaves out the file's first
+N events (rows: a CSV's header and blank lines are not counted). The file is read twice, once to
+check every row and once to send them, and never held whole in memory. A stop (SIGTERM, Ctrl+C)
+ends the reading: what was sent is flushed and acknowledged, and the summary says how many events
+were produced and the ``--skip`` that produces the rest.
 
 ``tail`` prints the predictions of ``output.topic`` as JSON lines, read_committed (no aborted
 transaction's output), from the start of every partition to the end offsets when it starts, in a
@@ -25,9 +29,12 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -52,8 +59,32 @@ from streamer.pipeline.reload import served_file
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
 
-def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
-    """Publish every row of ``path`` to the input topic; returns how many the broker acknowledged."""
+@dataclass(frozen=True, slots=True)
+class Produced:
+    """What ``produce`` did: ``sent`` events acknowledged of the ``total`` after the ``skip`` first
+    (None: stopped before the file was checked through); ``stopped``: a stop ended it before the
+    file's end."""
+
+    topic: str
+    sent: int
+    total: int | None
+    skip: int = 0
+    stopped: bool = False
+
+    def lines(self, fmt: str) -> list[str]:
+        if not self.stopped:
+            return [f"produced {self.sent} events to {self.topic} ({fmt})"]
+        of = "before the file was checked through" if self.total is None else f"of {self.total}"
+        return [f"produce stopped: produced {self.sent} events {of} to {self.topic} ({fmt})",
+                f"produce the rest with --skip {self.skip + self.sent}"]
+
+
+def produce_file(cfg: Config, path: Path, key_field: str | None = None, *, skip: int = 0,
+                 stop: threading.Event | None = None) -> Produced:
+    """Publish every row of ``path`` after the ``skip`` first to the input topic, until ``stop``
+    is set; every row sent is acknowledged by the broker when it returns."""
+    if skip < 0:
+        raise ConfigError("--skip", f"must be >= 0, got {skip}")
     topic = cfg.input.topics[0]
     if cfg.input.format == "avro-confluent" and cfg.input.schema is None:
         raise ConfigError("input.schema", "is needed to produce avro-confluent events (it is registered)")
@@ -62,22 +93,25 @@ def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
                                           "(confluent-kafka's ProtobufSerializer); streamer only reads them")
     if cfg.input.format == "json-schema-confluent" and cfg.input.json_schema is None:
         raise ConfigError("input.json_schema", "is needed to produce json-schema-confluent events (it is registered)")
-    events = list(rows(path, cfg))
-    check = row_check(cfg)
-    for line, row in events:  # every row, before the first is encoded: a bad file sends nothing
+    check, codec, key_field = row_check(cfg), input_codec(cfg.input), key_field or cfg.input.entity_field
+
+    def message(line: int, row: dict[str, Any]) -> tuple[bytes | None, bytes]:
         found = check(row)
         if found is not None:
             raise FileError(path, found[1], line=line, field=found[0] or None)
-    codec = input_codec(cfg.input)
-    key_field = key_field or cfg.input.entity_field
-    messages = []
-    for line, row in events:
         try:
             value = codec.encode(row)
         except SerializeError as exc:
             raise FileError(path, f"the row does not fit input.format {cfg.input.format}: {exc}", line=line) from exc
         key = row.get(key_field)
-        messages.append((None if key is None else str(key).encode(), value))
+        return None if key is None else str(key).encode(), value
+
+    total = 0
+    for line, row in islice(rows(path, cfg), skip, None):  # every row, before the first is sent: a bad file
+        if stop is not None and stop.is_set():  # sends nothing; the file is read twice, never held
+            return Produced(topic, 0, None, skip, True)
+        message(line, row)
+        total += 1
     failed: list[str] = []
 
     def report(err: Any, _msg: Any) -> None:
@@ -85,12 +119,17 @@ def produce_file(cfg: Config, path: Path, key_field: str | None = None) -> int:
             failed.append(str(err))
 
     producer = Producer(clients.producer_config(cfg))
-    for key, value in messages:  # a full local queue serves reports, then takes the message
-        produce(producer, lambda: producer.poll(0.5), topic, value, key, on_delivery=report)
-    left = producer.flush(60)
+    sent = 0
+    for line, row in islice(rows(path, cfg), skip, None):
+        if stop is not None and stop.is_set():
+            break
+        key, value = message(line, row)
+        produce(producer, lambda: producer.poll(0.5), topic, value, key, on_delivery=report)  # a full queue: waits
+        sent += 1
+    left = producer.flush(60)  # a stop too: what was sent is acknowledged before the count is told
     if failed or left:
         raise BrokerError(f"producing to {topic}: {len(failed)} refused ({failed[:1]}), {left} not acknowledged")
-    return len(messages)
+    return Produced(topic, sent, total, skip, sent < total)
 
 
 def rows(path: Path, cfg: Config) -> Iterator[tuple[int, dict[str, Any]]]:

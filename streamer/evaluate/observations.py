@@ -69,4 +69,4 @@ class Run:
     written_to: str | None  # where the side-by-side predictions went
     started_at: str  # ISO 8601 UTC
     seconds: float
-    stopped: str | None = None  # why the run ended before its range did (the candidate failed)
+    stopped: str | None = None  # why the run ended before its range did (the candidate failed, a signal)

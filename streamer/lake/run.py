@@ -6,11 +6,14 @@ stream's parts: the same decode and validation, the same batcher (size-only: a b
 (breaker, fallback, the model's version and digest in every row), or a champion and a candidate side by side (evaluate/pair.py). A commit first scores every row read so far, so the range it records is wholly
 written: predictions, and rejects (rows that cannot be decoded, validated or scored) with their
 reason and original bytes. A model that cannot score at all fails the run; the same run id
-resumes it from its last commit.
+resumes it from its last commit. A stop (SIGTERM, Ctrl+C: ``stop`` set) ends the reading after
+the chunk in hand: the open batch is scored and written, and what was read is committed, so the
+same run id resumes it where the stop left it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -52,6 +55,7 @@ class LakeCounts:
     rejects: int = 0
     commits: int = 0
     gone: int = 0
+    stopped: bool = False  # a stop ended the run before its range's end (the same run id resumes it)
 
 
 class Scorer(Protocol):
@@ -89,23 +93,34 @@ class LakeRun:
         self.counts = LakeCounts()
         self._on_progress = on_progress
 
-    def run(self, source: Source, resume: Resume) -> LakeCounts:
-        """Read ``source`` from ``resume``'s positions to its bounds, committing as files fill."""
+    def run(self, source: Source, resume: Resume, stop: threading.Event | None = None) -> LakeCounts:
+        """Read ``source`` from ``resume``'s positions to its bounds, committing as files fill;
+        when ``stop`` is set, only to the end of the chunk in hand (``counts.stopped``)."""
         self.scorer.warm_up()
         covered: Ranges = {}
         since = dict(resume.reached)
-        for chunk in source.chunks(resume):
-            self._reject(chunk.rejects)
-            self._score(self._batcher.add(chunk.rows))
-            self.counts.rows += len(chunk.rows) + len(chunk.rejects)
-            self.counts.gone += chunk.gone
-            for pos, to in chunk.reached.items():
-                covered[pos] = (since.get(pos, resume.bounds[pos][0]), to)
-            if self.sink.due():
-                covered = self._commit(covered, since)
-            self._on_progress(self.counts)
+        chunks = source.chunks(resume)
+        try:
+            for chunk in chunks:
+                self._reject(chunk.rejects)
+                self._score(self._batcher.add(chunk.rows))
+                self.counts.rows += len(chunk.rows) + len(chunk.rejects)
+                self.counts.gone += chunk.gone
+                for pos, to in chunk.reached.items():
+                    covered[pos] = (since.get(pos, resume.bounds[pos][0]), to)
+                if self.sink.due():
+                    covered = self._commit(covered, since)
+                self._on_progress(self.counts)
+                if stop is not None and stop.is_set():
+                    break
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # a source's consumer or files, before the last commit
         self._commit(covered, since)
-        self.sink.finish()
+        # A stop that came after the last row is a finish.
+        self.counts.stopped = stop is not None and stop.is_set() and not Resume(resume.bounds, since, 0).done
+        self.sink.finish()  # a Parquet dataset's _SUCCESS once every shard covered its range
         return self.counts
 
     def _commit(self, covered: Ranges, since: dict[Partition, int]) -> Ranges:

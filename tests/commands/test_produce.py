@@ -159,13 +159,13 @@ def test_a_bad_file_is_refused_with_file_line_and_field_before_anything_is_sent(
     assert str(refused.value) == (f"file '{path}', line 3, field 'items[1].price': "
                                   "expected double, got boolean true")
     assert isinstance(refused.value, ConfigError)  # exit code 2
-    (tmp_path / "events.csv").write_text("i,l\n1,2\n3,x\n")
-    with pytest.raises(FileError, match=r"^file '.*events\.csv', line 3, field 'l': expected long: invalid literal"):
+    (tmp_path / "events.csv").write_text("i,l\n3,x\n1,2\n")  # the first bad line in the file's order
+    with pytest.raises(FileError, match=r"^file '.*events\.csv', line 2, field 'l': expected long: invalid literal"):
         produce_file(cfg, tmp_path / "events.csv")
     (tmp_path / "events.txt").write_text("")
     with pytest.raises(FileError, match=r"^file '.*events\.txt': is neither JSON Lines"):
         produce_file(cfg, tmp_path / "events.txt")
-    (tmp_path / "broken.jsonl").write_text("{}\n[1]\n")
+    (tmp_path / "broken.jsonl").write_text(json.dumps(GOOD) + "\n[1]\n")
     with pytest.raises(FileError, match=r"^file '.*broken\.jsonl', line 2: not a JSON object but list$"):
         produce_file(cfg, tmp_path / "broken.jsonl")
 
