@@ -124,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
                  " The range is bounded by the Kafka record timestamp (not the event's event_time), "
                  "or by offsets. Predictions go to <output.topic>.backfill unless --output-topic says "
                  "otherwise, or into the lake: an Apache Iceberg table (--to-table) or a Parquet dataset "
-                 "(--to-parquet), exactly once per run. A run can be resumed by its id.")
+                 "(--to-parquet), exactly once per run. A run can be resumed by its id; SIGTERM or Ctrl+C stops it "
+                 "after the open batch, committed, and exits 6.")
     rp.add_argument("--config", required=True, help=CONFIG)
     rp.add_argument("--from", dest="from_", required=True, metavar="WHEN",
                     help="ISO-8601 time, a duration ago (2h), earliest, or partition:offset,...")
@@ -150,7 +151,8 @@ def parser() -> argparse.ArgumentParser:
     sc = command("score", "score the rows of Parquet files or an Iceberg table into the lake, no Kafka",
                  " Reads batch by batch through Arrow (memory stays bounded) with the config's model.inputs, "
                  "model.outputs and output.include; rows that cannot be scored go to <target>_rejects with "
-                 "the reason and the row. Exactly once per run: a run can be resumed by its id.")
+                 "the reason and the row. Exactly once per run: a run can be resumed by its id; SIGTERM or Ctrl+C "
+                 "stops it after the open batch, committed, and exits 6.")
     sc.add_argument("--config", required=True, help=CONFIG)
     sc.add_argument("--from", dest="from_", required=True, metavar="PATH|TABLE",
                     help="a Parquet file, a folder of them (local or s3://), or an Iceberg table's name")
@@ -170,7 +172,8 @@ def parser() -> argparse.ArgumentParser:
                  "model (the champion) and the candidate. Writes both predictions side by side (champion_* and "
                  "candidate_* columns), a report (report.html, self-contained, and report.json with every figure) "
                  "and judges --require. Exit 0: every condition holds; 5: one failed or could not be computed "
-                 "(the report is written either way); 2: the candidate cannot serve the config.")
+                 "(the report is written either way); 2: the candidate cannot serve the config; 6: stopped by SIGTERM or "
+                 "Ctrl+C (the report covers what was read).")
     ev.add_argument("--config", required=True, help=CONFIG)
     ev.add_argument("--candidate", required=True, metavar="PATH", help="the candidate's .onnx file")
     ev.add_argument("--candidate-version", help="the version its predictions carry (default: the file's name)")
