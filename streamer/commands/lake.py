@@ -135,12 +135,18 @@ def supervise_replay(argv: list[str], cfg: Config, workers: int, run_id: str | N
         procs.append(subprocess.Popen([sys.executable, "-m", "streamer", *rest, "--from", fixed, "--run-id", run_id,
                                        "--shard", f"{i}/{workers}", "--finished-ok"], process_group=0))
     codes = [p.wait() for p in procs]
-    code = max(codes, key=lambda c: (c != 0, c != EXIT_STOPPED, abs(c)))
+    code = worst_exit(codes)
     print(f"replay {run_id}: {workers} workers {'stopped' if code == EXIT_STOPPED else 'finished'}, "
           f"exit codes {codes}")
     if code == EXIT_STOPPED:
         print(f"resume with --run-id {run_id} (and the same --workers)")
     return code
+
+
+def worst_exit(codes: list[int]) -> int:
+    """A ``--workers`` run's exit code: 0 when all finished, a failure before a stop (6), the
+    larger failure first (a signal's death, -9, counts as 9)."""
+    return max(codes, key=lambda c: (c != 0, c != EXIT_STOPPED, abs(c)))
 
 
 def _without(argv: list[str], flags: dict[str, bool]) -> list[str]:

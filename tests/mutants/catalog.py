@@ -232,4 +232,68 @@ MUTANTS: tuple[Mutant, ...] = (
               "state.committed = pos\n",
               "state.committed = pos if state.committed is None else max(state.committed, pos)\n"),),
     ),
+    Mutant(
+        "31-lake-stop-drops-open-batch",
+        "a lake run stopped by a signal drops its open batch and commits nothing of what it read",
+        ("tests/lake/test_run_stop.py::test_a_stopped_score_commits_what_it_read_and_the_same_run_id_finishes_it",),
+        (Edit("streamer/lake/run.py", "LakeRun.run",
+              "if stop is not None and stop.is_set():\n"
+              "    break\n",
+              "if stop is not None and stop.is_set():\n"
+              "    self._batcher.flush(\"shutdown\")\n"
+              "    covered = {}\n"
+              "    break\n"),),
+    ),
+    Mutant(
+        "32-lake-stop-after-the-end-is-a-stop",
+        "a stop that comes after a lake run's last row is reported stopped (exit 6) instead of finished",
+        ("tests/lake/test_run_stop.py::test_a_stop_that_comes_after_the_last_row_is_a_finish",),
+        (Edit("streamer/lake/run.py", "LakeRun.run",
+              "self.counts.stopped = stop is not None and stop.is_set() and not Resume(resume.bounds, since, 0).done",
+              "self.counts.stopped = stop is not None and stop.is_set()"),),
+    ),
+    Mutant(
+        "33-workers-stop-hides-a-failure",
+        "a --workers run with one worker stopped and another failed exits 6 (resumable) instead of the failure",
+        ("tests/lake/test_run_stop.py::test_a_workers_run_exits_with_a_failure_first_then_a_stop",),
+        (Edit("streamer/commands/lake.py", "worst_exit",
+              "return max(codes, key=lambda c: (c != 0, c != EXIT_STOPPED, abs(c)))",
+              "return max(codes, key=lambda c: (c != 0, c == EXIT_STOPPED, abs(c)))"),),
+    ),
+    Mutant(
+        "34-stopped-evaluation-passes-the-gate",
+        "an evaluation stopped by a signal judges the gate on the part it read, and can pass it (exit 0)",
+        ("tests/commands/test_stops_kafka.py::"
+         "test_a_signal_stops_the_command_cleanly_and_the_same_run_resumes_it[evaluate-SIGTERM]",),
+        (Edit("streamer/commands/evaluate.py", "evaluate",
+              "if counts.stopped:\n",
+              "if False:\n"),
+         Edit("streamer/commands/evaluate.py", "evaluate",
+              "EXIT_STOPPED if counts.stopped else EXIT_GATE",
+              "EXIT_GATE"),),
+    ),
+    Mutant(
+        "35-stopped-redrive-commits-nothing",
+        "a redrive stopped by a signal sends letters without committing its progress: the next run sends them again",
+        ("tests/commands/test_stops_kafka.py::"
+         "test_a_signal_stops_the_command_cleanly_and_the_same_run_resumes_it[dlq-redrive-SIGTERM]",),
+        (Edit("streamer/commands/dlq.py", "redrive",
+              "stopped = True  # this letter is neither sent nor passed: the next run starts at it\n",
+              "stopped = True\n"
+              "positions.clear()\n"),),
+    ),
+    Mutant(
+        "36-stopped-produce-miscounts",
+        "a produce stopped by a signal sends one event more than it counts: --skip N sends it again",
+        ("tests/commands/test_stops_kafka.py::"
+         "test_a_signal_stops_the_command_cleanly_and_the_same_run_resumes_it[produce-SIGTERM]",),
+        (Edit("streamer/commands/produce.py", "produce_file",
+              "if stop is not None and stop.is_set():\n"
+              "    break\n"
+              "key, value = message(line, row)\n",
+              "key, value = message(line, row)\n"
+              "if stop is not None and stop.is_set():\n"
+              "    produce(producer, lambda: producer.poll(0.5), topic, value, key, on_delivery=report)\n"
+              "    break\n"),),
+    ),
 )
