@@ -81,7 +81,7 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None,
     if counts.stopped:
         stopped = (f"stopped by SIGTERM or Ctrl+C after {counts.rows:,} of {job.resume.left():,} offsets in range: "
                    "the report covers the events read before it; run the evaluation again for the whole range")
-    seconds = time.monotonic() - began
+    scored_s = time.monotonic() - began  # the models loaded, the range read and scored: before the metrics
     bar.close(counts.rows)
 
     obs = scorer.observations()
@@ -92,15 +92,15 @@ def evaluate(cfg: Config, ev: Evaluation, progress: TextIO | None = None,
     verdicts = check(conditions, summary)
     facts = Run(run_id, _info(job.champion, cfg.model.path), _info(job.candidate, ev.candidate),
                 _range_text(job.plan, obs), job.threshold, labels_text, counts.rejects, job.sink.name,
-                started.isoformat(timespec="seconds"), seconds, stopped)
+                started.isoformat(timespec="seconds"), time.monotonic() - began, stopped)
     assert ev.report is not None
     html, js = write_report(summary, facts, verdicts, ev.report)
     failed = [v for v in verdicts if not v.passed]
     lines = [f"evaluate {run_id}{' stopped' if counts.stopped else ''}: {len(obs):,} events compared, "
              f"{counts.rejects:,} rejected, side by side into {job.sink.name}",
              *_headline(summary.metrics),
-             f"throughput {counts.rows / max(seconds, 1e-9):,.0f} events/s read and scored by both models, "
-             f"{seconds:.1f} s in all",
+             f"throughput {counts.rows / max(scored_s, 1e-9):,.0f} events/s read and scored by both models, "
+             f"{scored_s:.1f} s to the last row",
              f"report: {html} (and {js.name})"]
     lines += [("FAILED " if not v.passed else "ok     ") + v.message for v in verdicts]
     if stopped:
