@@ -31,6 +31,16 @@ from streamer.errors import (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = _main(argv)
+    if argv is None:  # this process's command: its summary is out and its exit code chosen, and a signal
+        # from here on (a stop forwarded as a worker ends) changes neither; the interpreter's teardown
+        # would otherwise take it with the default action, exiting 143 or 130 after a finished run
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # --workers starts processes of the same command
     worker = f"w{args.worker_index} " if getattr(args, "worker_index", None) is not None else ""

@@ -136,11 +136,11 @@ def supervise_replay(argv: list[str], cfg: Config, workers: int, run_id: str | N
                                        "--shard", f"{i}/{workers}", "--finished-ok"], process_group=0))
     codes = [p.wait() for p in procs]
     code = worst_exit(codes)
-    print(f"replay {run_id}: {workers} workers {'stopped' if code == EXIT_STOPPED else 'finished'}, "
-          f"exit codes {codes}")
+    print(f"replay {run_id}: {workers} workers "
+          f"{'finished' if code == 0 else 'stopped' if code == EXIT_STOPPED else 'ended'}, exit codes {codes}")
     if code == EXIT_STOPPED:
         print(f"resume with --run-id {run_id} (and the same --workers)")
-    return code
+    return 128 - code if code < 0 else code  # a worker killed by signal N: 128 + N, as a shell says it
 
 
 def worst_exit(codes: list[int]) -> int:
