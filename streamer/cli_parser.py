@@ -98,7 +98,8 @@ def parser() -> argparse.ArgumentParser:
 
     produce = command("produce", "send events from a file to the input topic, in the input format",
                       " A value that does not fit its field's type is refused with the file, line and "
-                      "field (exit 2), and nothing is sent.")
+                      "field (exit 2), and nothing is sent. SIGTERM or Ctrl+C stops the sending: what was sent "
+                      "is acknowledged, the summary gives the --skip that produces the rest, exit 6.")
     produce.add_argument("--config", required=True, help=CONFIG)
     produce.add_argument("file", help="JSON Lines (.jsonl, .ndjson), CSV with a header row (.csv) or Parquet")
     produce.add_argument("--key-field", help="the field whose value keys each event (default input.entity_field)")
@@ -221,7 +222,8 @@ def parser() -> argparse.ArgumentParser:
     redrive = dlq_action("redrive", "send dead letters back to their original topic",
                          "Send dead letters back to their original topic: the original "
                          "key, value and headers, unchanged, with the redrive count raised. "
-                         "Fix the producer or the model first. A later run skips letters already sent back.")
+                         "Fix the producer or the model first. A later run skips letters already sent back. "
+                         "SIGTERM or Ctrl+C stops it between two letters, what was sent committed, exit 6.")
     redrive.add_argument("--config", required=True, help=CONFIG)
     redrive.add_argument("--stage", choices=STAGES, help="only the letters of this stage")
     redrive.add_argument("--offset", action="append", default=[], type=_place, metavar="PARTITION:OFFSET",
