@@ -232,4 +232,28 @@ MUTANTS: tuple[Mutant, ...] = (
               "state.committed = pos\n",
               "state.committed = pos if state.committed is None else max(state.committed, pos)\n"),),
     ),
+    Mutant(
+        "23-grpc-refusal-without-retry-after",
+        "a gRPC refusal (UNAVAILABLE) ends without its retry-after trailer",
+        ("tests/online/test_grpc.py::test_a_refusal_tells_the_caller_when_to_come_back",),
+        (Edit("streamer/online/grpc_service.py", "_abort",
+              "await context.abort(_status(refused), str(refused), tuple(refused.headers.items()))\n",
+              "await context.abort(_status(refused), str(refused))\n"),),
+    ),
+    Mutant(
+        "24-score-503-without-retry-after",
+        "a refused /v1/score answer (503) carries no Retry-After",
+        ("tests/online/test_score_route.py::test_a_bad_event_is_422_naming_the_field_and_a_bad_body_400",),
+        (Edit("streamer/online/events.py", "score_route",
+              "response = json_error(exc.status, str(exc), exc.headers)\n",
+              "response = json_error(exc.status, str(exc))\n"),),
+    ),
+    Mutant(
+        "25-infer-503-without-retry-after",
+        "a refused infer request (503) carries no Retry-After",
+        ("tests/online/test_http_tritonclient.py::test_a_503_tells_the_caller_when_to_come_back",),
+        (Edit("streamer/online/http.py", "HttpTransport.answer",
+              "{**JSON, **exc.headers}",
+              "dict(JSON)"),),
+    ),
 )
