@@ -256,4 +256,12 @@ MUTANTS: tuple[Mutant, ...] = (
               "{**JSON, **exc.headers}",
               "dict(JSON)"),),
     ),
+    Mutant(
+        "26-registry-5xx-as-404",
+        "a Schema Registry's 5xx is taken for its 404 (the schema missing: rows dead-lettered)",
+        ("tests/formats/test_formats.py::test_a_registry_5xx_is_never_a_missing_schema_however_long_it_lasts",),
+        (Edit("streamer/formats/confluent.py", "_not_found",
+              "exc.http_status_code == 404",
+              "exc.http_status_code in (404, 500, 502, 503)"),),
+    ),
 )
