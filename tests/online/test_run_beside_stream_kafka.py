@@ -59,7 +59,7 @@ def test_run_serves_online_beside_the_stream_and_stops_cleanly(bootstrap: str, t
         while len(online_rows(bootstrap, f"{topics.output}.shadow")) < 200:
             assert time.monotonic() < deadline, "the challenger's online predictions did not all arrive"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0, proc.stdout.read() if proc.stdout else ""
+        assert proc.wait(60) == 0, tail(path.with_name("run.log"))
     shadow = online_rows(bootstrap, f"{topics.output}.shadow")
     assert sorted(p["event_id"] for p in shadow) == sorted(f"call-{i}/{r}" for i in range(50) for r in range(4))
     assert {(p["model_name"], p["model_version"]) for p in shadow} == {("challenger", "2")}
@@ -78,7 +78,7 @@ def test_serve_scores_online_rows_in_shadow_and_publishes_them_before_it_exits(
         for i in range(20):
             client.infer(doc["model"]["name"], [given], request_id=f"card-{i}")
         proc.send_signal(signal.SIGTERM)  # the stop publishes what the challenger scored
-        assert proc.wait(60) == 0, proc.stdout.read() if proc.stdout else ""
+        assert proc.wait(60) == 0, tail(path.with_name("serve.log"))
     assert sorted(p["event_id"] for p in online_rows(bootstrap, f"{topics.output}.shadow")) == sorted(
         f"card-{i}" for i in range(20))
 
@@ -97,9 +97,13 @@ def online_rows(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def started(command: str, path: Path, port: int) -> Iterator[tuple[subprocess.Popen[str], Any]]:
-    """`streamer COMMAND --config PATH` in a child, once its online server is ready; killed if left running."""
-    proc = subprocess.Popen([sys.executable, "-m", "streamer", command, "--config", str(path)], env=dict(os.environ),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    """`streamer COMMAND --config PATH` in a child, once its online server is ready; killed if left
+    running. Its output goes to a file beside the config (a pipe nobody reads fills and stalls the
+    child), and every failed wait shows the output's end: a child that exits early says why."""
+    out = path.with_name(f"{command}.log")
+    with out.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "streamer", command, "--config", str(path)],
+                                env=dict(os.environ), stdout=sink, stderr=subprocess.STDOUT, text=True)
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", connection_timeout=5, network_timeout=30)
         deadline = time.monotonic() + 90
@@ -109,15 +113,18 @@ def started(command: str, path: Path, port: int) -> Iterator[tuple[subprocess.Po
                     break
             except (ConnectionError, OSError):
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, "not ready"
+            assert proc.poll() is None, f"`streamer {command}` exited {proc.returncode}:\n{tail(out)}"
+            assert time.monotonic() < deadline, f"`streamer {command}` not ready in 90 s:\n{tail(out)}"
             time.sleep(0.05)
         yield proc, client
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+
+
+def tail(path: Path, chars: int = 4000) -> str:
+    return path.read_text(errors="replace")[-chars:]
 
 
 def test_run_whose_online_port_is_taken_stops_the_stream_and_exits_2_naming_the_key(
