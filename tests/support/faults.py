@@ -196,6 +196,11 @@ def _admin(bootstrap: str) -> Any:
     return plain_admin(bootstrap)  # one per cluster: the waits below ask many times a second
 
 
+def forget_clients() -> None:
+    """Let go of the clients kept for the waits (the session's end: none outlives its broker)."""
+    _admin.cache_clear()
+
+
 def owners(bootstrap: str, group: str) -> dict[int, int]:
     """Partition -> how many members own it, as the group coordinator says now ({} while the
     coordinator cannot say: it may be moving after a broker's death)."""
