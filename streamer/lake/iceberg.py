@@ -254,6 +254,7 @@ def ensure_table(catalog: Catalog, ident: str, schema: pa.Schema, day_of: str) -
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
+        _ensure_namespace(catalog, ident)
         try:
             table = catalog.create_table(ident, schema=schema, properties={"format-version": "2"})
         except TableAlreadyExistsError:  # another worker made it first
@@ -271,6 +272,22 @@ def ensure_table(catalog: Catalog, ident: str, schema: pa.Schema, day_of: str) -
         except CommitFailedException:  # another worker partitioned it first: load what it made
             table = catalog.load_table(ident)
     return table
+
+
+def _ensure_namespace(catalog: Catalog, ident: str) -> None:
+    """The namespace of ``ident``, created when missing (the embedded catalog always can); a
+    catalog that refuses (a REST catalog without the right) is a ConfigError naming the table."""
+    namespace = ident.rpartition(".")[0]
+    refused: Exception | None = None
+    for act in (catalog.namespace_exists, catalog.create_namespace_if_not_exists, catalog.namespace_exists):
+        try:
+            if act(namespace) or act is catalog.create_namespace_if_not_exists:
+                return  # there, made here, or made meanwhile by another worker
+        except Exception as exc:  # noqa: BLE001 - each catalog refuses in its own words
+            refused = refused or exc
+    why = f"{type(refused).__name__}: {refused}" if refused is not None else "it is not there after creating it"
+    raise ConfigError("--to-table", f"table {ident}: the catalog has no namespace {namespace!r} and refused to "
+                                    f"create it ({why}); create it, or name a table in a namespace that exists")
 
 
 def _check(table: Table, ident: str, schema: pa.Schema) -> None:
