@@ -232,4 +232,54 @@ MUTANTS: tuple[Mutant, ...] = (
               "state.committed = pos\n",
               "state.committed = pos if state.committed is None else max(state.committed, pos)\n"),),
     ),
+    Mutant(
+        "50-parquet-resume-keeps-crash-files",
+        "a resumed Parquet run keeps the files of a crashed commit that no log entry names",
+        ("tests/lake/test_lake_commit_log.py::"
+         "test_a_resumed_parquet_run_that_writes_fewer_files_than_its_crashed_commit_leaves_none_unnamed",),
+        (Edit("streamer/lake/parquet.py", "ParquetSink.resume",
+              "self._delete([f for f in self._run_files() if f not in committed], None)  # a crash's files\n",
+              ""),),
+    ),
+    Mutant(
+        "51-success-by-the-first-shard",
+        "_SUCCESS written by the first shard to finish, before the other shards' commits are in",
+        ("tests/lake/test_lake_commit_log.py::test_success_appears_only_once_every_shards_last_commit_is_in",),
+        (Edit("streamer/lake/parquet.py", "ParquetSink.finish",
+              "    return  # another shard is still writing: it writes _SUCCESS when it ends\n",
+              "    continue\n"),),
+    ),
+    Mutant(
+        "55-success-before-a-shard-starts",
+        "_SUCCESS written by a shard that finishes before another shard of its run has started",
+        ("tests/lake/test_lake_commit_log.py::test_success_appears_only_once_every_shards_last_commit_is_in",),
+        (Edit("streamer/lake/parquet.py", "ParquetSink.finish",
+              "    return  # a shard that has not started yet: the last to finish writes _SUCCESS\n",
+              "    pass\n"),),
+    ),
+    Mutant(
+        "52-commit-range-from-the-start",
+        "each commit records its range from the run's start, not from the previous commit",
+        ("tests/lake/test_lake_commit_log.py::"
+         "test_the_ranges_of_a_runs_commits_cover_the_source_once_each_from_where_the_last_ended",),
+        (Edit("streamer/lake/run.py", "LakeRun._commit",
+              "since.update({pos: to for pos, (_, to) in covered.items()})\n",
+              "pass\n"),),
+    ),
+    Mutant(
+        "53-labels-joined-on-event-ids",
+        "--labels-from on entity_id joins each event's id instead of its entity's",
+        ("tests/evaluate/test_evaluate_kafka.py::"
+         "test_labels_from_joined_on_entity_id_label_each_entitys_events_up_to_its_outcome",),
+        (Edit("streamer/evaluate/pair.py", "PairScorer._observe",
+              'ids = list(rows.event_ids if self.keep_ids == "event_id" else rows.entity_ids)\n',
+              "ids = list(rows.event_ids)\n"),),
+    ),
+    Mutant(
+        "54-min-events-off-by-one",
+        "exactly --min-events labeled events are refused as too few",
+        ("tests/evaluate/test_metrics.py::test_exactly_min_events_labeled_events_pass_the_minimum_and_one_fewer_refuses",),
+        (Edit("streamer/evaluate/outcomes.py", "_unmeasurable", "if labeled < min_events:\n",
+              "if labeled <= min_events:\n"),),
+    ),
 )
