@@ -167,3 +167,22 @@ def test_a_catalog_that_cannot_create_the_namespace_refuses_in_one_line_naming_t
     assert refused.value.key == "--to-table" and "\n" not in str(refused.value)
     assert "table analytics.scores: the catalog has no namespace 'analytics' and refused to create it" in str(
         refused.value) and "403 Forbidden" in str(refused.value)
+
+
+NESTED = {  # the struct column card: (its values, words the line holds)
+    "text in a struct": ([{"amount": "1"}, {"amount": "2"}], "field 'card.amount' is ['string']"),
+    "a struct without it": ([{"total": 1.0}, {"total": 2.0}], "'card.amount': {path} has no field 'amount' there"),
+    "a null struct": ([{"amount": 1.0}, None], "field 'card.amount' holds nulls in"),
+}
+
+
+@pytest.mark.parametrize("case", NESTED)
+def test_a_dotted_path_is_checked_through_its_struct(tmp_path: Path, case: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    values, words = NESTED[case]
+    path = tmp_path / "in.parquet"
+    pq.write_table(rows(card=pa.array(values), n_items=GOOD["n_items"]), path)
+    code = main(["score", "--config", str(config(tmp_path, "card.amount")), "--from", str(path),
+                 "--to-parquet", str(tmp_path / "out")])
+    (line,) = refusal(capsys)
+    assert code == 2 and "'model.inputs.amount'" in line and words.format(path=path) in line, line

@@ -282,4 +282,33 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/evaluate/outcomes.py", "_unmeasurable", "if labeled < min_events:\n",
               "if labeled <= min_events:\n"),),
     ),
+    Mutant(
+        "56-score-reads-rows-before-the-schema",
+        "streamer score finds a column it cannot read row by row (every row a reject), not at start",
+        ("tests/lake/test_table_check.py::test_a_column_the_inputs_cannot_read_is_refused_before_anything_is_written",),
+        (Edit("streamer/wiring/lake.py", "score_job",
+              "source.check(contract)  # before the sink is opened: a refused source writes nothing\n", ""),),
+    ),
+    Mutant(
+        "57-to-table-namespace-not-made",
+        "--to-table NS.NAME in a namespace the embedded catalog lacks fails instead of creating it",
+        ("tests/lake/test_table_check.py::test_to_table_in_a_namespace_the_embedded_catalog_lacks_creates_it",),
+        (Edit("streamer/lake/iceberg.py", "ensure_table", "_ensure_namespace(catalog, ident)\n", ""),),
+    ),
+    Mutant(
+        "58-check-silent-on-nullable-fields",
+        "streamer check passes a nullable Avro field mapped without fill silently (each null a dead letter)",
+        ("tests/commands/test_check.py::test_a_nullable_field_mapped_without_fill_is_a_warning_that_names_its_dead_letters",),
+        (Edit("streamer/commands/check.py", "_model",
+              "*(Finding(key, True, words, warn=True) for key, words in runner.contract.nullable_fields(schema_in))]",
+              "]"),),
+    ),
+    Mutant(
+        "59-labels-columns-types-unchecked",
+        "--labels-from takes a key or outcome column of any type (a key of doubles joins nothing)",
+        ("tests/evaluate/test_labels.py::test_labels_columns_are_checked_on_the_schema_before_anything_is_scored",),
+        (Edit("streamer/evaluate/labels.py", "check_columns",
+              "if not fits(kind.value_type if pa.types.is_dictionary(kind) else kind):\n",
+              "if False:\n"),),
+    ),
 )
