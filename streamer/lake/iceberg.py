@@ -27,6 +27,7 @@ files no snapshot names: invisible to readers, orphans for Iceberg's orphan-file
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -278,16 +279,17 @@ def _ensure_namespace(catalog: Catalog, ident: str) -> None:
     """The namespace of ``ident``, created when missing (the embedded catalog always can); a
     catalog that refuses (a REST catalog without the right) is a ConfigError naming the table."""
     namespace = ident.rpartition(".")[0]
-    refused: Exception | None = None
-    for act in (catalog.namespace_exists, catalog.create_namespace_if_not_exists, catalog.namespace_exists):
-        try:
-            if act(namespace) or act is catalog.create_namespace_if_not_exists:
-                return  # there, made here, or made meanwhile by another worker
-        except Exception as exc:  # noqa: BLE001 - each catalog refuses in its own words
-            refused = refused or exc
-    why = f"{type(refused).__name__}: {refused}" if refused is not None else "it is not there after creating it"
+    try:
+        catalog.create_namespace_if_not_exists(namespace)
+        return
+    except Exception as exc:  # noqa: BLE001 - each catalog refuses in its own words
+        refused = exc
+    with contextlib.suppress(Exception):
+        if catalog.namespace_exists(namespace):  # there, only not ours to create; or made meanwhile by another worker
+            return
     raise ConfigError("--to-table", f"table {ident}: the catalog has no namespace {namespace!r} and refused to "
-                                    f"create it ({why}); create it, or name a table in a namespace that exists")
+                                    f"create it ({type(refused).__name__}: {refused}); create it, or name a table "
+                                    "in a namespace that exists")
 
 
 def _check(table: Table, ident: str, schema: pa.Schema) -> None:
