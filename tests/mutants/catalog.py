@@ -232,4 +232,24 @@ MUTANTS: tuple[Mutant, ...] = (
               "state.committed = pos\n",
               "state.committed = pos if state.committed is None else max(state.committed, pos)\n"),),
     ),
+    Mutant(
+        "40-grpc-port-reused",
+        "the gRPC listener binds with port reuse: a second server shares a taken port and steals calls",
+        ("tests/online/test_ports.py::test_a_port_taken_after_the_check_ends_the_start_in_one_line",),
+        (Edit("streamer/online/server.py", "OnlineServer._serve", '("grpc.so_reuseport", 0)])', "])"),),
+    ),
+    Mutant(
+        "41-online-ports-not-checked",
+        "serve loads the model before it finds its port taken: log lines, then the error",
+        ("tests/online/test_ports.py::test_a_port_held_by_a_plain_socket_exits_2_in_one_line",),
+        (Edit("streamer/wiring/online.py", "online_server",
+              "check_ports(cfg.online)  # a taken port is refused before the model loads\n", ""),),
+    ),
+    Mutant(
+        "42-grpc-server-left-to-del",
+        "a start-up error leaves the gRPC server to its __del__: 'Event loop is closed' after the error",
+        ("tests/online/test_ports.py::test_a_port_taken_after_the_check_ends_the_start_in_one_line",),
+        (Edit("streamer/online/server.py", "OnlineServer._serve",
+              "if rpc is not None:\n    await rpc.stop(None)\n", ""),),
+    ),
 )
