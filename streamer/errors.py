@@ -28,11 +28,25 @@ class StreamerError(Exception):
     """Base class of every error streamer raises on purpose."""
 
 
+_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".csv", ".parquet", ".onnx", ".avsc", ".proto", ".npz")
+
+
+def named(key: str) -> str:
+    """What an error tells the user to change, in words: ``flag --require`` (a key that starts
+    with ``-``), ``file 'models/m.onnx'`` (a path), else ``config key 'batching.max_size'``."""
+    if key.startswith("-"):
+        return f"flag {key}"
+    if key.startswith(("/", "./", "../", "~")) or key.lower().endswith(_FILE_SUFFIXES):
+        return f"file '{key}'"
+    return f"config key '{key}'"
+
+
 class ConfigError(StreamerError):
-    """A configuration value is missing or wrong; ``key`` is its dotted path (``batching.max_size``)."""
+    """A configuration value is missing or wrong; ``key`` is its dotted path (``batching.max_size``),
+    the flag (``--run-id``) or the file it is about, and the message names it so (:func:`named`)."""
 
     def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"config key '{key}': {reason}")
+        super().__init__(f"{named(key)}: {reason}")
         self.key = key
         self.reason = reason
 

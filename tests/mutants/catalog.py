@@ -252,4 +252,10 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/online/server.py", "OnlineServer._serve",
               "if rpc is not None:\n    await rpc.stop(None)\n", ""),),
     ),
+    Mutant(
+        "43-flag-called-config-key",
+        "a bad flag reads config key '--workers' (a user looks for it in the config file)",
+        ("tests/test_errors.py::test_a_bad_flag_is_called_a_flag_on_the_command_line",),
+        (Edit("streamer/errors.py", "named", 'if key.startswith("-"):\n    return f"flag {key}"\n', ""),),
+    ),
 )
