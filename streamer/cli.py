@@ -108,9 +108,10 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
 
 def _dlq(args: argparse.Namespace) -> int:
     from streamer.commands import dlq
-    from streamer.config_file import load_config
+    from streamer.config import dead_letter_topic
+    from streamer.config_file import load_unscored
 
-    cfg = load_config(args.config)
+    cfg = load_unscored(args.config)  # the model's file need not be here
     if args.dlq_command == "inspect":
         lines = dlq.inspect(cfg, args.limit)
         print("\n".join(lines) if lines else "no dead letters")
@@ -120,6 +121,10 @@ def _dlq(args: argparse.Namespace) -> int:
           f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short), "
           f"already redriven {result.already}"
           + (f", not found {' '.join(result.not_found)}" if result.not_found else ""))
+    if result.not_found:  # an id asked for is not there: a wrong id, not a done job
+        print(f"streamer: no dead letter in {dead_letter_topic(cfg)} has {' '.join(result.not_found)} "
+              "(streamer dlq inspect lists them)", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 
@@ -287,24 +292,24 @@ def _dev_or_topics(args: argparse.Namespace) -> int:
 
         return run_dev_kafka(Path(args.data), args.port, sys.stdout, sys.stderr)
     from streamer.commands.topics import TopicsPlan, create_topics, exit_code
-    from streamer.config_file import load_config
+    from streamer.config_file import load_unscored
 
     plan = TopicsPlan(args.partitions, args.replication, args.retention_ms)  # a bad flag: exit 2
-    lines = create_topics(load_config(args.config), plan)
+    lines = create_topics(load_unscored(args.config), plan)
     print("\n".join(lines))
     return exit_code(lines)
 
 
 def _files(args: argparse.Namespace) -> int:
     from streamer.commands.produce import produce_file, tail
-    from streamer.config_file import load_config
+    from streamer.config_file import load_config, load_unscored
 
-    cfg = load_config(args.config)
-    if args.command == "produce":
+    if args.command == "produce":  # the model's file need not be here
+        cfg = load_unscored(args.config)
         n = produce_file(cfg, Path(args.file), args.key_field)
         print(f"produced {n} events to {cfg.input.topics[0]} ({cfg.input.format})")
         return 0
-    tail(cfg, sys.stdout, args.limit, args.topic)
+    tail(load_config(args.config), sys.stdout, args.limit, args.topic)  # decodes with the prediction schema
     return 0
 
 

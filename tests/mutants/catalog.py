@@ -258,4 +258,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_errors.py::test_a_bad_flag_is_called_a_flag_on_the_command_line",),
         (Edit("streamer/errors.py", "named", 'if key.startswith("-"):\n    return f"flag {key}"\n', ""),),
     ),
+    Mutant(
+        "44-unscored-commands-need-the-model",
+        "topics create, produce and dlq read the whole config: a missing model file refuses them",
+        ("tests/commands/test_unscored_kafka.py::test_the_commands_that_do_not_score_start_without_the_model_file",),
+        (Edit("streamer/config_file.py", "load_unscored",
+              "cfg = load_part(path, UnscoredConfig, env)\n", "cfg = load_config(path, env)\n"),),
+    ),
+    Mutant(
+        "45-redrive-not-found-exits-0",
+        "dlq redrive of an event id or offset that no letter has exits 0, as if it were done",
+        ("tests/commands/test_unscored_kafka.py::test_a_dead_letter_asked_for_that_is_not_there_exits_2",),
+        (Edit("streamer/cli.py", "_dlq", "return EXIT_CONFIG\n", "return 0\n"),),
+    ),
 )
