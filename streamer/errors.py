@@ -74,6 +74,17 @@ class FileError(ConfigError):
         self.field = field
 
 
+class MissingExtra(ConfigError):
+    """A command or flag needs an optional extra that is not installed; the message says how to
+    install it where streamer runs (``extras.install_line``). Exit 2: install it, then run again."""
+
+    def __init__(self, what: str, extra: str, missing: list[str], install: str) -> None:
+        StreamerError.__init__(self, f"{what} needs the {extra} extra ({', '.join(missing)} not installed): {install}")
+        self.key = what
+        self.reason = f"needs the {extra} extra"
+        self.extra = extra
+
+
 class ReplayFinishedError(ConfigError):
     """The run id has already covered its whole range (a replay) or its rows (a score): running it
     again cannot help (exit 2) unless it is forced or another run id is given."""

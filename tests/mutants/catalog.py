@@ -271,4 +271,35 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/commands/test_unscored_kafka.py::test_a_dead_letter_asked_for_that_is_not_there_exits_2",),
         (Edit("streamer/cli.py", "_dlq", "return EXIT_CONFIG\n", "return 0\n"),),
     ),
+    Mutant(
+        "46-serve-without-online-extra",
+        "serve without the online extra ends in a ModuleNotFoundError traceback (exit 1)",
+        ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
+        (Edit("streamer/cli.py", "main", 'need("online", "serve")\n', ""),),
+    ),
+    Mutant(
+        "47-lake-without-lake-extra",
+        "replay --to-table and score without the lake extra end in a ModuleNotFoundError traceback",
+        ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
+        (Edit("streamer/cli.py", "_lake", 'need("lake", ', 'None and need("lake", '),),
+    ),
+    Mutant(
+        "48-evaluate-without-eval-extra",
+        "evaluate without the eval extra ends in a ModuleNotFoundError traceback",
+        ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
+        (Edit("streamer/cli.py", "_evaluate", 'need("eval", "evaluate")\n', ""),),
+    ),
+    Mutant(
+        "49-optimize-without-optimize-extra",
+        "model optimize without the optimize extra ends in a ModuleNotFoundError traceback",
+        ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
+        (Edit("streamer/cli.py", "_optimize", 'need("optimize", "model optimize")\n', ""),),
+    ),
+    Mutant(
+        "50-wheel-install-line-in-a-clone",
+        "a clone is told pip install 'streamer[lake]', which fetches another package from the index",
+        ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",
+         "tests/test_extras.py::test_the_install_line_is_the_clones_in_a_checkout_and_the_wheels_elsewhere"),
+        (Edit("streamer/extras.py", "from_source", "return project.is_file() and ", "return False and "),),
+    ),
 )
