@@ -212,6 +212,11 @@ class BrokerError(StreamerError):
     """The Kafka cluster refused or failed an operation we cannot continue without."""
 
 
+class NoSuchTopic(BrokerError):
+    """A topic the cluster does not have. Exit 3 where the config's own topics are waited for at
+    start; a command that reads a topic the user named refuses it as a ConfigError (exit 2)."""
+
+
 class ProducerFatalError(BrokerError):
     """The producer instance is unusable (librdkafka's fatal error state): a fresh producer
     recovers, the checkpoint makes one and rereads everything uncommitted. ``fenced``: its epoch is

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from streamer.cli import main
@@ -125,3 +127,8 @@ def test_a_config_error_names_a_flag_a_file_or_a_config_key_as_what_it_is(key: s
 def test_a_bad_flag_is_called_a_flag_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--config", "x.yaml", "--workers", "0"]) == 2
     assert capsys.readouterr().err == "streamer: flag --workers: must be >= 1, got 0\n"
+
+
+def test_a_model_file_that_does_not_load_is_called_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["model", "inspect", str(tmp_path / "nope.onnx")]) == 2
+    assert capsys.readouterr().err.startswith(f"streamer: file '{tmp_path / 'nope.onnx'}': cannot load it as an ONNX model")

@@ -36,7 +36,7 @@ from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
 from streamer.config import Config, Sections, output_registry
-from streamer.errors import BrokerError, ConfigError, FileError, InferenceError, SerializeError
+from streamer.errors import BrokerError, ConfigError, FileError, InferenceError, NoSuchTopic, SerializeError
 from streamer.formats.avro import AvroCodec, Mismatch, load_schema, mismatch
 from streamer.formats.codec import Codec
 from streamer.formats.configured import input_codec, input_schema, prediction_schema
@@ -237,6 +237,8 @@ def tail(cfg: Config, out: TextIO, limit: int | None = None, topic: str | None =
             n += 1
             if limit is not None and n >= limit:
                 break
+    except NoSuchTopic as exc:  # the name asked for is wrong: exit 2
+        raise ConfigError("--topic" if topic else "output.topic", str(exc)) from exc
     finally:
         consumer.close()
     return n

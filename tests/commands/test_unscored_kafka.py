@@ -59,3 +59,12 @@ def test_a_dead_letter_asked_for_that_is_not_there_exits_2(
     got = capsys.readouterr()
     assert got.out.rstrip().endswith(f"not found {asked[1]}"), got.out
     assert got.err == f"streamer: no dead letter in {topics.dlq} has {asked[1]} (streamer dlq inspect lists them)\n"
+
+
+def test_tail_of_a_topic_that_is_not_there_exits_2_naming_the_flag(
+        bootstrap: str, topics: Topics, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path / "config.yaml", bootstrap=bootstrap, input_topic=topics.input,
+                        output_topic=topics.output, group=topics.group, guarantee="at_least_once")
+    missing = f"{topics.output}-not-here"
+    assert main(["tail", "--config", str(path), "--topic", missing]) == EXIT_CONFIG
+    assert capsys.readouterr().err == f"streamer: flag --topic: topic '{missing}' does not exist\n"

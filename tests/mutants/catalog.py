@@ -302,4 +302,16 @@ MUTANTS: tuple[Mutant, ...] = (
          "tests/test_extras.py::test_the_install_line_is_the_clones_in_a_checkout_and_the_wheels_elsewhere"),
         (Edit("streamer/extras.py", "from_source", "return project.is_file() and ", "return False and "),),
     ),
+    Mutant(
+        "51-tail-missing-topic-exits-3",
+        "tail --topic of a topic that is not there exits 3 (restart it) instead of 2 (fix the name)",
+        ("tests/commands/test_unscored_kafka.py::test_tail_of_a_topic_that_is_not_there_exits_2_naming_the_flag",),
+        (Edit("streamer/commands/produce.py", "tail", "except NoSuchTopic as exc:", "except ValueError as exc:"),),
+    ),
+    Mutant(
+        "52-model-file-called-config-key",
+        "model inspect PATH of a file that does not load names config key 'model.path', not the file",
+        ("tests/test_errors.py::test_a_model_file_that_does_not_load_is_called_a_file",),
+        (Edit("streamer/commands/model.py", "signature_of", "raise FileError(path, ", 'raise ConfigError("model.path", '),),
+    ),
 )
