@@ -87,3 +87,23 @@ def test_the_install_line_is_the_clones_in_a_checkout_and_the_wheels_elsewhere(t
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "pyproject.toml").write_text('[project]\nname = "other"\n')  # another project's
     assert install_line("eval", tmp_path / "other") == "pip install 'streamer[eval]'"
+
+
+@pytest.mark.parametrize(("flags", "what"), [
+    (["--to-table", "scores"], "--to-table"),
+    (["--labels-from", "labels"], "--labels-from"),  # a table name, not a file
+])
+def test_evaluate_asks_for_the_lake_extra_only_for_a_table(flags: list[str], what: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    from streamer.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyiceberg" else real(name, *a))
+    monkeypatch.chdir(ROOT)
+    args = ["evaluate", "--config", EXAMPLE_CONFIG, "--candidate", MODEL, "--from", "earliest"]
+    assert main([*args, *flags]) == 2
+    assert capsys.readouterr().err == (f"streamer: {what} needs the lake extra (pyiceberg not installed): "
+                                       "pip install -e '.[lake]'\n")

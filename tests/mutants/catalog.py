@@ -314,4 +314,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_errors.py::test_a_model_file_that_does_not_load_is_called_a_file",),
         (Edit("streamer/commands/model.py", "signature_of", "raise FileError(path, ", 'raise ConfigError("model.path", '),),
     ),
+    Mutant(
+        "53-labels-table-without-lake-extra",
+        "evaluate --labels-from a table without the lake extra ends in a ModuleNotFoundError traceback",
+        ("tests/test_extras.py::test_evaluate_asks_for_the_lake_extra_only_for_a_table",),
+        (Edit("streamer/cli.py", "_evaluate", "if args.labels_from and not _a_file(args.labels_from):",
+              "if False:"),),
+    ),
 )
