@@ -9,7 +9,6 @@ extra (lake, eval, online) only with its command.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import signal
 import sys
@@ -20,6 +19,7 @@ from types import FrameType
 
 from streamer.cli_parser import parser
 from streamer.errors import EXIT_CONFIG, EXIT_FATAL, ConfigError, StopRequested, StreamerError
+from streamer.extras import need
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "evaluate":
             return _evaluate(args)
         if args.command == "serve":
+            need("online", "serve")
             from streamer.commands.serve import run_serve
             from streamer.config_file import load_config
 
@@ -71,7 +72,8 @@ def _supervise(config_path: str, workers: int) -> int:
 
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
-    load_config(config_path)  # a bad config fails here once, not in every worker
+    if load_config(config_path).online.enabled:  # a bad config fails here once, not in every worker
+        need("online", "online.enabled")
     supervisor = Supervisor(workers, lambda index: spawn_worker(config_path, index))
     _on_signals(supervisor.stop)
     signal.signal(signal.SIGHUP, lambda *_: supervisor.forward(signal.SIGHUP))  # reload: every worker
@@ -92,6 +94,8 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
     from streamer.wiring.online import running
 
     cfg = load_config(config_path)
+    if cfg.online.enabled:
+        need("online", "online.enabled")
     if worker_index is not None:
         cfg = for_worker(cfg, worker_index)
     logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
@@ -108,9 +112,10 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
 
 def _dlq(args: argparse.Namespace) -> int:
     from streamer.commands import dlq
-    from streamer.config_file import load_config
+    from streamer.config import dead_letter_topic
+    from streamer.config_file import load_unscored
 
-    cfg = load_config(args.config)
+    cfg = load_unscored(args.config)  # the model's file need not be here
     if args.dlq_command == "inspect":
         lines = dlq.inspect(cfg, args.limit)
         print("\n".join(lines) if lines else "no dead letters")
@@ -120,6 +125,10 @@ def _dlq(args: argparse.Namespace) -> int:
           f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short), "
           f"already redriven {result.already}"
           + (f", not found {' '.join(result.not_found)}" if result.not_found else ""))
+    if result.not_found:  # an id asked for is not there: a wrong id, not a done job
+        print(f"streamer: no dead letter in {dead_letter_topic(cfg)} has {' '.join(result.not_found)} "
+              "(streamer dlq inspect lists them)", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 
@@ -157,6 +166,7 @@ def _lag_exporter(args: argparse.Namespace) -> int:
 
 
 def _lake(args: argparse.Namespace) -> int:
+    need("lake", "score" if args.command == "score" else "--to-table" if args.to_table else "--to-parquet")
     from streamer.commands import lake
     from streamer.config_file import load_config
 
@@ -207,10 +217,11 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    missing = [m for m in ("sklearn", "matplotlib", "pyarrow") if importlib.util.find_spec(m) is None]
-    if missing:  # an optional extra: the streaming image leaves it out
-        raise ConfigError("evaluate", f"needs the eval extra, pip install 'streamer[eval]' ({', '.join(missing)} "
-                                      "not installed)")
+    need("eval", "evaluate")
+    if args.to_table:
+        need("lake", "--to-table")
+    if args.labels_from and not _a_file(args.labels_from):
+        need("lake", "--labels-from")  # a table of the catalog
     from streamer.commands.evaluate import evaluate, parse_within
     from streamer.config_file import load_config
     from streamer.evaluate.labels import LabelsFrom
@@ -238,6 +249,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _a_file(where: str) -> bool:
+    """``--labels-from`` names a file or folder (else a table), as evaluate/labels.py reads it."""
+    return "/" in where or where.endswith((".csv", ".parquet")) or Path(where).exists()
+
+
 def _model(args: argparse.Namespace) -> int:
     from streamer.commands import model
 
@@ -253,6 +269,7 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _optimize(args: argparse.Namespace) -> int:
+    need("optimize", "model optimize")
     from streamer.commands.model import calibration_rows
     from streamer.model.optimize import optimize
 
@@ -287,24 +304,24 @@ def _dev_or_topics(args: argparse.Namespace) -> int:
 
         return run_dev_kafka(Path(args.data), args.port, sys.stdout, sys.stderr)
     from streamer.commands.topics import TopicsPlan, create_topics, exit_code
-    from streamer.config_file import load_config
+    from streamer.config_file import load_unscored
 
     plan = TopicsPlan(args.partitions, args.replication, args.retention_ms)  # a bad flag: exit 2
-    lines = create_topics(load_config(args.config), plan)
+    lines = create_topics(load_unscored(args.config), plan)
     print("\n".join(lines))
     return exit_code(lines)
 
 
 def _files(args: argparse.Namespace) -> int:
     from streamer.commands.produce import produce_file, tail
-    from streamer.config_file import load_config
+    from streamer.config_file import load_config, load_unscored
 
-    cfg = load_config(args.config)
-    if args.command == "produce":
+    if args.command == "produce":  # the model's file need not be here
+        cfg = load_unscored(args.config)
         n = produce_file(cfg, Path(args.file), args.key_field)
         print(f"produced {n} events to {cfg.input.topics[0]} ({cfg.input.format})")
         return 0
-    tail(cfg, sys.stdout, args.limit, args.topic)
+    tail(load_config(args.config), sys.stdout, args.limit, args.topic)  # decodes with the prediction schema
     return 0
 
 

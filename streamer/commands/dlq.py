@@ -34,7 +34,7 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 
-from streamer.config import Config, dead_letter_topic
+from streamer.config import Sections, dead_letter_topic
 from streamer.errors import STAGES, BrokerError
 from streamer.formats.configured import input_codec
 from streamer.kafka import clients
@@ -95,7 +95,7 @@ def parse_place(text: str) -> Place:
     return int(partition), int(offset)
 
 
-def inspect(cfg: Config, limit: int | None = None) -> list[str]:
+def inspect(cfg: Sections, limit: int | None = None) -> list[str]:
     """One line per dead letter, oldest first (see :meth:`Letter.line`)."""
     topic = dead_letter_topic(cfg)
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"{cfg.input.group_id}.dlq-inspect"}))
@@ -119,7 +119,7 @@ def inspect(cfg: Config, limit: int | None = None) -> list[str]:
     return lines
 
 
-def redrive(cfg: Config, stage: str | None = None, limit: int | None = None,
+def redrive(cfg: Sections, stage: str | None = None, limit: int | None = None,
             offsets: Collection[Place] = (), event_ids: Collection[str] = ()) -> RedriveResult:
     """Re-publish dead letters (of ``stage``, or all; only those at ``offsets`` or of
     ``event_ids`` when either is given) to their original topics; record progress."""
@@ -192,11 +192,11 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None,
     return RedriveResult(redriven, refused, skipped, already, tuple(missing))
 
 
-def _group(cfg: Config, stage: str | None) -> str:
+def _group(cfg: Sections, stage: str | None) -> str:
     return f"{cfg.input.group_id}.redrive.{stage or 'all'}"
 
 
-def _event_ids(cfg: Config) -> Callable[[list[tuple[str, bytes]], bytes | None], str | None]:
+def _event_ids(cfg: Sections) -> Callable[[list[tuple[str, bytes]], bytes | None], str | None]:
     """A letter's event id: its ``streamer.dlq.event.id`` header, else the ``input.id_field`` of
     its original value decoded with the input codec (None: a value that does not decode, the
     usual ``deserialize`` letter, or one without the field)."""
@@ -217,7 +217,7 @@ def _event_ids(cfg: Config) -> Callable[[list[tuple[str, bytes]], bytes | None],
     return event_id
 
 
-def _marked(cfg: Config, topic: str, timeout_s: float = 30.0) -> set[Place]:
+def _marked(cfg: Sections, topic: str, timeout_s: float = 30.0) -> set[Place]:
     """The letters recorded in ``<topic>.redriven`` by selective redrives (none: no such topic)."""
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"{cfg.input.group_id}.dlq-redriven"}))
     try:
@@ -241,7 +241,7 @@ def _marked(cfg: Config, topic: str, timeout_s: float = 30.0) -> set[Place]:
         consumer.close()
 
 
-def _mark(cfg: Config, producer: Producer, topic: str, places: list[Place]) -> None:
+def _mark(cfg: Sections, producer: Producer, topic: str, places: list[Place]) -> None:
     """Record selectively redriven letters in ``<topic>.redriven`` (created compacted on first
     use: one record per letter is all it keeps), and wait for the acks."""
     if not places:
@@ -256,7 +256,7 @@ def _mark(cfg: Config, producer: Producer, topic: str, places: list[Place]) -> N
                           "acknowledged: a later redrive may send them again")
 
 
-def _redriven_below(cfg: Config, topic: str, parts: list[int],
+def _redriven_below(cfg: Sections, topic: str, parts: list[int],
                     timeout_s: float = 30.0) -> dict[int, dict[str | None, int]]:
     """Per partition, per stage (None: a letter without one), the offset below which its letters
     were redriven: the larger of its stage group's commit and the ``all`` group's."""

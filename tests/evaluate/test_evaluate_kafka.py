@@ -207,12 +207,12 @@ def test_a_candidate_that_cannot_serve_the_config_is_refused_at_start(tmp_path: 
     example = ROOT / "deploy" / "config" / "example.yaml"
     args = ["evaluate", "--config", str(example), "--from", "earliest", "--report", str(tmp_path / "r")]
     assert main([*args, "--candidate", str(tmp_path / "missing.onnx")]) == 2
-    assert "config key '--candidate': no model file" in capsys.readouterr().err
+    assert "flag --candidate: no model file" in capsys.readouterr().err
     # champion.onnx has two outputs and the example config maps none: it cannot serve it
     assert main([*args, "--candidate", str(models["champion"])]) == 2
     assert "candidate" in capsys.readouterr().err
     assert main([*args, "--candidate", str(models["champion"]), "--require", "auc>=1"]) == 2
-    assert "config key '--require'" in capsys.readouterr().err
+    assert "flag --require:" in capsys.readouterr().err
 
 
 def _yaml(cfg: Config, tmp_path: Path) -> Path:

@@ -127,17 +127,21 @@ def tail(path: Path, chars: int = 4000) -> str:
     return path.read_text(errors="replace")[-chars:]
 
 
+@pytest.mark.parametrize("key", ["online.http_port", "online.grpc_port"])
 def test_run_whose_online_port_is_taken_stops_the_stream_and_exits_2_naming_the_key(
-        bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+        key: str, bootstrap: str, topics: Topics, tmp_path: Path) -> None:
     path = write_config(tmp_path / "config.yaml", bootstrap=bootstrap, input_topic=topics.input,
                         output_topic=topics.output, group=topics.group, guarantee="at_least_once")
     doc = yaml.safe_load(path.read_text())
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        doc["online"] = {"enabled": True, "http_port": taken.getsockname()[1], "grpc_port": 0}
+        port = taken.getsockname()[1]
+        doc["online"] = ({"enabled": True, "http_port": port, "grpc_port": 0} if key == "online.http_port"
+                         else {"enabled": True, "http_port": free_port(), "grpc_port": port})
         path.write_text(yaml.safe_dump(doc))
         done = subprocess.run([sys.executable, "-m", "streamer", "run", "--config", str(path)], env=dict(os.environ),
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "config key 'online.http_port': cannot listen on 127.0.0.1:" in done.stderr
+    assert f"config key '{key}': cannot listen on 127.0.0.1:" in done.stderr
+    assert done.stderr.rstrip().endswith("Address already in use"), done.stderr[-2000:]  # nothing after it
