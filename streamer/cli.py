@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from streamer.cli_parser import parser
-from streamer.errors import EXIT_CONFIG, EXIT_FATAL, ConfigError, StopRequested, StreamerError
+from streamer.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_STOPPED, ConfigError, StopRequested, StreamerError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -186,6 +186,8 @@ def _lake(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    _on_signals(stop.set)  # first: a Ctrl+C while the model loads is a stop, not a traceback
     from streamer.commands.replay import run_replay
     from streamer.config_file import load_config
     from streamer.kafka.ranges import parse_when
@@ -196,8 +198,11 @@ def _replay(args: argparse.Namespace) -> int:
         run_id=args.run_id, output_topic=args.output_topic,
         model_path=Path(args.model).resolve() if args.model else None,
         model_version=args.model_version, force=args.force, batch_size=args.batch_size,
-        max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output)
+        max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output,
+        exactly_once=not args.at_least_once, stop=stop)
     print("\n".join(summary.lines()))
+    if summary.stopped:
+        return EXIT_STOPPED
     if summary.all_dead_lettered:  # a run that scored nothing is not a success
         print(f"streamer: every event of replay {summary.run_id} became a dead letter in "
               f"{summary.output_topic}.dlq (each one's streamer.dlq.exception.message header says why); "

@@ -135,6 +135,10 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
     rp.add_argument("--allow-live-output", action="store_true",
                     help="allow --output-topic to be the live output topic")
+    rp.add_argument("--at-least-once", action="store_true",
+                    help="to a topic: write without Kafka transactions (default: exactly once); a resumed run "
+                         "may write again what the stopped run wrote after its last commit, and its summary says "
+                         "how many at most")
     lake_targets(rp)
     rp.add_argument("--workers", type=int, default=1,
                     help="into the lake: split the partitions over N processes on this host (default 1)")
