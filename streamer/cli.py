@@ -112,10 +112,10 @@ def _dlq(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     if args.dlq_command == "inspect":
-        lines = dlq.inspect(cfg, args.limit)
+        lines = dlq.inspect(cfg, args.limit, topic=args.topic)
         print("\n".join(lines) if lines else "no dead letters")
         return 0
-    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id)
+    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id, topic=args.topic)
     print(f"redriven {result.redriven}, refused {result.refused} (redriven "
           f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short), "
           f"already redriven {result.already}"
