@@ -373,9 +373,10 @@ def test_redrive_by_offset_sends_only_the_named_partitions_letter(bootstrap: str
         producer.produce(two, m.value(), m.key(), headers=m.headers(), partition=partition)
     assert producer.flush(30) == 0
     places = {line.split()[1]: line.split("  event ")[1].split("  ")[0] for line in dlq.inspect(strict, topic=two)}
-    assert places == {"0:0": events[0]["event_id"], "1:0": events[2]["event_id"]}
+    assert set(places) == {"0:0", "1:0"}
+    assert sorted(places.values()) == sorted(str(events[i]["event_id"]) for i in (0, 2))
 
     fixed = with_overrides(strict, input={"feature_max": 100.0})
     assert dlq.redrive(fixed, offsets=[(1, 0)], topic=two) == dlq.RedriveResult(1, 0, 0, 0)
     redriven = [m for m in read_all(bootstrap, topics.input) if dict(m.headers() or []).get(REDRIVE_HEADER)]
-    assert [input_codec(fixed.input).decode(m.value())["event_id"] for m in redriven] == [events[2]["event_id"]]
+    assert [input_codec(fixed.input).decode(m.value())["event_id"] for m in redriven] == [places["1:0"]]

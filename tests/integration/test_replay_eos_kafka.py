@@ -118,11 +118,10 @@ def test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once(
     code = last.proc.wait(timeout=240)
     out = last.output()
     assert code == 0 and f"replay {RUN} resumed and finished" in out, out[-3000:]
-    assert "exactly once" in out and f"dead letters to {backfill}.dlq" in out
     replay_s = time.monotonic() - started
 
     values = [m.value() for m in read_all(bootstrap, backfill)]  # read_committed
-    assert len(values) == EVENTS
+    assert len(values) == EVENTS, f"{len(values)} predictions of {EVENTS} events"
     # Decoding 300,000 predictions takes longer than the replay: every one is read by its bytes (the
     # event id is the first field, "\x14" its length; the run id, degraded and degraded_reason the
     # last three), and one in 97 decoded in full says those bytes mean what the test takes them to.
@@ -134,5 +133,6 @@ def test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once(
     assert all(v[0] == 0x14 and v.endswith(b"\x02\x06" + RUN.encode() + b"\x00\x00") for v in values)
     assert len({v[1:11] for v in values}) == EVENTS  # 300,000 distinct event ids
     assert committed() == EVENTS
+    assert "exactly once" in out and f"dead letters to {backfill}.dlq" in out
     print(f"produced {EVENTS} in {produce_s:.1f} s; stops {seen}; replay runs {replay_s:.1f} s in all; "
           f"backfill offsets {written(bootstrap, backfill)} for {EVENTS} predictions")
