@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "lag-exporter":
             return _lag_exporter(args)
         if args.command == "replay" and (args.to_table or args.to_parquet):
+            if args.at_least_once:
+                raise ConfigError("--at-least-once", "is for a replay to a topic: --to-table and --to-parquet "
+                                                     "write exactly once per run")
             return _lake(args)
         if args.command in ("replay", "score"):
             return _replay(args) if args.command == "replay" else _lake(args)

@@ -3,6 +3,9 @@ config error (exit 2) found before anything connects."""
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,15 @@ NOWHERE = "127.0.0.1:9"  # the discard port: nothing listens there
 
 class Planned(Exception):
     """Raised where the replay would first talk to the broker."""
+
+
+@pytest.fixture(autouse=True)
+def own_signals() -> Iterator[None]:
+    """`streamer replay` takes SIGTERM and SIGINT for its stop: give them back to the test session."""
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in kept.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture
@@ -191,3 +203,28 @@ def test_replay_writes_exactly_once_unless_asked_with_its_run_group_as_transacti
     assert [c.processing.guarantee for c in no_broker] == ["exactly_once", "at_least_once", "at_least_once"]
     # Never the live processor's id (it would fence it); the run's group, the same on any host.
     assert no_broker[0].processing.transactional_id == f"{cfg.input.group_id}.replay.r"
+
+
+def test_a_signal_stops_the_replay_with_its_summary_and_exit_6(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The first SIGTERM or Ctrl+C sets the stop the run was given (no KeyboardInterrupt); the run
+    ends with what it committed and the line to resume it, and the command exits 6."""
+    from streamer.errors import EXIT_STOPPED
+    from streamer.observe.stats import Stats
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        def ran(*_: Any, stop: threading.Event, **__: Any) -> replay.ReplaySummary:
+            signal.raise_signal(sig)  # arrives while the run scores
+            assert stop.is_set()
+            return replay.ReplaySummary("r9", "b", 100, False, Stats(events=40, predictions=30), 1.0, left=70)
+
+        monkeypatch.setattr(replay, "run_replay", ran)
+        assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"]) == EXIT_STOPPED == 6
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == "replay r9 stopped" and out[-1] == "resume with --run-id r9"
+
+
+def test_at_least_once_is_refused_for_the_lake(capsys: pytest.CaptureFixture[str]) -> None:
+    for target in (["--to-table", "scores"], ["--to-parquet", "out/"]):
+        assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest", *target, "--at-least-once"]) == 2
+        assert "'--at-least-once': is for a replay to a topic" in capsys.readouterr().err
