@@ -36,6 +36,7 @@ from tests.conftest import (
     read_all,
     run_until_outputs,
 )
+from tests.support.faults import settled, wait_until
 
 pytestmark = pytest.mark.kafka
 SENTINEL = 4242.0
@@ -346,6 +347,7 @@ def test_a_replays_dead_letters_are_inspected_and_redriven_by_their_topic(bootst
     assert summary.dead_letter_topic == letters and sum(summary.stats.dead_letters.values()) == 10
     assert f"dead letters to {letters} (streamer dlq inspect --topic {letters})" in summary.lines()
 
+    wait_until(lambda: settled(bootstrap, letters), 30, "the replay's last commit markers")
     fixed = with_overrides(strict, input={"feature_max": 100.0})
     assert dlq.inspect(fixed) == []  # the live dead-letter topic
     lines = dlq.inspect(fixed, topic=letters)

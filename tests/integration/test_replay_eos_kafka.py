@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from streamer.commands.demo import synthetic_events
 from streamer.formats.configured import input_codec, output_codec
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config
-from tests.support.faults import ROOT, read_all, wait_until, write_config, written
+from tests.support.faults import ROOT, read_all, settled, wait_until, write_config, written
 
 pytestmark = pytest.mark.kafka
 EVENTS = 300_000
@@ -120,6 +120,7 @@ def test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once(
     assert code == 0 and f"replay {RUN} resumed and finished" in out, out[-3000:]
     replay_s = time.monotonic() - started
 
+    wait_until(lambda: settled(bootstrap, backfill), 30, "the last transaction's commit markers")
     values = [m.value() for m in read_all(bootstrap, backfill)]  # read_committed
     assert len(values) == EVENTS, f"{len(values)} predictions of {EVENTS} events"
     # Decoding 300,000 predictions takes longer than the replay: every one is read by its bytes (the

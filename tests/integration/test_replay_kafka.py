@@ -24,7 +24,7 @@ from streamer.formats.configured import input_codec, output_codec
 from streamer.kafka.ranges import When, parse_when
 from streamer.wiring.stream import build_processor
 from tests.conftest import Topics, committed_offsets, end_offsets, make_config, run_until_outputs
-from tests.support.faults import read_all, wait_until, write_config
+from tests.support.faults import read_all, settled, wait_until, write_config
 
 pytestmark = pytest.mark.kafka
 T0 = 1_700_000_000_000  # event i is stamped T0 + i seconds
@@ -44,6 +44,8 @@ def produce_stamped(bootstrap: str, cfg: Config, topic: str, first: int, n: int,
 
 
 def scored(bootstrap: str, cfg: Config, topic: str) -> list[dict[str, Any]]:
+    """The predictions of ``topic``, once the last transaction's markers are written (a replay's)."""
+    wait_until(lambda: settled(bootstrap, topic), 30, f"the commit markers of {topic}")
     codec = output_codec(cfg)
     return [dict(codec.decode(m.value())) for m in read_all(bootstrap, topic)]
 
