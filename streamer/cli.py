@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from streamer.cli_parser import parser
-from streamer.errors import EXIT_CONFIG, EXIT_FATAL, ConfigError, StopRequested, StreamerError
+from streamer.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_STOPPED, ConfigError, StopRequested, StreamerError
 from streamer.extras import need
 
 
@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "lag-exporter":
             return _lag_exporter(args)
         if args.command == "replay" and (args.to_table or args.to_parquet):
+            if args.at_least_once:
+                raise ConfigError("--at-least-once", "is for a replay to a topic: --to-table and --to-parquet "
+                                                     "write exactly once per run")
             return _lake(args)
         if args.command in ("replay", "score"):
             return _replay(args) if args.command == "replay" else _lake(args)
@@ -117,10 +120,10 @@ def _dlq(args: argparse.Namespace) -> int:
 
     cfg = load_unscored(args.config)  # the model's file need not be here
     if args.dlq_command == "inspect":
-        lines = dlq.inspect(cfg, args.limit)
+        lines = dlq.inspect(cfg, args.limit, topic=args.topic)
         print("\n".join(lines) if lines else "no dead letters")
         return 0
-    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id)
+    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id, topic=args.topic)
     print(f"redriven {result.redriven}, refused {result.refused} (redriven "
           f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short), "
           f"already redriven {result.already}"
@@ -196,6 +199,8 @@ def _lake(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    _on_signals(stop.set)  # first: a Ctrl+C while the model loads is a stop, not a traceback
     from streamer.commands.replay import run_replay
     from streamer.config_file import load_config
     from streamer.kafka.ranges import parse_when
@@ -206,8 +211,11 @@ def _replay(args: argparse.Namespace) -> int:
         run_id=args.run_id, output_topic=args.output_topic,
         model_path=Path(args.model).resolve() if args.model else None,
         model_version=args.model_version, force=args.force, batch_size=args.batch_size,
-        max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output)
+        max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output,
+        exactly_once=not args.at_least_once, stop=stop)
     print("\n".join(summary.lines()))
+    if summary.stopped:
+        return EXIT_STOPPED
     if summary.all_dead_lettered:  # a run that scored nothing is not a success
         print(f"streamer: every event of replay {summary.run_id} became a dead letter in "
               f"{summary.output_topic}.dlq (each one's streamer.dlq.exception.message header says why); "

@@ -95,9 +95,10 @@ def parse_place(text: str) -> Place:
     return int(partition), int(offset)
 
 
-def inspect(cfg: Sections, limit: int | None = None) -> list[str]:
-    """One line per dead letter, oldest first (see :meth:`Letter.line`)."""
-    topic = dead_letter_topic(cfg)
+def inspect(cfg: Sections, limit: int | None = None, topic: str | None = None) -> list[str]:
+    """One line per dead letter of ``topic`` (default ``processing.dead_letter_topic``; a replay's
+    is ``<its output topic>.dlq``), oldest first (see :meth:`Letter.line`)."""
+    topic = topic or dead_letter_topic(cfg)
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"{cfg.input.group_id}.dlq-inspect"}))
     lines = []
     try:
@@ -120,10 +121,12 @@ def inspect(cfg: Sections, limit: int | None = None) -> list[str]:
 
 
 def redrive(cfg: Sections, stage: str | None = None, limit: int | None = None,
-            offsets: Collection[Place] = (), event_ids: Collection[str] = ()) -> RedriveResult:
-    """Re-publish dead letters (of ``stage``, or all; only those at ``offsets`` or of
-    ``event_ids`` when either is given) to their original topics; record progress."""
-    topic = dead_letter_topic(cfg)
+            offsets: Collection[Place] = (), event_ids: Collection[str] = (),
+            topic: str | None = None) -> RedriveResult:
+    """Re-publish dead letters of ``topic`` (default ``processing.dead_letter_topic``; of
+    ``stage``, or all; only those at ``offsets`` or of ``event_ids`` when either is given) to
+    their original topics; record progress."""
+    topic = topic or dead_letter_topic(cfg)
     offsets, event_ids = set(offsets), set(event_ids)
     selecting = bool(offsets or event_ids)
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": _group(cfg, stage)}))

@@ -18,6 +18,9 @@ PROCESSOR = "streamer/processor.py"
 CHECKPOINT = "streamer/kafka/checkpoint.py"
 OFFSETS = "streamer/kafka/offsets.py"
 PENDING = "streamer/kafka/pending.py"
+REPLAY = "streamer/commands/replay.py"
+EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
+              "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -431,5 +434,38 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_extras.py::test_evaluate_asks_for_the_lake_extra_only_for_a_table",),
         (Edit("streamer/cli.py", "_evaluate", "if args.labels_from and not _a_file(args.labels_from):",
               "if False:"),),
+    ),
+    Mutant(
+        "27-replay-at-least-once-by-default",
+        "a topic replay writes without transactions unless asked: a resumed run writes again what the stopped one wrote",
+        (EOS_REPLAY,
+         ("tests/commands/test_replay.py::"
+          "test_replay_writes_exactly_once_unless_asked_with_its_run_group_as_transactional_id")),
+        (Edit(REPLAY, "run_replay",
+              'guarantee="exactly_once" if exactly_once else "at_least_once"',
+              'guarantee="at_least_once"'),),
+    ),
+    Mutant(
+        "28-transaction-offsets-without-metadata",
+        "exactly-once: the offsets sent in a transaction lose their metadata (a replay's bounds): a resumed "
+        "replay plans again from --from",
+        (EOS_REPLAY,),
+        (Edit(CHECKPOINT, "Transactional.commit",
+              "self._txn.commit([self._position(tp, off) for tp, off in positions.items()])\n",
+              "self._txn.commit([KafkaTopicPartition(tp[0], tp[1], off) for tp, off in positions.items()])\n"),),
+    ),
+    Mutant(
+        "29-replay-stop-ignored",
+        "a topic replay goes on to its end after SIGTERM or Ctrl+C",
+        (EOS_REPLAY,),
+        (Edit(REPLAY, "run_replay.until", "return asked.is_set()\n", "return False\n"),),
+    ),
+    Mutant(
+        "30-redrive-offset-alone",
+        "dlq redrive --offset P:O matches a letter's offset in any partition of the dead-letter topic",
+        ("tests/integration/test_deadletter_kafka.py::test_redrive_by_offset_sends_only_the_named_partitions_letter",),
+        (Edit("streamer/commands/dlq.py", "redrive",
+              "if (partition, offset) not in offsets and eid not in event_ids:\n",
+              "if offset not in {o for _, o in offsets} and eid not in event_ids:\n"),),
     ),
 )

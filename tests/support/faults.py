@@ -224,6 +224,16 @@ def written(bootstrap: str, topic: str) -> int:
         return 0
 
 
+def settled(bootstrap: str, topic: str) -> bool:
+    """No transaction holds ``topic`` back: each partition's last stable offset is its high
+    watermark. A commit_transaction returns before the coordinator has written its commit markers
+    to the partitions; until they are, a read_committed reader stops short of the transaction."""
+    try:
+        return end_offsets(bootstrap, topic) == end_offsets(bootstrap, topic, committed_only=False)
+    except (KafkaException, BrokerError):
+        return False
+
+
 def read_all(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Message]:
     """Every committed message of ``topic`` up to its end offsets as of now (read_committed)."""
     consumer = admin_consumer(bootstrap, f"reader-{uuid.uuid4().hex}", read_committed=True)
