@@ -227,4 +227,4 @@ def test_a_signal_stops_the_replay_with_its_summary_and_exit_6(monkeypatch: pyte
 def test_at_least_once_is_refused_for_the_lake(capsys: pytest.CaptureFixture[str]) -> None:
     for target in (["--to-table", "scores"], ["--to-parquet", "out/"]):
         assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest", *target, "--at-least-once"]) == 2
-        assert "'--at-least-once': is for a replay to a topic" in capsys.readouterr().err
+        assert "flag --at-least-once: is for a replay to a topic" in capsys.readouterr().err
