@@ -9,7 +9,6 @@ extra (lake, eval, online) only with its command.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import signal
 import sys
@@ -19,28 +18,12 @@ from pathlib import Path
 from types import FrameType
 
 from streamer.cli_parser import parser
-from streamer.errors import (
-    EXIT_CONFIG,
-    EXIT_FATAL,
-    EXIT_STOPPED,
-    ConfigError,
-    ReplayFinishedError,
-    StopRequested,
-    StreamerError,
-)
+from streamer.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_STOPPED, ConfigError, StopRequested, StreamerError
+from streamer.errors import ReplayFinishedError as ShardFinished
+from streamer.extras import need
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    code = _main(argv)
-    if argv is None:  # this process's command: its summary is out and its exit code chosen, and a signal
-        # from here on (a stop forwarded as a worker ends) changes neither; the interpreter's teardown
-        # would otherwise take it with the default action, exiting 143 or 130 after a finished run
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return code
-
-
-def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # --workers starts processes of the same command
     worker = f"w{args.worker_index} " if getattr(args, "worker_index", None) is not None else ""
@@ -56,6 +39,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "lag-exporter":
             return _lag_exporter(args)
         if args.command == "replay" and (args.to_table or args.to_parquet):
+            if args.at_least_once:
+                raise ConfigError("--at-least-once", "is for a replay to a topic: --to-table and --to-parquet "
+                                                     "write exactly once per run")
             return _lake(args)
         if args.command in ("replay", "score"):
             return _replay(args) if args.command == "replay" else _lake(args)
@@ -64,6 +50,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "evaluate":
             return _evaluate(args)
         if args.command == "serve":
+            need("online", "serve")
             from streamer.commands.serve import run_serve
             from streamer.config_file import load_config
 
@@ -81,6 +68,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except StreamerError as exc:  # fenced, a fatal client error, a broker away past the start-up wait
         print(f"streamer: {exc}", file=sys.stderr)
         return EXIT_FATAL
+    finally:
+        if argv is None:  # the summary is out: a late signal (a stop forwarded as a worker ends) changes
+            # nothing, instead of the teardown's default action taking it (exit 143 after a finished run)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _supervise(config_path: str, workers: int) -> int:
@@ -89,7 +81,8 @@ def _supervise(config_path: str, workers: int) -> int:
 
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
-    load_config(config_path)  # a bad config fails here once, not in every worker
+    if load_config(config_path).online.enabled:  # a bad config fails here once, not in every worker
+        need("online", "online.enabled")
     supervisor = Supervisor(workers, lambda index: spawn_worker(config_path, index))
     _on_signals(supervisor.stop)
     signal.signal(signal.SIGHUP, lambda *_: supervisor.forward(signal.SIGHUP))  # reload: every worker
@@ -110,6 +103,8 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
     from streamer.wiring.online import running
 
     cfg = load_config(config_path)
+    if cfg.online.enabled:
+        need("online", "online.enabled")
     if worker_index is not None:
         cfg = for_worker(cfg, worker_index)
     logging.getLogger("streamer").info("kafka settings: %s", redacted(cfg))
@@ -126,23 +121,29 @@ def _run(config_path: str, worker_index: int | None = None) -> int:
 
 def _dlq(args: argparse.Namespace) -> int:
     from streamer.commands import dlq
-    from streamer.config_file import load_config
+    from streamer.config import dead_letter_topic
+    from streamer.config_file import load_unscored
 
-    cfg = load_config(args.config)
+    cfg = load_unscored(args.config)  # the model's file need not be here
     if args.dlq_command == "inspect":
-        lines = dlq.inspect(cfg, args.limit)
+        lines = dlq.inspect(cfg, args.limit, topic=args.topic)
         print("\n".join(lines) if lines else "no dead letters")
         return 0
     stop = _stop_event()
-    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id, stop=stop)
+    result = dlq.redrive(cfg, args.stage, args.limit, offsets=args.offset, event_ids=args.event_id, topic=args.topic,
+                         stop=stop)
     print(("redrive stopped: " if result.stopped else "")
           + f"redriven {result.redriven}, refused {result.refused} (redriven "
           f"{cfg.processing.max_redrives} times already), skipped {result.skipped} (other stages, or cut short), "
           f"already redriven {result.already}"
-          + (f", not found {' '.join(result.not_found)}" if result.not_found else ""))
-    if result.stopped:  # what was sent is committed: the same command sends the rest
+          + (f", not found {' '.join(result.not_found)}" if result.not_found and not result.stopped else ""))
+    if result.stopped:  # what was sent is committed: the same command sends the rest (and finds the rest)
         print("the letters sent are committed; run the same command again to send the rest")
         return EXIT_STOPPED
+    if result.not_found:  # an id asked for is not there: a wrong id, not a done job
+        print(f"streamer: no dead letter in {dead_letter_topic(cfg)} has {' '.join(result.not_found)} "
+              "(streamer dlq inspect lists them)", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 
@@ -180,7 +181,8 @@ def _lag_exporter(args: argparse.Namespace) -> int:
 
 
 def _lake(args: argparse.Namespace) -> int:
-    stop = _stop_event()  # first: a signal while the model loads stops the run at its first chunk
+    need("lake", "score" if args.command == "score" else "--to-table" if args.to_table else "--to-parquet")
+    stop = _stop_event()  # a signal while the model loads stops the run at its first chunk
     from streamer.commands import lake
     from streamer.config_file import load_config
 
@@ -203,7 +205,7 @@ def _lake(args: argparse.Namespace) -> int:
                 run_id=args.run_id, shard=shard, force=args.force, batch_size=args.batch_size,
                 model_path=Path(args.model).resolve() if args.model else None, model_version=args.model_version,
                 stop=stop)
-        except ReplayFinishedError:  # a resumed --workers run: a shard that had finished has nothing to read
+        except ShardFinished:  # a resumed --workers run: a shard that had finished has nothing to read
             if args.finished_ok:
                 print(f"replay {args.run_id}: shard {shard} had finished, nothing left to read")
                 return 0
@@ -219,6 +221,8 @@ def _lake(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    _on_signals(stop.set)  # first: a Ctrl+C while the model loads is a stop, not a traceback
     from streamer.commands.replay import run_replay
     from streamer.config_file import load_config
     from streamer.kafka.ranges import parse_when
@@ -229,8 +233,11 @@ def _replay(args: argparse.Namespace) -> int:
         run_id=args.run_id, output_topic=args.output_topic,
         model_path=Path(args.model).resolve() if args.model else None,
         model_version=args.model_version, force=args.force, batch_size=args.batch_size,
-        max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output)
+        max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output,
+        exactly_once=not args.at_least_once, stop=stop)
     print("\n".join(summary.lines()))
+    if summary.stopped:
+        return EXIT_STOPPED
     if summary.all_dead_lettered:  # a run that scored nothing is not a success
         print(f"streamer: every event of replay {summary.run_id} became a dead letter in "
               f"{summary.output_topic}.dlq (each one's streamer.dlq.exception.message header says why); "
@@ -240,10 +247,11 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    missing = [m for m in ("sklearn", "matplotlib", "pyarrow") if importlib.util.find_spec(m) is None]
-    if missing:  # an optional extra: the streaming image leaves it out
-        raise ConfigError("evaluate", f"needs the eval extra, pip install 'streamer[eval]' ({', '.join(missing)} "
-                                      "not installed)")
+    need("eval", "evaluate")
+    if args.to_table:
+        need("lake", "--to-table")
+    if args.labels_from and not _a_file(args.labels_from):
+        need("lake", "--labels-from")  # a table of the catalog
     stop = _stop_event()
     from streamer.commands.evaluate import evaluate, parse_within
     from streamer.config_file import load_config
@@ -272,6 +280,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _a_file(where: str) -> bool:
+    """``--labels-from`` names a file or folder (else a table), as evaluate/labels.py reads it."""
+    return "/" in where or where.endswith((".csv", ".parquet")) or Path(where).exists()
+
+
 def _model(args: argparse.Namespace) -> int:
     from streamer.commands import model
 
@@ -287,6 +300,7 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _optimize(args: argparse.Namespace) -> int:
+    need("optimize", "model optimize")
     from streamer.commands.model import calibration_rows
     from streamer.model.optimize import optimize
 
@@ -321,24 +335,24 @@ def _dev_or_topics(args: argparse.Namespace) -> int:
 
         return run_dev_kafka(Path(args.data), args.port, sys.stdout, sys.stderr)
     from streamer.commands.topics import TopicsPlan, create_topics, exit_code
-    from streamer.config_file import load_config
+    from streamer.config_file import load_unscored
 
     plan = TopicsPlan(args.partitions, args.replication, args.retention_ms)  # a bad flag: exit 2
-    lines = create_topics(load_config(args.config), plan)
+    lines = create_topics(load_unscored(args.config), plan)
     print("\n".join(lines))
     return exit_code(lines)
 
 
 def _files(args: argparse.Namespace) -> int:
     from streamer.commands.produce import produce_file, tail
-    from streamer.config_file import load_config
+    from streamer.config_file import load_config, load_unscored
 
-    cfg = load_config(args.config)
-    if args.command == "produce":
+    if args.command == "produce":  # the model's file need not be here
+        cfg = load_unscored(args.config)
         done = produce_file(cfg, Path(args.file), args.key_field, skip=args.skip, stop=_stop_event())
         print("\n".join(done.lines(cfg.input.format)))
         return EXIT_STOPPED if done.stopped else 0
-    tail(cfg, sys.stdout, args.limit, args.topic)
+    tail(load_config(args.config), sys.stdout, args.limit, args.topic)  # decodes with the prediction schema
     return 0
 
 

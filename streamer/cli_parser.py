@@ -30,6 +30,8 @@ exit codes: 0 done, 2 fix the config or the input file, 3 restart it (a broker o
 `streamer COMMAND --help` describes one command; docs/ is the reference (make docs builds it)."""
 
 CONFIG = "the YAML config file (docs/configuration.md lists every key)"
+DLQ_TOPIC = ("the dead-letter topic (default processing.dead_letter_topic); a replay's is <its output topic>.dlq, "
+             "which its summary names")
 
 
 def actions(parent: argparse.ArgumentParser, dest: str,
@@ -140,6 +142,10 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--max-wait-ms", type=int, help="batch wait (default: batching.max_wait_ms)")
     rp.add_argument("--allow-live-output", action="store_true",
                     help="allow --output-topic to be the live output topic")
+    rp.add_argument("--at-least-once", action="store_true",
+                    help="to a topic: write without Kafka transactions (default: exactly once); a resumed run "
+                         "may write again what the stopped run wrote after its last commit, and its summary says "
+                         "how many at most")
     lake_targets(rp)
     rp.add_argument("--workers", type=int, default=1,
                     help="into the lake: split the partitions over N processes on this host (default 1)")
@@ -219,6 +225,7 @@ def parser() -> argparse.ArgumentParser:
                          "key, event id, whether it was redriven, attempt, reason.")
     inspect.add_argument("--config", required=True, help=CONFIG)
     inspect.add_argument("--limit", type=int, help="stop after this many")
+    inspect.add_argument("--topic", metavar="NAME", help=DLQ_TOPIC)
     redrive = dlq_action("redrive", "send dead letters back to their original topic",
                          "Send dead letters back to their original topic: the original "
                          "key, value and headers, unchanged, with the redrive count raised. "
@@ -232,6 +239,7 @@ def parser() -> argparse.ArgumentParser:
     redrive.add_argument("--event-id", action="append", default=[], metavar="ID",
                          help="only the letters of this event id; repeatable")
     redrive.add_argument("--limit", type=int, help="stop after this many")
+    redrive.add_argument("--topic", metavar="NAME", help=DLQ_TOPIC)
 
     model = command("model", "look at a model before serving it")
     model_action = actions(model, "model_command")

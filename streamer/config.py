@@ -274,18 +274,54 @@ class Config:
     online: OnlineConfig = field(default_factory=OnlineConfig)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.kafka, Mapping) or "bootstrap.servers" not in self.kafka:
-            raise ConfigError("kafka", KAFKA_NEEDS)
-        check_types(self, "")
+        _check_sections(self)
         if self.model.name in {c.name for c in self.shadow.challengers}:
             raise ConfigError("shadow.challengers", f"a challenger cannot be named like the champion "
                                                     f"({self.model.name!r})")
-        if self.output.format == "avro-confluent" and output_registry(self) is None:
-            raise ConfigError("output.registry", "is required for format 'avro-confluent' (or input.registry)")
-        if self.output.registry is not None and self.output.format != "avro-confluent":
-            raise ConfigError("output.registry", f"is for output.format 'avro-confluent', not {self.output.format!r}")
-        if shadow_topic(self) in (self.output.topic, dead_letter_topic(self)):
-            raise ConfigError("shadow.topic", f"{shadow_topic(self)!r} is already the output or dead-letter topic")
+
+
+@dataclass(frozen=True, slots=True)
+class UnscoredConfig:
+    """The part of a config the commands that neither score nor read the prediction schema use
+    (``topics create``, ``produce``, ``dlq``): no ``model``, so its files need not exist where they
+    run (``config_file.load_unscored``). The sections are checked as :class:`Config` checks them."""
+
+    kafka: Mapping[str, str | Secret]
+    input: InputConfig
+    output: OutputConfig
+    processing: ProcessingConfig = field(default_factory=ProcessingConfig)
+    shadow: ShadowConfig = field(default_factory=ShadowConfig)
+
+    def __post_init__(self) -> None:
+        _check_sections(self)
+
+
+class Sections(Protocol):
+    """A :class:`Config`, or an :class:`UnscoredConfig`: the sections every command reads."""
+
+    @property
+    def kafka(self) -> Mapping[str, str | Secret]: ...
+    @property
+    def input(self) -> InputConfig: ...
+    @property
+    def output(self) -> OutputConfig: ...
+    @property
+    def processing(self) -> ProcessingConfig: ...
+    @property
+    def shadow(self) -> ShadowConfig: ...
+
+
+def _check_sections(cfg: Config | UnscoredConfig) -> None:
+    """What no one section can check alone, once each section has checked itself."""
+    if not isinstance(cfg.kafka, Mapping) or "bootstrap.servers" not in cfg.kafka:
+        raise ConfigError("kafka", KAFKA_NEEDS)
+    check_types(cfg, "")
+    if cfg.output.format == "avro-confluent" and output_registry(cfg) is None:
+        raise ConfigError("output.registry", "is required for format 'avro-confluent' (or input.registry)")
+    if cfg.output.registry is not None and cfg.output.format != "avro-confluent":
+        raise ConfigError("output.registry", f"is for output.format 'avro-confluent', not {cfg.output.format!r}")
+    if shadow_topic(cfg) in (cfg.output.topic, dead_letter_topic(cfg)):
+        raise ConfigError("shadow.topic", f"{shadow_topic(cfg)!r} is already the output or dead-letter topic")
 
 
 class HasKafka(Protocol):  # a Config, or the part of one a tool reads alone (observe/lag.py's LagConfig)
@@ -300,16 +336,16 @@ def librdkafka_config(cfg: HasKafka, **overrides: Any) -> dict[str, Any]:
     return out
 
 
-def output_registry(cfg: Config) -> RegistryConfig | None:
+def output_registry(cfg: Sections) -> RegistryConfig | None:
     """The registry predictions are registered in: ``output.registry``, else ``input.registry``."""
     return cfg.output.registry or cfg.input.registry
 
 
-def shadow_topic(cfg: Config) -> str:
+def shadow_topic(cfg: Sections) -> str:
     return cfg.shadow.topic or f"{cfg.output.topic}.shadow"
 
 
-def dead_letter_topic(cfg: Config) -> str:
+def dead_letter_topic(cfg: Sections) -> str:
     """Where dead letters go: configured, else '<first input topic>.dlq'."""
     return cfg.processing.dead_letter_topic or f"{cfg.input.topics[0]}.dlq"
 

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
 
 import yaml
 
-from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret
+from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret, UnscoredConfig
 from streamer.config_check import Location, kind_of
 from streamer.errors import ConfigError, FileError
 from streamer.kafka.clients import check_properties  # the one place librdkafka dicts are built
@@ -50,6 +50,15 @@ def load_part(path: str | Path, cls: type[T], env: Mapping[str, str] | None = No
         raise ConfigError("<root>", "the config must be a mapping of sections")
     part = _interpolate(_declared(cls, raw), "", os.environ if env is None else env)
     return cast(T, _build(cls, _with_secrets(part), "", path.parent))
+
+
+def load_unscored(path: str | Path, env: Mapping[str, str] | None = None) -> UnscoredConfig:
+    """A config file's sections but ``model`` (:class:`UnscoredConfig`), checked as :func:`load_config`
+    checks them, ``kafka:`` by librdkafka too: for the commands that do not score, which start where
+    the model's files are not."""
+    cfg = load_part(path, UnscoredConfig, env)
+    check_properties(cfg)
+    return cfg
 
 
 def _read(path: Path) -> Any:

@@ -28,11 +28,25 @@ class StreamerError(Exception):
     """Base class of every error streamer raises on purpose."""
 
 
+_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".csv", ".parquet", ".onnx", ".avsc", ".proto", ".npz")
+
+
+def named(key: str) -> str:
+    """What an error tells the user to change, in words: ``flag --require`` (a key that starts
+    with ``-``), ``file 'models/m.onnx'`` (a path), else ``config key 'batching.max_size'``."""
+    if key.startswith("-"):
+        return f"flag {key}"
+    if key.startswith(("/", "./", "../", "~")) or key.lower().endswith(_FILE_SUFFIXES):
+        return f"file '{key}'"
+    return f"config key '{key}'"
+
+
 class ConfigError(StreamerError):
-    """A configuration value is missing or wrong; ``key`` is its dotted path (``batching.max_size``)."""
+    """A configuration value is missing or wrong; ``key`` is its dotted path (``batching.max_size``),
+    the flag (``--run-id``) or the file it is about, and the message names it so (:func:`named`)."""
 
     def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"config key '{key}': {reason}")
+        super().__init__(f"{named(key)}: {reason}")
         self.key = key
         self.reason = reason
 
@@ -58,6 +72,17 @@ class FileError(ConfigError):
         self.path = os.fspath(path)
         self.line = line
         self.field = field
+
+
+class MissingExtra(ConfigError):
+    """A command or flag needs an optional extra that is not installed; the message says how to
+    install it where streamer runs (``extras.install_line``). Exit 2: install it, then run again."""
+
+    def __init__(self, what: str, extra: str, missing: list[str], install: str) -> None:
+        StreamerError.__init__(self, f"{what} needs the {extra} extra ({', '.join(missing)} not installed): {install}")
+        self.key = what
+        self.reason = f"needs the {extra} extra"
+        self.extra = extra
 
 
 class ReplayFinishedError(ConfigError):
@@ -185,6 +210,11 @@ class ModelBrokenError(InferenceError):
 
 class BrokerError(StreamerError):
     """The Kafka cluster refused or failed an operation we cannot continue without."""
+
+
+class NoSuchTopic(BrokerError):
+    """A topic the cluster does not have. Exit 3 where the config's own topics are waited for at
+    start; a command that reads a topic the user named refuses it as a ConfigError (exit 2)."""
 
 
 class ProducerFatalError(BrokerError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import socket
 import time
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 from streamer.config import Config
 from streamer.config_file import load_config
@@ -31,10 +34,16 @@ EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
 def bootstrap() -> Iterator[str]:
     """A real broker: KAFKA_BOOTSTRAP, else Docker, else Apache Kafka's jars. Never a fake.
 
-    If none can be had the fixture raises, and every Kafka test errors loudly.
+    If none can be had the fixture raises, and every Kafka test errors loudly. Before it stops, no
+    Kafka client of the session may be left alive: one would retry the stopped broker after the
+    session's summary (``Connect ... failed``), and in a service it is a leaked connection.
     """
     with kafka_cluster() as address:
         yield address
+        faults.forget_clients()
+        gc.collect()
+        alive = [type(o).__name__ for o in gc.get_objects() if isinstance(o, (Producer, Consumer, AdminClient))]
+        assert not alive, f"Kafka clients left alive after the last test: {alive}"
 
 
 @pytest.fixture(scope="session")

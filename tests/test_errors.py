@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from streamer.cli import main
@@ -107,3 +109,26 @@ def test_detach_clears_a_context_python_does_not_print() -> None:
     detach(caught)
     assert hidden.__traceback__ is None
     assert stack_trace(caught) == before
+
+
+@pytest.mark.parametrize(("key", "shown"), [
+    ("--require", "flag --require: r"),
+    ("batching.max_size", "config key 'batching.max_size': r"),
+    ("/srv/models/fraud.onnx", "file '/srv/models/fraud.onnx': r"),
+    ("events.jsonl", "file 'events.jsonl': r"),
+    ("input.json_schema", "config key 'input.json_schema': r"),
+])
+def test_a_config_error_names_a_flag_a_file_or_a_config_key_as_what_it_is(key: str, shown: str) -> None:
+    from streamer.errors import ConfigError
+
+    assert str(ConfigError(key, "r")) == shown
+
+
+def test_a_bad_flag_is_called_a_flag_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--config", "x.yaml", "--workers", "0"]) == 2
+    assert capsys.readouterr().err == "streamer: flag --workers: must be >= 1, got 0\n"
+
+
+def test_a_model_file_that_does_not_load_is_called_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["model", "inspect", str(tmp_path / "nope.onnx")]) == 2
+    assert capsys.readouterr().err.startswith(f"streamer: file '{tmp_path / 'nope.onnx'}': cannot load it as an ONNX model")

@@ -8,7 +8,9 @@ topics existing, and each configured Schema Registry answering. A missing input 
 ``input.create_topics``, or a missing dead-letter topic with ``processing.create_dead_letter_topic``,
 is ok: start-up creates it (``will be created at start``); without them, as a missing output
 topic, it is a FAIL (run waits for it, unhealthy, naming it). Each finding is one line, ``ok`` or ``FAIL`` with the key to change;
-the command exits 0 when all are ok, else 2. Nothing is consumed, produced or registered.
+the command exits 0 when all are ok, else 2. A field of the Avro ``input.schema`` that can be
+null, mapped in ``model.inputs`` without a ``fill``, is a ``warn`` line (each null is a dead
+letter; the run starts): the exit code stays 0. Nothing is consumed, produced or registered.
 """
 
 from __future__ import annotations
@@ -30,25 +32,27 @@ class Finding:
     key: str  # the config key (or file) the finding is about
     ok: bool
     detail: str
+    warn: bool = False  # ok, with something to know: the run starts
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'}  {self.key}: {self.detail}"
+        return f"{'FAIL' if not self.ok else 'warn' if self.warn else 'ok  '}  {self.key}: {self.detail}"
 
 
 def check(cfg: Config, timeout_s: float = 10.0) -> list[Finding]:
     """Every finding, in the order start-up meets them; see the module docstring."""
-    return [_model(cfg), *_kafka(cfg, timeout_s), *_registries(cfg)]
+    return [*_model(cfg), *_kafka(cfg, timeout_s), *_registries(cfg)]
 
 
-def _model(cfg: Config) -> Finding:
+def _model(cfg: Config) -> list[Finding]:
     try:
         schema_in = input_schema(cfg.input)
         runner = checked_runner(cfg, schema_in=schema_in)
         schema = prediction_schema(cfg.output, runner.contract, schema_in)
     except ConfigError as exc:
-        return Finding(exc.key, False, exc.reason)
+        return [Finding(exc.key, False, exc.reason)]
     fields = ", ".join(f["name"] for f in schema["fields"])
-    return Finding("model.path", True, f"{cfg.model.path.name} serves; predictions carry {fields}")
+    return [Finding("model.path", True, f"{cfg.model.path.name} serves; predictions carry {fields}"),
+            *(Finding(key, True, words, warn=True) for key, words in runner.contract.nullable_fields(schema_in))]
 
 
 def _kafka(cfg: Config, timeout_s: float) -> list[Finding]:

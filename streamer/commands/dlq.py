@@ -37,7 +37,7 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 
-from streamer.config import Config, dead_letter_topic
+from streamer.config import Sections, dead_letter_topic
 from streamer.errors import STAGES, BrokerError
 from streamer.formats.configured import input_codec
 from streamer.kafka import clients
@@ -99,9 +99,10 @@ def parse_place(text: str) -> Place:
     return int(partition), int(offset)
 
 
-def inspect(cfg: Config, limit: int | None = None) -> list[str]:
-    """One line per dead letter, oldest first (see :meth:`Letter.line`)."""
-    topic = dead_letter_topic(cfg)
+def inspect(cfg: Sections, limit: int | None = None, topic: str | None = None) -> list[str]:
+    """One line per dead letter of ``topic`` (default ``processing.dead_letter_topic``; a replay's
+    is ``<its output topic>.dlq``), oldest first (see :meth:`Letter.line`)."""
+    topic = topic or dead_letter_topic(cfg)
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"{cfg.input.group_id}.dlq-inspect"}))
     lines = []
     try:
@@ -123,13 +124,14 @@ def inspect(cfg: Config, limit: int | None = None) -> list[str]:
     return lines
 
 
-def redrive(cfg: Config, stage: str | None = None, limit: int | None = None,
+def redrive(cfg: Sections, stage: str | None = None, limit: int | None = None,
             offsets: Collection[Place] = (), event_ids: Collection[str] = (),
-            stop: threading.Event | None = None) -> RedriveResult:
-    """Re-publish dead letters (of ``stage``, or all; only those at ``offsets`` or of
-    ``event_ids`` when either is given) to their original topics; record progress. ``stop`` set
-    ends it before the next letter (``stopped``)."""
-    topic = dead_letter_topic(cfg)
+            topic: str | None = None, stop: threading.Event | None = None) -> RedriveResult:
+    """Re-publish dead letters of ``topic`` (default ``processing.dead_letter_topic``; of
+    ``stage``, or all; only those at ``offsets`` or of ``event_ids`` when either is given) to
+    their original topics; record progress. ``stop`` set ends it before the next letter
+    (``stopped``)."""
+    topic = topic or dead_letter_topic(cfg)
     offsets, event_ids = set(offsets), set(event_ids)
     selecting = bool(offsets or event_ids)
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": _group(cfg, stage)}))
@@ -202,11 +204,11 @@ def redrive(cfg: Config, stage: str | None = None, limit: int | None = None,
     return RedriveResult(redriven, refused, skipped, already, tuple(missing), stopped)
 
 
-def _group(cfg: Config, stage: str | None) -> str:
+def _group(cfg: Sections, stage: str | None) -> str:
     return f"{cfg.input.group_id}.redrive.{stage or 'all'}"
 
 
-def _event_ids(cfg: Config) -> Callable[[list[tuple[str, bytes]], bytes | None], str | None]:
+def _event_ids(cfg: Sections) -> Callable[[list[tuple[str, bytes]], bytes | None], str | None]:
     """A letter's event id: its ``streamer.dlq.event.id`` header, else the ``input.id_field`` of
     its original value decoded with the input codec (None: a value that does not decode, the
     usual ``deserialize`` letter, or one without the field)."""
@@ -227,7 +229,7 @@ def _event_ids(cfg: Config) -> Callable[[list[tuple[str, bytes]], bytes | None],
     return event_id
 
 
-def _marked(cfg: Config, topic: str, timeout_s: float = 30.0) -> set[Place]:
+def _marked(cfg: Sections, topic: str, timeout_s: float = 30.0) -> set[Place]:
     """The letters recorded in ``<topic>.redriven`` by selective redrives (none: no such topic)."""
     consumer = Consumer(clients.consumer_config(cfg, **{"group.id": f"{cfg.input.group_id}.dlq-redriven"}))
     try:
@@ -251,7 +253,7 @@ def _marked(cfg: Config, topic: str, timeout_s: float = 30.0) -> set[Place]:
         consumer.close()
 
 
-def _mark(cfg: Config, producer: Producer, topic: str, places: list[Place]) -> None:
+def _mark(cfg: Sections, producer: Producer, topic: str, places: list[Place]) -> None:
     """Record selectively redriven letters in ``<topic>.redriven`` (created compacted on first
     use: one record per letter is all it keeps), and wait for the acks."""
     if not places:
@@ -266,7 +268,7 @@ def _mark(cfg: Config, producer: Producer, topic: str, places: list[Place]) -> N
                           "acknowledged: a later redrive may send them again")
 
 
-def _redriven_below(cfg: Config, topic: str, parts: list[int],
+def _redriven_below(cfg: Sections, topic: str, parts: list[int],
                     timeout_s: float = 30.0) -> dict[int, dict[str | None, int]]:
     """Per partition, per stage (None: a letter without one), the offset below which its letters
     were redriven: the larger of its stage group's commit and the ``all`` group's."""

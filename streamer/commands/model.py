@@ -20,7 +20,7 @@ import onnxruntime as ort
 
 from streamer.config import Config
 from streamer.config_contract import InputSource, OutputTarget
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, FileError
 from streamer.formats.avro import load_schema
 from streamer.formats.configured import input_codec, input_schema, prediction_schema
 from streamer.formats.json_events import JsonCodec
@@ -36,11 +36,11 @@ from streamer.schemas import bundled
 
 
 def signature_of(path: Path) -> Signature:
-    """The signature of the ONNX file at ``path`` (CPU session; ConfigError when it does not load)."""
+    """The signature of the ONNX file at ``path`` (CPU session; FileError when it does not load)."""
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own classes for a missing or corrupt file
-        raise ConfigError("model.path", f"cannot load {path}: {exc}") from exc
+        raise FileError(path, f"cannot load it as an ONNX model: {exc}") from exc
     return Signature.of(session)
 
 

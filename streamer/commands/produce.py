@@ -42,8 +42,8 @@ from confluent_kafka import Consumer, Producer
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
-from streamer.config import Config, output_registry
-from streamer.errors import BrokerError, ConfigError, FileError, InferenceError, SerializeError
+from streamer.config import Config, Sections, output_registry
+from streamer.errors import BrokerError, ConfigError, FileError, InferenceError, NoSuchTopic, SerializeError
 from streamer.formats.avro import AvroCodec, Mismatch, load_schema, mismatch
 from streamer.formats.codec import Codec
 from streamer.formats.configured import input_codec, input_schema, prediction_schema
@@ -79,7 +79,7 @@ class Produced:
                 f"produce the rest with --skip {self.skip + self.sent}"]
 
 
-def produce_file(cfg: Config, path: Path, key_field: str | None = None, *, skip: int = 0,
+def produce_file(cfg: Sections, path: Path, key_field: str | None = None, *, skip: int = 0,
                  stop: threading.Event | None = None) -> Produced:
     """Publish every row of ``path`` after the ``skip`` first to the input topic, until ``stop``
     is set; every row sent is acknowledged by the broker when it returns."""
@@ -132,7 +132,7 @@ def produce_file(cfg: Config, path: Path, key_field: str | None = None, *, skip:
     return Produced(topic, sent, total, skip, sent < total)
 
 
-def rows(path: Path, cfg: Config) -> Iterator[tuple[int, dict[str, Any]]]:
+def rows(path: Path, cfg: Sections) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, event)`` for each row of a JSON Lines, CSV or Parquet file."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":  # binary: pyarrow opens it
@@ -179,7 +179,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield n, row
 
 
-def row_check(cfg: Config) -> Callable[[Mapping[str, Any]], Mismatch | None]:
+def row_check(cfg: Sections) -> Callable[[Mapping[str, Any]], Mismatch | None]:
     """Where and why an event does not fit the input as it is (None: it fits), for every format
     ``produce`` writes: Avro by ``input.schema`` with no conversion (formats/avro.py's
     :func:`mismatch`: fastavro's writer would turn 4.5 into 4 for a long), JSON by
@@ -201,7 +201,7 @@ def _json_mismatch(validator: Any, row: Mapping[str, Any]) -> Mismatch | None:
     return field, f"JSON Schema: {error.message[:200]}"
 
 
-def _field_types(cfg: Config) -> dict[str, Any]:
+def _field_types(cfg: Sections) -> dict[str, Any]:
     if cfg.input.schema is None:
         return {}
     return {f["name"]: f["type"] for f in load_schema(cfg.input.schema, key="input.schema")["fields"]}
@@ -276,6 +276,8 @@ def tail(cfg: Config, out: TextIO, limit: int | None = None, topic: str | None =
             n += 1
             if limit is not None and n >= limit:
                 break
+    except NoSuchTopic as exc:  # the name asked for is wrong: exit 2
+        raise ConfigError("--topic" if topic else "output.topic", str(exc)) from exc
     finally:
         consumer.close()
     return n

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streamer.config import Config, dead_letter_topic, shadow_topic
+from streamer.config import Sections, dead_letter_topic, shadow_topic
 from streamer.errors import EXIT_FATAL, ConfigError
 from streamer.kafka.clients import make_admin
 from streamer.kafka.topics import Outcome, create_each
@@ -42,7 +42,7 @@ class TopicsPlan:
             raise ConfigError("--retention-ms", f"must be >= -1 (-1: keep for ever), got {self.retention_ms}")
 
 
-def config_topics(cfg: Config) -> dict[str, str]:
+def config_topics(cfg: Sections) -> dict[str, str]:
     """Each topic the config reads or writes -> the config key that names it, in that order."""
     keys: dict[str, str] = {}
     for n, topic in enumerate(cfg.input.topics):
@@ -54,7 +54,7 @@ def config_topics(cfg: Config) -> dict[str, str]:
     return keys
 
 
-def create_topics(cfg: Config, plan: TopicsPlan, timeout_s: float = 30.0) -> list[str]:
+def create_topics(cfg: Sections, plan: TopicsPlan, timeout_s: float = 30.0) -> list[str]:
     """Create the config's missing topics per ``plan``; one line per topic (see the module docstring)."""
     keys = config_topics(cfg)
     settings = {} if plan.retention_ms is None else {"retention.ms": str(plan.retention_ms)}

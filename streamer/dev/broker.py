@@ -142,7 +142,10 @@ class LocalKafka:
 
     def format(self) -> None:
         """Write server.properties and format this node's KRaft storage (unless kept and formatted)."""
-        self.port, self.controller_port = self.port or _free_port(), self.controller_port or _free_port()
+        if not (self.port and self.controller_port):
+            picked = free_ports(2)  # distinct, whichever of the two is given
+            self.port = self.port or next(p for p in picked if p != self.controller_port)
+            self.controller_port = self.controller_port or next(p for p in picked if p != self.port)
         props = self.workdir / "server.properties"
         voters = self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}"
         props.write_text(_server_properties(self.port, self.controller_port, self.workdir / "data",
@@ -252,15 +255,16 @@ class LocalCluster:
         return [(m.proxy_port, m.proxied_port) for m in self.members]
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        ports = [(_free_port(), _free_port()) for _ in range(self.nodes)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        free = iter(free_ports(self.nodes * 4))  # every node's four ports, all distinct
+        ports = [(next(free), next(free), next(free), next(free)) for _ in range(self.nodes)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c, _, _) in enumerate(ports))
         cluster_id = new_cluster_id()
         self.members = [LocalKafka(self.libs, port=p, controller_port=c, node_id=i + 1, voters=voters,
                                    cluster_id=cluster_id, replication=self.nodes,
-                                   proxied_port=_free_port() if self.proxied else 0,
-                                   proxy_port=_free_port() if self.proxied else 0,
+                                   proxied_port=proxied if self.proxied else 0,
+                                   proxy_port=proxy if self.proxied else 0,
                                    properties=self.properties)
-                        for i, (p, c) in enumerate(ports)]
+                        for i, (p, c, proxied, proxy) in enumerate(ports)]
         for m in self.members:
             m.format()
         for m in self.members:  # a quorum forms once a majority runs: start all, then wait
@@ -367,10 +371,15 @@ def docker_reachable() -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports of 127.0.0.1. Every socket stays bound until all are picked:
+    a port taken and released at once can be handed out again by the next bind, and a broker
+    given one port for its listener and its controller fails to start."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 def _port_open(host: str, port: int) -> bool:

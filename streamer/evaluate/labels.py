@@ -8,7 +8,10 @@ A labels source is a CSV file, a Parquet file or folder (local or ``s3://``), or
 table of the lake's catalog. It holds a key column, ``event_id`` or ``entity_id``, an outcome
 column (``label`` by default) and, for an ``entity_id`` key, the outcome's time: a timestamp, a
 date, or a number of milliseconds since the epoch. Rows with a null key, outcome or time say
-nothing and are left out.
+nothing and are left out. The columns are checked on the source's schema before its rows are read
+(:func:`check_columns`): a key column that is missing, or neither text nor an integer, is refused
+on ``--labels-key``; an outcome column that is missing, or neither a number, a boolean nor text,
+on ``--labels-column``.
 
 - On ``event_id``: an event takes the outcome of its id (the last one, when the source repeats it).
 - On ``entity_id``: an event takes the first outcome of its entity at or after the event's time
@@ -138,16 +141,43 @@ def read(lake: LakeConfig, spec: LabelsFrom) -> pa.Table:
             if where.endswith(".csv"):
                 with fs.open_input_stream(path) as f:
                     return pacsv.read_csv(f)
+            check_columns(spec, pq.ParquetDataset(path, filesystem=fs).schema)
             return pq.read_table(path, filesystem=fs)
         except (pa.ArrowInvalid, OSError) as exc:
             raise ConfigError("--labels-from", f"cannot read {where}: {exc}") from exc
     from pyiceberg.exceptions import NoSuchTableError  # the lake extra's
 
     try:
-        return open_catalog(lake).load_table(identifier(lake, where, "--labels-from")).scan().to_arrow()
+        table = open_catalog(lake).load_table(identifier(lake, where, "--labels-from"))
     except NoSuchTableError as exc:
         raise ConfigError("--labels-from", f"{where!r} is no file or folder here, nor a table of the "
                                            f"catalog ({exc})") from exc
+    check_columns(spec, table.schema().as_arrow())
+    return table.scan().to_arrow()
+
+
+def check_columns(spec: LabelsFrom, schema: pa.Schema) -> str:
+    """The key ``spec`` joins on in a source of ``schema``; ConfigError on ``--labels-key`` or
+    ``--labels-column`` for a column that is missing or of a type that cannot join or be an outcome."""
+    names = schema.names
+    key = spec.key or ("event_id" if "event_id" in names else "entity_id")
+    for flag, column, fits, what in (
+            ("--labels-key", key, _keyish, "text or an integer (an id)"),
+            ("--labels-column", spec.column, _outcomeish, "a number, a boolean or text (0/1, true/false)")):
+        if column not in names:
+            raise ConfigError(flag, f"{spec.location} has no column {column!r} (it has {', '.join(names)})")
+        kind = schema.field(column).type
+        if not fits(kind.value_type if pa.types.is_dictionary(kind) else kind):
+            raise ConfigError(flag, f"the column {column!r} of {spec.location} is {kind}: {what}")
+    return key
+
+
+def _keyish(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind))
+
+
+def _outcomeish(kind: pa.DataType) -> bool:
+    return bool(_keyish(kind) or pa.types.is_boolean(kind) or pa.types.is_floating(kind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +212,7 @@ def prepare(spec: LabelsFrom, table: pa.Table) -> Known:
     """The source's outcomes, checked: the key and outcome columns exist, an ``entity_id`` join
     has a time, ``--labels-within`` is for that join."""
     names = set(table.column_names)
-    key = spec.key or ("event_id" if "event_id" in names else "entity_id")
-    missing = [c for c in (key, spec.column) if c not in names]
-    if missing:
-        raise ConfigError("--labels-from", f"{spec.location} has no column {missing[0]!r} (it has "
-                                           f"{', '.join(table.column_names)})")
+    key = check_columns(spec, table.schema)
     keys = table.column(key).to_pylist()
     values = np.array([_outcome(v) for v in table.column(spec.column).to_pylist()], np.float64)
     said = np.array([k is not None for k in keys]) & ~np.isnan(values)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streamer.config import Config, Secret, dead_letter_topic, librdkafka_config
+from streamer.config import Config, Secret, Sections, dead_letter_topic, librdkafka_config
 from streamer.errors import BrokerError, ConfigError, StopRequested
 from streamer.kafka.delivery import QUEUE_LIMIT
 from streamer.kafka.retrylog import LibrdkafkaLog, retry_level
@@ -65,16 +65,16 @@ PRODUCER_ONLY = ("linger.ms", "queue.buffering.", "batch.", "acks", "request.req
                  "max.in.flight", "partitioner", "sticky.partitioning.linger.ms")
 
 
-def consumer_config(cfg: Config, **extra: Any) -> dict[str, Any]:
+def consumer_config(cfg: Sections, **extra: Any) -> dict[str, Any]:
     return _merge(cfg, CONSUMER_DEFAULTS, CONSUMER_FORCED,
                   {"group.id": cfg.input.group_id, **extra}, leave_out=PRODUCER_ONLY)
 
 
-def producer_config(cfg: Config, **extra: Any) -> dict[str, Any]:
+def producer_config(cfg: Sections, **extra: Any) -> dict[str, Any]:
     return _merge(cfg, PRODUCER_DEFAULTS, PRODUCER_FORCED, extra, leave_out=CONSUMER_ONLY)
 
 
-def check_properties(cfg: Config) -> None:
+def check_properties(cfg: Sections) -> None:
     """Have librdkafka itself check every ``kafka:`` property, for both clients, without
     connecting: an unknown key or a bad value is a ConfigError naming ``kafka.<key>``.
 
@@ -124,7 +124,7 @@ def queue_limit(cfg: Config) -> int:
     return int(str(librdkafka_config(cfg).get("queue.buffering.max.messages", QUEUE_LIMIT)))
 
 
-def make_admin(cfg: Config) -> AdminClient:
+def make_admin(cfg: Sections) -> AdminClient:
     settings: dict[str, Any] = {"logger": _LIBRDKAFKA_LOG, **librdkafka_config(cfg)}
     return AdminClient(settings)
 
@@ -227,7 +227,7 @@ def _tool_settings(bootstrap_or_conf: str | Mapping[str, Any]) -> dict[str, Any]
     return {k: v for k, v in bootstrap_or_conf.items() if not k.startswith(("group.", "enable.auto"))}
 
 
-def _merge(cfg: Config, defaults: dict[str, str], forced: dict[str, str],
+def _merge(cfg: Sections, defaults: dict[str, str], forced: dict[str, str],
            extra: dict[str, Any], leave_out: tuple[str, ...]) -> dict[str, Any]:
     user = {k: v for k, v in librdkafka_config(cfg).items() if not k.startswith(leave_out)}
     for key, value in forced.items():

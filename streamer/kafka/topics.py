@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from streamer.errors import BrokerError
+from streamer.errors import BrokerError, NoSuchTopic
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def partitions(client: MetadataClient, topic: str, timeout_s: float = 30.0) -> l
     """
     meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-        raise BrokerError(f"topic {topic!r} does not exist")
+        raise NoSuchTopic(f"topic {topic!r} does not exist")
     if meta.error is not None and not meta.partitions:
         raise BrokerError(f"topic {topic!r} has no partitions listed: {meta.error}")
     return sorted(meta.partitions)

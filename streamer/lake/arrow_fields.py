@@ -13,11 +13,19 @@ goes through convert.py's per-value conversion of its Python values, built one c
 Steps aside besides: an id that is missing, null or not a string (the reference makes one or
 prints it), an entity that is null or not a string, a time that is null or not an integer (the
 caller turns timestamps into milliseconds first).
+
+Before the first row, :func:`check_schema` refuses what would reject every row, with the stream's
+words for its Avro schema (contract.check_fields): an input's column that the table lacks, or
+whose Arrow type the conversion table refuses (a string or a decimal into a number), and a
+column mapped without ``fill`` that holds nulls (each would be a reject). Arrow types as the
+table's source types: boolean is bool; integers and timestamps (read as milliseconds) int;
+float16 and float32 float; float64 double; text and dictionaries of text string; a list, its
+items'. Any other (decimal, date, binary, struct) is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,10 +33,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamer.config import InputConfig
+from streamer.errors import ConfigError
 from streamer.formats.columnar.convert import convert, convert_arrays
 from streamer.formats.columnar.walk import DecodedColumns
-from streamer.model.contract import Contract, InputPlan
-from streamer.model.exact import EXACT_INT, F32_MAX
+from streamer.model.contract import Contract, InputPlan, check_kinds, no_field, no_fill
+from streamer.model.exact import EXACT_INT, F32_MAX, Source
 from streamer.model.signature import DTYPES, Columns
 
 
@@ -181,3 +190,56 @@ class ArrowFields:
         for part in rest:
             values = [v.get(part) if type(v) is dict else None for v in values]
         return values
+
+
+def check_schema(schema: pa.Schema, contract: Contract, where: str, holds_nulls: Callable[[str], bool]) -> None:
+    """Refuse (ConfigError naming ``model.inputs.<input>`` and the column) what ``where``'s schema
+    cannot feed: see the module docstring. ``holds_nulls(path)``: whether the data has a null there
+    (a nullable column without one, as pandas and pyarrow write every column, is taken)."""
+    for plan, key, path in contract.fields():
+        check_kinds(plan, key, path, _kinds(_field(schema, path, key, where).type), where)
+    for _, key, path in contract.unfilled(lambda path, key: _nullable(schema, path) and holds_nulls(path)):
+        raise ConfigError(key, no_fill(path, key, f"holds nulls in {where}", "a null would be a reject", "column"))
+
+
+def _field(schema: pa.Schema, path: str, key: str, where: str) -> pa.Field:
+    fields: Sequence[pa.Field] = list(schema)
+    found: pa.Field | None = None
+    for part in path.split("."):
+        found = next((f for f in fields if f.name == part), None)
+        if found is None:
+            raise no_field(key, path, part, where, [f.name for f in fields])
+        fields = list(found.type) if pa.types.is_struct(found.type) else []
+    assert found is not None
+    return found
+
+
+def _nullable(schema: pa.Schema, path: str) -> bool:
+    """Whether the column at ``path``, or a struct above it, may hold a null."""
+    fields: Sequence[pa.Field] = list(schema)
+    for part in path.split("."):
+        found = next(f for f in fields if f.name == part)
+        if found.nullable:
+            return True
+        fields = list(found.type) if pa.types.is_struct(found.type) else []
+    return False
+
+
+def _kinds(kind: pa.DataType) -> dict[str, Source | None]:
+    """An Arrow type's names, each with the conversion table's source type (None: none)."""
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _kinds(kind.value_type)
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    source: Source | None = None
+    if pa.types.is_boolean(kind):
+        source = "bool"
+    elif pa.types.is_integer(kind) or pa.types.is_timestamp(kind):
+        source = "int"
+    elif pa.types.is_float16(kind) or pa.types.is_float32(kind):
+        source = "float"
+    elif pa.types.is_float64(kind):
+        source = "double"
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        source = "string"
+    return {str(kind): source}

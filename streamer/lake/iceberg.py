@@ -27,6 +27,7 @@ files no snapshot names: invisible to readers, orphans for Iceberg's orphan-file
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -254,6 +255,7 @@ def ensure_table(catalog: Catalog, ident: str, schema: pa.Schema, day_of: str) -
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
+        _ensure_namespace(catalog, ident)
         try:
             table = catalog.create_table(ident, schema=schema, properties={"format-version": "2"})
         except TableAlreadyExistsError:  # another worker made it first
@@ -271,6 +273,23 @@ def ensure_table(catalog: Catalog, ident: str, schema: pa.Schema, day_of: str) -
         except CommitFailedException:  # another worker partitioned it first: load what it made
             table = catalog.load_table(ident)
     return table
+
+
+def _ensure_namespace(catalog: Catalog, ident: str) -> None:
+    """The namespace of ``ident``, created when missing (the embedded catalog always can); a
+    catalog that refuses (a REST catalog without the right) is a ConfigError naming the table."""
+    namespace = ident.rpartition(".")[0]
+    try:
+        catalog.create_namespace_if_not_exists(namespace)
+        return
+    except Exception as exc:  # noqa: BLE001 - each catalog refuses in its own words
+        refused = exc
+    with contextlib.suppress(Exception):
+        if catalog.namespace_exists(namespace):  # there, only not ours to create; or made meanwhile by another worker
+            return
+    raise ConfigError("--to-table", f"table {ident}: the catalog has no namespace {namespace!r} and refused to "
+                                    f"create it ({type(refused).__name__}: {refused}); create it, or name a table "
+                                    "in a namespace that exists")
 
 
 def _check(table: Table, ident: str, schema: pa.Schema) -> None:

@@ -5,7 +5,7 @@ Layout under PATH (a folder or ``s3://bucket/prefix``)::
     event_date=2026-12-01/<run>-<shard>-<commit>-<n>.parquet   the predictions
     _streamer/<run>/<shard>/plan.json                           the run's bounds
     _streamer/<run>/<shard>/<commit>.json                       a commit: its files and the range it covers
-    _SUCCESS                                                    written last: every committed file of PATH
+    _SUCCESS                                                    written last, by the last shard to finish
 
 File names are fixed by run, shard and commit number, and a commit is its log entry, written
 after its files: a run that starts again with the same id reads its entries, deletes the files
@@ -99,11 +99,17 @@ class ParquetSink(FilesSink):
         self._n = 0
 
     def finish(self) -> None:
-        """``_SUCCESS`` once every shard of every run here finished: the committed files, all of them."""
+        """``_SUCCESS`` once every shard of every run here finished (a shard not started yet, known by
+        its siblings' ``I-of-N`` names, has not): the committed files, all of them."""
         runs = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/{LOG}", recursive=False))
         files: list[str] = []
         for run in runs:
-            for shard in self.fs.get_file_info(pafs.FileSelector(run.path, recursive=False)):
+            shards = self.fs.get_file_info(pafs.FileSelector(run.path, recursive=False))
+            names = {shard.base_name for shard in shards}
+            counts = {int(name.rpartition("-of-")[2]) for name in names if "-of-" in name}
+            if any(f"{i}-of-{n}" not in names for n in counts for i in range(n)):
+                return  # a shard that has not started yet: the last to finish writes _SUCCESS
+            for shard in shards:
                 plan = self._read(f"{shard.path}/plan.json")
                 entries = self._entries(shard.path)
                 if plan is None or not Resume(ranges_of(plan.decode()), _reached(entries), len(entries)).done:

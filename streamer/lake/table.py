@@ -5,13 +5,17 @@ and each goes through the stream's contract and validation (``model.inputs``, ``
 the id, entity and time fields): a row that fails is a reject with its reason and the row itself,
 as JSON. Positions are row numbers: each Parquet file is a partition of the source (its index in
 the sorted file list), an Iceberg table's snapshot one partition, so a run resumes mid-file.
-Timestamps are read as milliseconds, as an event's ``event_time`` is.
+Timestamps are read as milliseconds, as an event's ``event_time`` is. Before the first row,
+:meth:`TableSource.check` reads each file's schema (an Iceberg table's) and refuses what would
+reject every row (arrow_fields.check_schema); whether a nullable column holds nulls is read from
+the files' statistics (Parquet's null counts, Iceberg's), never from the rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,11 +27,12 @@ import pyarrow.parquet as pq
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError, RecordError, detach
 from streamer.kafka.ranges import Ranges
-from streamer.lake.arrow_fields import ArrowFields
+from streamer.lake.arrow_fields import ArrowFields, check_schema
 from streamer.lake.columns import as_json
 from streamer.lake.places import filesystem, identifier, open_catalog
 from streamer.lake.run import Chunk
 from streamer.lake.sink import Resume
+from streamer.model.contract import Contract
 from streamer.model.signature import Columns
 from streamer.pipeline.records import Messages, Origin, Rows
 from streamer.pipeline.stages import Reject
@@ -75,6 +80,7 @@ class TableSource:
         self.lake, self.location, self.batch_rows = lake, location, batch_rows
         self.validator, self.stack = validator, stack
         self.fast = fast
+        self._footers: dict[str, pq.FileMetaData] = {}
         self._parts = self._find()
 
     def _find(self) -> list[tuple[str, Any]]:
@@ -103,6 +109,24 @@ class TableSource:
         snap = table.current_snapshot()
         return [(f"{identifier(self.lake, self.location)}@{snap.snapshot_id if snap else 0}", table)]
 
+    def check(self, contract: Contract) -> None:
+        """Refuse a source the model's inputs cannot read (ConfigError naming the key and the column)."""
+        for _, how in self._parts:
+            if isinstance(how, tuple):
+                meta = self._meta(how)
+                check_schema(meta.schema.to_arrow_schema(), contract, how[1], partial(_parquet_nulls, meta))
+            else:
+                check_schema(how.schema().as_arrow(), contract, identifier(self.lake, self.location),
+                             partial(_iceberg_nulls, how))
+
+    def _meta(self, how: tuple[Any, str]) -> pq.FileMetaData:
+        """A Parquet file's footer, read once."""
+        if how[1] not in self._footers:
+            fs, path = how
+            with fs.open_input_file(path) as f:
+                self._footers[path] = pq.ParquetFile(f).metadata
+        return self._footers[how[1]]
+
     def plan(self) -> Ranges:
         """Every row of the source: ``[0, rows)`` per partition."""
         out: Ranges = {}
@@ -112,9 +136,7 @@ class TableSource:
 
     def _count(self, how: Any) -> int:
         if isinstance(how, tuple):
-            fs, path = how
-            with fs.open_input_file(path) as f:
-                return int(pq.ParquetFile(f).metadata.num_rows)
+            return int(self._meta(how).num_rows)
         snap = how.current_snapshot()
         return 0 if snap is None else int(how.scan(snapshot_id=snap.snapshot_id).count())  # deletes applied
 
@@ -189,6 +211,30 @@ class TableSource:
     def _messages(name: str, index: int, items: list[TableRow]) -> Messages:
         return Messages(list[Origin](items), [name] * len(items), np.full(len(items), index, np.int64),
                         np.array([m.row for m in items], np.int64))
+
+
+def _parquet_nulls(meta: pq.FileMetaData, path: str) -> bool:
+    """Whether a row group's statistics count a null in the column at ``path`` (its leaves)."""
+    for group in range(meta.num_row_groups):
+        row_group = meta.row_group(group)
+        for c in range(row_group.num_columns):
+            column = row_group.column(c)
+            if column.path_in_schema == path or column.path_in_schema.startswith(f"{path}."):
+                stats = column.statistics
+                if stats is not None and stats.has_null_count and stats.null_count:
+                    return True
+    return False
+
+
+def _iceberg_nulls(table: Any, path: str) -> bool:
+    """Whether the table's data files count a null in the field at ``path`` (or its list's items)."""
+    field = table.schema().find_field(path)
+    ids = {field.field_id, getattr(field.field_type, "element_id", field.field_id)}  # a list: its items too
+    snap = table.current_snapshot()
+    if snap is None:
+        return False
+    return any((task.file.null_value_counts or {}).get(i, 0) for task in table.scan(snapshot_id=snap.snapshot_id)
+               .plan_files() for i in ids)
 
 
 def _millis(batch: pa.RecordBatch) -> pa.RecordBatch:

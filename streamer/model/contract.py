@@ -33,7 +33,7 @@ float32 [N, 1]; ``model.inputs: {country: card.country, amount: {field: amount, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ import numpy as np
 
 from streamer.config import InputSource, OutputTarget
 from streamer.errors import ConfigError, InferenceError, ValidationError
-from streamer.model.exact import AVRO_SOURCES, exact, takes
+from streamer.model.exact import AVRO_SOURCES, Source, exact, takes
 from streamer.model.outputs import OutputPlan, field_doc, plan_outputs
 from streamer.model.signature import DTYPES, Columns, Signature, TensorSpec
 
@@ -73,8 +73,7 @@ def input_field_type(schema: dict[str, Any] | None, path: str, key: str) -> Any:
             raise ConfigError(key, f"{path!r}: {part!r} is not inside a record of input.schema")
         field = next((f for f in record["fields"] if f["name"] == part), None)
         if field is None:
-            raise ConfigError(key, f"{path!r}: input.schema has no field {part!r} there (it has "
-                                   f"{[f['name'] for f in record['fields']]})")
+            raise no_field(key, path, part, "input.schema", [f["name"] for f in record["fields"]])
         node = field["type"]
     return node
 
@@ -267,6 +266,11 @@ class Contract:
                      "doc": f"The model's output '{self.outputs[0].spec.name}' for the event."}]
         return [{"name": p.field, "type": p.avro(), "doc": field_doc(p)} for p in self.outputs]
 
+    def fields(self) -> list[tuple[InputPlan, str, str]]:
+        """Each field an input reads: ``(its input, the key that maps it, its dotted path)``."""
+        return [(plan, f"model.inputs.{plan.spec.name}" if self.feature_column is None else "input.features_field",
+                 path) for plan in self.inputs for path in plan.source.fields]
+
     def check_fields(self, input_schema: dict[str, Any] | None) -> None:
         """Refuse (ConfigError naming ``model.inputs.<input>``) a field that is not in the input's
         Avro schema, or whose type the input does not take by the conversion table (exact.py:
@@ -274,14 +278,55 @@ class Contract:
         if input_schema is None:
             return
         named = input_schema.get("__named_schemas", {})  # fastavro's parsed named types, by full name
-        for plan in self.inputs:
-            key = f"model.inputs.{plan.spec.name}" if self.feature_column is None else "input.features_field"
-            for path in plan.source.fields:
-                kinds = _avro_kinds(input_field_type(input_schema, path, key), named)
-                wrong = {k for k in kinds if k not in AVRO_SOURCES or not takes(AVRO_SOURCES[k], plan.spec.element)}
-                if wrong or not kinds:
-                    raise ConfigError(key, f"field {path!r} is {sorted(kinds) or 'null'} in input.schema; model "
-                                           f"input {plan.spec.name!r} takes {plan.spec.element}")
+        for plan, key, path in self.fields():
+            kinds = _avro_kinds(input_field_type(input_schema, path, key), named)
+            check_kinds(plan, key, path, {k: AVRO_SOURCES.get(k) for k in kinds}, "input.schema")
+
+    def unfilled(self, nullable: Callable[[str, str], bool]) -> list[tuple[InputPlan, str, str]]:
+        """The fields mapped in ``model.inputs`` without a ``fill`` that ``nullable(path, key)``
+        says may be null: each null among them is refused row by row."""
+        return [(plan, key, path) for plan, key, path in self.fields()
+                if self.feature_column is None and plan.fill is None and nullable(path, key)]
+
+    def nullable_fields(self, input_schema: dict[str, Any] | None) -> list[tuple[str, str]]:
+        """``(key, words)`` per field mapped without ``fill`` that the Avro ``input.schema`` lets
+        be null (a union with null, or inside one): each null is a dead letter."""
+        if input_schema is None:
+            return []
+        return [(key, no_fill(path, key, "can be null in input.schema", "a null is a dead letter", "field"))
+                for _, key, path in self.unfilled(lambda path, key: _avro_nullable(input_schema, path, key))]
+
+
+def check_kinds(plan: InputPlan, key: str, path: str, kinds: Mapping[str, Source | None], where: str) -> None:
+    """Refuse (ConfigError on ``key``) a field of ``kinds`` (a schema's type names, each with its
+    source type of the conversion table, None: none) that ``plan``'s input does not take."""
+    wrong = {k for k, source in kinds.items() if source is None or not takes(source, plan.spec.element)}
+    if wrong or not kinds:
+        raise ConfigError(key, f"field {path!r} is {sorted(kinds) or 'null'} in {where}; model "
+                               f"input {plan.spec.name!r} takes {plan.spec.element}")
+
+
+def no_field(key: str, path: str, part: str, where: str, names: Sequence[str]) -> ConfigError:
+    """The refusal of a field that ``where`` does not hold."""
+    return ConfigError(key, f"{path!r}: {where} has no field {part!r} there (it has {list(names)})")
+
+
+def no_fill(path: str, key: str, found: str, then: str, noun: str) -> str:
+    """The words for a field that may be null mapped without a fill: what a null becomes, and the two fixes."""
+    return f"field {path!r} {found} and {key} has no fill: {then}; set {key}.fill or make the {noun} not null"
+
+
+def _avro_nullable(schema: dict[str, Any], path: str, key: str) -> bool:
+    """Whether the field at ``path``, or a record above it, is a union with null."""
+    node: Any = schema
+    for part in path.split("."):
+        record = _record_branch(node)
+        if record is None:
+            return False
+        node = next((f["type"] for f in record["fields"] if f["name"] == part), None)
+        if node == "null" or isinstance(node, list) and "null" in node:
+            return True
+    return False
 
 
 def _zero(element: str) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, FileError
 from streamer.model.onnx_file import file_digest
 
 LEVELS = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -64,7 +64,7 @@ def optimize(path: Path, out: Path, *, level: str = "extended", int8: bool = Fal
         raise ConfigError("--calibrate-from", "calibrates INT8 quantization: give --int8 too")
     if out.resolve() == path.resolve():
         raise ConfigError("--out", "is the model itself: write the candidate beside it")
-    parent = _session(path, "PATH")
+    parent = _session(path)
     options: dict[str, Any] = {"level": level, "int8": ("static" if calibration is not None else "dynamic")
                                if int8 else None}
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,11 +78,11 @@ def optimize(path: Path, out: Path, *, level: str = "extended", int8: bool = Fal
     _record(out, {"streamer.parent_digest": digest, "streamer.parent": path.name,
                   "streamer.optimize": json.dumps(options, sort_keys=True)})
     feeds = _look_rows(parent)
-    deltas = _deltas(parent, _session(out, "--out"), feeds)
+    deltas = _deltas(parent, _session(out), feeds)
     return Optimized(out, options, digest, len(next(iter(feeds.values()))), deltas)
 
 
-def _session(path: Path, key: str, level: Any = None, saved: Path | None = None) -> ort.InferenceSession:
+def _session(path: Path, level: Any = None, saved: Path | None = None) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     if level is not None:
         opts.graph_optimization_level = level
@@ -91,12 +91,12 @@ def _session(path: Path, key: str, level: Any = None, saved: Path | None = None)
     try:
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own classes for a missing or corrupt file
-        raise ConfigError(key, f"cannot load {path}: {exc}") from exc
+        raise FileError(path, f"cannot load it as an ONNX model: {exc}") from exc
 
 
 def _optimized(path: Path, out: Path, level: Any) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    _session(path, "PATH", level, saved=out)  # ONNX Runtime writes the optimized graph as it loads
+    _session(path, level, saved=out)  # ONNX Runtime writes the optimized graph as it loads
 
 
 def _quantized(path: Path, out: Path, tmp: Path, calibration: Iterable[Feeds] | None) -> int:

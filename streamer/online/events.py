@@ -5,10 +5,12 @@ the conversion table: pipeline/validate.py); an event that cannot be scored is 4
 reason naming the field. Its row goes through the data plane (online/plane.py: its deadline,
 readiness, admission, the same batches and refusals as the protocol's requests), and the answer
 is the prediction record the output topic would carry for it, as JSON: the ids, the mapped
-outputs, ``output.include``, the model's name, version and digest, ``degraded``.
+outputs, ``output.include``, the model's name, version and digest, ``degraded`` and
+``degraded_reason`` (true and the reason when the fallback scored it).
 
 Worked example: ``{"event_id": "e1", "entity_id": "a", "event_time": 1, "features": [...32...]}``
-answers ``{"event_id": "e1", ..., "scores": [0.73], "model_version": "1", "model_digest": "…"}``.
+answers ``{"event_id": "e1", ..., "scores": [0.73], "model_version": "1", "model_digest": "…",
+"degraded": false, "degraded_reason": null}``.
 """
 
 from __future__ import annotations
@@ -68,8 +70,11 @@ def score_route(cfg: Config, serving: Serving, plane: DataPlane) -> Route:
             raise Refused(422, str(exc)) from None
         answer = await plane.score(contract.stack([record.features]), deadline, record.event_id)
         outputs = {k: _value(v[0]) for k, v in answer.outputs.items()}
-        return Response(orjson.dumps(prediction_fields(record, outputs, Stamp.of(answer.scored, now_ms),
-                                                       cfg.output.include)), media_type="application/json")
+        fields = prediction_fields(record, outputs, Stamp.of(answer.scored, now_ms), cfg.output.include)
+        # The topic's record carries both (its schema's defaults when the model scored): so does the answer.
+        fields.setdefault("degraded", False)
+        fields.setdefault("degraded_reason", None)
+        return Response(orjson.dumps(fields), media_type="application/json")
 
     return Route("/v1/score", score, methods=["POST"])
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ import grpc
 import uvicorn
 
 from streamer.config import Config
+from streamer.config_sections import OnlineConfig
 from streamer.errors import ConfigError
 from streamer.observe.drift import DriftGauges
 from streamer.observe.metrics import GroupRegistry
@@ -35,6 +37,24 @@ from streamer.pipeline.serving import Serving
 
 log = logging.getLogger(__name__)
 DRAIN_S = 30.0  # the longest a stop waits for admitted requests
+
+
+def check_ports(o: OnlineConfig) -> None:
+    """Refuse (ConfigError naming the key) a port another process listens on, before anything
+    starts: the listeners bind without port reuse, so a second server is never started beside a
+    first one on the same port. Binding again at start refuses a port taken in between."""
+    for key, port in (("online.http_port", o.http_port), ("online.grpc_port", o.grpc_port)):
+        if not port:  # http 0: a free one is chosen; grpc 0: no gRPC listener
+            continue
+        try:
+            family, kind, _, _, address = socket.getaddrinfo(o.host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+            with socket.socket(family, kind) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listeners do
+                probe.bind(address)
+                probe.listen()
+        except OSError as exc:
+            raise ConfigError(key, f"cannot listen on {o.host}:{port}: {exc.strerror or exc}") from None
 
 
 class _Uvicorn(uvicorn.Server):
@@ -122,20 +142,31 @@ class OnlineServer:
 
         http_task = asyncio.create_task(listen())
         rpc: Any = None
-        if o.grpc_port:
-            rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes),
-                                           ("grpc.max_send_message_length", -1)])  # answers of any size
-            rpc.add_generic_rpc_handlers((GrpcTransport(self.plane).handler(),))
-            try:
-                rpc.add_insecure_port(f"{o.host}:{o.grpc_port}")
-            except RuntimeError as exc:  # grpc's word for a port it cannot bind
-                raise ConfigError("online.grpc_port", f"cannot listen on {o.host}:{o.grpc_port}: {exc}") from None
-            await rpc.start()
-        await asyncio.get_running_loop().run_in_executor(None, self._warm_up)
-        while not web.started:  # uvicorn says it listens by a flag only
-            if http_task.done():
-                await http_task  # its ConfigError
-            await asyncio.sleep(0.01)
+        try:
+            if o.grpc_port:
+                rpc = grpc.aio.server(options=[("grpc.max_receive_message_length", o.max_body_bytes),
+                                               ("grpc.max_send_message_length", -1),  # answers of any size
+                                               ("grpc.so_reuseport", 0)])  # a taken port is refused, not shared
+                rpc.add_generic_rpc_handlers((GrpcTransport(self.plane).handler(),))
+                try:
+                    rpc.add_insecure_port(f"{o.host}:{o.grpc_port}")
+                except RuntimeError:  # grpc's word for a port it cannot bind
+                    raise ConfigError("online.grpc_port", f"cannot listen on {o.host}:{o.grpc_port}: "
+                                                          "address already in use") from None
+                await rpc.start()
+            await asyncio.get_running_loop().run_in_executor(None, self._warm_up)
+            while not web.started:  # uvicorn says it listens by a flag only
+                if http_task.done():
+                    await http_task  # its ConfigError
+                await asyncio.sleep(0.01)
+        except BaseException:  # a start-up error: the listeners closed in this loop, before it closes
+            web.should_exit = True
+            if rpc is not None:
+                await rpc.stop(None)
+            with contextlib.suppress(Exception):  # its error, raised already, or none
+                await http_task
+            await asyncio.get_running_loop().run_in_executor(None, self.dispatcher.stop, 0.0)
+            raise
         self.model.set_ready(True)
         log.info("online: %s version %s ready on http://%s:%d%s", self.model.name, self.model.version, o.host,
                  o.http_port, f" and grpc {o.host}:{o.grpc_port}" if o.grpc_port else "")

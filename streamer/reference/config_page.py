@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from streamer import config_file
-from streamer.config import SECRET_KEY, Config, Secret
+from streamer.config import SECRET_KEY, Config, Secret, UnscoredConfig
 from streamer.config_check import Location
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.kafka import clients
@@ -198,5 +198,10 @@ def page() -> str:
         lines += [f"## `{key}`", "", markdown(plain(inspect.cleandoc(cls.__doc__ or ""))), ""]
     lines += ["## lag-exporter", "",
               "`streamer lag-exporter` reads only these keys of a processor's config file: "
-              + ", ".join(f"`{k}`" for k in lag) + ".", ""]
+              + ", ".join(f"`{k}`" for k in lag) + ".", "",
+              "## topics create, produce, dlq", "",
+              "`streamer topics create`, `produce`, `dlq inspect` and `dlq redrive` read these sections of "
+              "the config file and no other: " + ", ".join(f"`{f.name}`" for f in fields(UnscoredConfig))
+              + ". They neither score nor read the prediction schema, so they run where the file of "
+              "`model.path` is not.", ""]
     return "\n".join(lines)

@@ -111,5 +111,6 @@ def score_job(cfg: Config, location: str, target: Target, run_id: str, *, force:
     validator = EventValidator(cfg.input, contract, cfg.output.include)
     source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE,
                          ArrowFields.compile(cfg.input, contract, cfg.output.include))
+    source.check(contract)  # before the sink is opened: a refused source writes nothing
     sink = open_sink(cfg.lake, target, house.columns.schema)
     return LakeJob(run_id, house, sink, sink.resume(run_id, Shard(), source.plan(), force), source)

@@ -26,8 +26,9 @@ JOIN_S = 60.0  # the longest the stream's end waits for the online server's drai
 def online_server(cfg: Config) -> OnlineServer:
     """``cfg``'s model served alone: checked as at the stream's start-up, with its fallback and
     challengers (Kafka only for their shadow predictions)."""
-    from streamer.online.server import OnlineServer  # the online extra's
+    from streamer.online.server import OnlineServer, check_ports  # the online extra's
 
+    check_ports(cfg.online)  # a taken port is refused before the model loads
     return OnlineServer(cfg, model_house(cfg).serving)
 
 
@@ -70,9 +71,11 @@ class StreamAndOnline:
 def running(cfg: Config, stopping: Callable[[], bool] = lambda: False) -> Processor | StreamAndOnline:
     """What ``streamer run`` runs: the processor, and beside it the online server when
     ``online.enabled`` (``stopping``: a stop signal came during start-up)."""
-    processor = build_processor(cfg, stopping=stopping)
     if not cfg.online.enabled:
-        return processor
-    from streamer.online.server import OnlineServer  # the online extra's
+        return build_processor(cfg, stopping=stopping)
+    from streamer.online.server import OnlineServer, check_ports  # the online extra's
+
+    check_ports(cfg.online)  # a taken port is refused before the stream starts
+    processor = build_processor(cfg, stopping=stopping)
 
     return StreamAndOnline(processor, OnlineServer(cfg, processor.serving, beside_stream=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -55,3 +56,32 @@ def test_missing_topics_that_start_up_may_not_create_fail(monkeypatch: pytest.Mo
 def test_existing_topics_are_ok_whatever_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     found = lines(monkeypatch, config(processing={"create_dead_letter_topic": False}), "in", "out", "in.dlq")
     assert all(line.startswith("ok") for line in found.values()), found
+
+
+@pytest.mark.parametrize("amount", ["amount", "{field: amount, fill: 0}"])
+def test_a_nullable_field_mapped_without_fill_is_a_warning_that_names_its_dead_letters(
+        tmp_path: Path, amount: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from streamer.cli import main
+    from tests.lake.test_table_check import tiny_model
+
+    (tmp_path / "event.avsc").write_text(json.dumps({"type": "record", "name": "Purchase", "fields": [
+        {"name": "event_id", "type": "string"}, {"name": "amount", "type": ["null", "float"]},
+        {"name": "n_items", "type": "long"}]}))
+    (tmp_path / "streamer.yaml").write_text(f"""
+kafka: {{bootstrap.servers: "fake:9092"}}
+input: {{topics: [in], group_id: g, format: avro, schema: event.avsc}}
+model: {{path: {tiny_model(tmp_path / "tiny.onnx")}, name: tiny, version: "1",
+         inputs: {{amount: {amount}, n_items: n_items}}}}
+output: {{topic: out}}
+""")
+    monkeypatch.setattr(check, "make_admin", lambda cfg: Listing("in", "out", "in.dlq"))
+    code = main(["check", "--config", str(tmp_path / "streamer.yaml")])
+    out = capsys.readouterr().out.splitlines()
+    warned = [line for line in out if line.startswith("warn")]
+    assert code == 0 and out[-1] == "ready to run", out  # a warning: the run starts
+    if amount == "amount":
+        assert warned == ["warn  model.inputs.amount: field 'amount' can be null in input.schema and "
+                          "model.inputs.amount has no fill: a null is a dead letter; set model.inputs.amount.fill "
+                          "or make the field not null"]
+    else:
+        assert warned == []

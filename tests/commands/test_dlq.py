@@ -26,3 +26,28 @@ def test_an_inspect_line_names_place_stage_origin_key_event_redriven_attempt_and
     bare = dlq.Letter(0, 3, 0, None, "None[None]@None", None, None, False, None, None)
     assert bare.line().startswith("1970-01-01T00:00:00Z  0:3  ?            None[None]@None  key -  event -  "
                                   "redriven no  attempt ?")
+
+
+def test_inspect_and_redrive_read_the_topic_given_else_the_configs(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``--topic`` reaches both actions (a replay's ``<output>.dlq``); without it, None: the config's."""
+    from pathlib import Path
+
+    example = str(Path(__file__).resolve().parents[2] / "deploy" / "config" / "example.yaml")
+    asked: list[tuple[str, str | None]] = []
+
+    def inspect(cfg: object, limit: int | None, topic: str | None = None) -> list[str]:
+        asked.append(("inspect", topic))
+        return []
+
+    def redrive(cfg: object, *_: object, topic: str | None = None, **__: object) -> dlq.RedriveResult:
+        asked.append(("redrive", topic))
+        return dlq.RedriveResult(0, 0, 0)
+
+    monkeypatch.setattr(dlq, "inspect", inspect)
+    monkeypatch.setattr(dlq, "redrive", redrive)
+    for argv in (["inspect"], ["inspect", "--topic", "scores.backfill.dlq"],
+                 ["redrive"], ["redrive", "--topic", "scores.backfill.dlq"]):
+        assert cli.main(["dlq", *argv, "--config", example]) == 0
+    assert asked == [("inspect", None), ("inspect", "scores.backfill.dlq"),
+                     ("redrive", None), ("redrive", "scores.backfill.dlq")]

@@ -3,6 +3,9 @@ config error (exit 2) found before anything connects."""
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,15 @@ NOWHERE = "127.0.0.1:9"  # the discard port: nothing listens there
 
 class Planned(Exception):
     """Raised where the replay would first talk to the broker."""
+
+
+@pytest.fixture(autouse=True)
+def own_signals() -> Iterator[None]:
+    """`streamer replay` takes SIGTERM and SIGINT for its stop: give them back to the test session."""
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in kept.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture
@@ -132,8 +144,87 @@ def test_the_summary_counts_add_up_to_the_events_in_range() -> None:
     assert summary.events == stats.predictions + sum(stats.dead_letters.values()) + summary.without_event
     assert summary.lines()[1] == ("events in range 40 = predictions 18 + dead letters 2 + offsets without an "
                                   "event 20 (transaction markers, aborted records), to scores.backfill")
-    assert summary.lines()[2].startswith("read and left alone 5 ")
+    assert summary.lines()[2] == ("dead letters to scores.backfill.dlq "
+                                  "(streamer dlq inspect --topic scores.backfill.dlq)")
+    assert summary.lines()[3].startswith("exactly once: in Kafka transactions")
+    assert summary.lines()[4].startswith("read and left alone 5 ")
+    # One throughput figure, saying what it measures: 20 predictions and dead letters in 1 s.
+    assert summary.lines()[-1] == ("throughput 20 events/s scored and written (predictions and dead letters "
+                                   "over the run's time), 1.0 s in all")
+    assert sum("/s" in line for line in summary.lines()) == 1
     twice = replay.ReplaySummary("r2", "b", 10, False, Stats(events=12, predictions=12), 1.0)
     assert (twice.without_event, twice.again, twice.outside) == (0, 2, 2)
     assert twice.lines()[1].endswith("offsets without an event 0 (transaction markers, aborted records) "
                                      "- handled twice 2, to b")
+
+
+def test_a_stopped_replay_says_what_is_left_and_how_to_resume() -> None:
+    """30 of 100 offsets committed when the stop came: ``stopped``, 70 left, and the last line
+    names the run id to resume with."""
+    from streamer.observe.stats import Stats
+
+    summary = replay.ReplaySummary("r3", "b", 100, False, Stats(events=40, predictions=30), 2.0, left=70)
+    lines = summary.lines()
+    assert summary.stopped and lines[0] == "replay r3 stopped"
+    assert lines[1] == "events in range 100: predictions 30 + dead letters 0 committed, 70 offsets left, to b"
+    assert (summary.without_event, summary.again) == (0, 0)
+    assert lines[-1] == "resume with --run-id r3"
+    resumed = replay.ReplaySummary("r3", "b", 70, True, Stats(events=70, predictions=70), 2.0)
+    assert resumed.lines()[0] == "replay r3 resumed and finished" and not resumed.stopped
+
+
+def test_an_at_least_once_summary_bounds_what_may_have_been_written_again() -> None:
+    """A fresh run: only what it handled twice itself. A resumed run: every event it handled, since
+    the stopped run may have written any of them after its last commit. Exactly once: nothing."""
+    from streamer.observe.stats import Stats
+
+    fresh = replay.ReplaySummary("a", "b", 10, False, Stats(events=12, predictions=12), 1.0, exactly_once=False)
+    assert fresh.again_at_most == 2
+    assert fresh.lines()[3] == "at least once: up to 2 of them may have been written already (handled twice by this run)"
+    resumed = replay.ReplaySummary("a", "b", 70, True, Stats(events=70, predictions=70), 1.0, exactly_once=False)
+    assert resumed.again_at_most == 70
+    assert resumed.lines()[3] == ("at least once: up to 70 of them may have been written already (resumed: the "
+                                  "stopped run may have written any event after its last commit)")
+    assert replay.ReplaySummary("a", "b", 70, True, Stats(events=70, predictions=70), 1.0).again_at_most == 0
+
+
+def test_replay_writes_exactly_once_unless_asked_with_its_run_group_as_transactional_id(
+        no_broker: list[Config]) -> None:
+    from dataclasses import replace
+
+    cfg = load_config(EXAMPLE)
+    cfg = replace(cfg, processing=replace(cfg.processing, transactional_id="live-tx"))
+    with pytest.raises(Planned):
+        replay.run_replay(cfg, When("earliest"), run_id="r")
+    with pytest.raises(Planned):
+        replay.run_replay(cfg, When("earliest"), run_id="r", exactly_once=False)
+    with pytest.raises(Planned):
+        cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest", "--run-id", "q", "--at-least-once"])
+    assert [c.processing.guarantee for c in no_broker] == ["exactly_once", "at_least_once", "at_least_once"]
+    # Never the live processor's id (it would fence it); the run's group, the same on any host.
+    assert no_broker[0].processing.transactional_id == f"{cfg.input.group_id}.replay.r"
+
+
+def test_a_signal_stops_the_replay_with_its_summary_and_exit_6(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The first SIGTERM or Ctrl+C sets the stop the run was given (no KeyboardInterrupt); the run
+    ends with what it committed and the line to resume it, and the command exits 6."""
+    from streamer.errors import EXIT_STOPPED
+    from streamer.observe.stats import Stats
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        def ran(*_: Any, stop: threading.Event, **__: Any) -> replay.ReplaySummary:
+            signal.raise_signal(sig)  # arrives while the run scores
+            assert stop.is_set()
+            return replay.ReplaySummary("r9", "b", 100, False, Stats(events=40, predictions=30), 1.0, left=70)
+
+        monkeypatch.setattr(replay, "run_replay", ran)
+        assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest"]) == EXIT_STOPPED == 6
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == "replay r9 stopped" and out[-1] == "resume with --run-id r9"
+
+
+def test_at_least_once_is_refused_for_the_lake(capsys: pytest.CaptureFixture[str]) -> None:
+    for target in (["--to-table", "scores"], ["--to-parquet", "out/"]):
+        assert cli.main(["replay", "--config", str(EXAMPLE), "--from", "earliest", *target, "--at-least-once"]) == 2
+        assert "flag --at-least-once: is for a replay to a topic" in capsys.readouterr().err

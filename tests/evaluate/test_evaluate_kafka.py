@@ -207,12 +207,12 @@ def test_a_candidate_that_cannot_serve_the_config_is_refused_at_start(tmp_path: 
     example = ROOT / "deploy" / "config" / "example.yaml"
     args = ["evaluate", "--config", str(example), "--from", "earliest", "--report", str(tmp_path / "r")]
     assert main([*args, "--candidate", str(tmp_path / "missing.onnx")]) == 2
-    assert "config key '--candidate': no model file" in capsys.readouterr().err
+    assert "flag --candidate: no model file" in capsys.readouterr().err
     # champion.onnx has two outputs and the example config maps none: it cannot serve it
     assert main([*args, "--candidate", str(models["champion"])]) == 2
     assert "candidate" in capsys.readouterr().err
     assert main([*args, "--candidate", str(models["champion"]), "--require", "auc>=1"]) == 2
-    assert "config key '--require'" in capsys.readouterr().err
+    assert "flag --require:" in capsys.readouterr().err
 
 
 def _yaml(cfg: Config, tmp_path: Path) -> Path:
@@ -234,3 +234,32 @@ def _yaml(cfg: Config, tmp_path: Path) -> Path:
     path = tmp_path / "evaluate.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+@pytest.mark.kafka
+def test_labels_from_joined_on_entity_id_label_each_entitys_events_up_to_its_outcome(
+        bootstrap: str, topics: Topics, models: dict[str, Path], script: ModuleType, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Outcomes keyed by account, each at a time: an event takes its account's outcome when the
+    event came at or before it; the other events, and those of accounts without one, stay unlabeled."""
+    events, x = labeled_events(script, N)
+    for e in events:
+        e.pop("label")
+    produce_events(bootstrap, topics.input, ((e["entity_id"].encode(), JsonCodec().encode(e)) for e in events))
+    rng = np.random.default_rng(21)
+    accounts = {f"acct-{k}": int(rng.integers(0, 2)) for k in rng.choice(97, size=60, replace=False).tolist()}
+    at_ms = events[1000]["event_time"]  # 2025-12-01T16:40:00Z: the events after it come after the outcome
+    labels = tmp_path / "churn.csv"
+    labels.write_text("entity_id,label,label_time\n" + "".join(f"{a},{y},2025-12-01T16:40:00Z\n"
+                                                               for a, y in accounts.items()))
+    known = [i for i, e in enumerate(events) if e["entity_id"] in accounts and e["event_time"] <= at_ms]
+    y = np.array([accounts[events[i]["entity_id"]] for i in known])
+    cfg = labeled_config(bootstrap, topics, models["champion"], tmp_path)
+
+    code = main(["evaluate", "--config", str(_yaml(cfg, tmp_path)), "--candidate", str(models["retrained"]),
+                 "--from", "earliest", "--labels-from", str(labels), "--labels-key", "entity_id",
+                 "--bootstrap", "20", "--report", str(tmp_path / "report")])
+    assert code == 0, capsys.readouterr()
+    m = json.loads((tmp_path / "report" / "report.json").read_text())["metrics"]
+    assert m["events"] == N and m["labeled"] == len(known) and 0 < len(known) < N
+    assert m["champion_auc"] == pytest.approx(roc_auc_score(y, offline(models["champion"], x[known])), abs=1e-6)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from streamer.cli import main
 from streamer.config import LakeConfig
 from streamer.config_check import Location
 from streamer.errors import ConfigError
@@ -16,6 +17,7 @@ from streamer.evaluate.labels import LabelsFrom, outcome, prepare, read
 from streamer.evaluate.pair import PairColumns
 from streamer.formats.avro import load_schema
 from streamer.schemas import bundled
+from tests.conftest import EXAMPLE, ROOT
 
 DAY = 86_400_000
 
@@ -66,7 +68,7 @@ def test_a_csv_and_a_parquet_file_read_alike(tmp_path: Path) -> None:
 def test_what_cannot_join_is_refused_by_flag(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--labels-from.*no file"):
         read(lake(tmp_path), LabelsFrom(str(tmp_path / "missing.csv")))
-    with pytest.raises(ConfigError, match="--labels-from.*no column 'label'"):
+    with pytest.raises(ConfigError, match="--labels-column.*no column 'label'"):
         prepare(LabelsFrom("l"), pa.table({"event_id": ["a"], "outcome": [1]}))
     with pytest.raises(ConfigError, match="--labels-time"):
         prepare(LabelsFrom("l"), pa.table({"entity_id": ["a"], "label": [1]}))
@@ -78,6 +80,33 @@ def test_what_cannot_join_is_refused_by_flag(tmp_path: Path) -> None:
         LabelsFrom("l", key="account")
     unreadable = prepare(LabelsFrom("l"), pa.table({"event_id": ["a", "b"], "label": ["fraud", "1"]}))
     assert unreadable.left_out == 1 and unreadable.join(["a", "b"], np.zeros(2, np.int64)).tolist()[1] == 1.0
+
+
+LABELS_REFUSED = {  # case: (the labels file's columns, extra flags, the flag named, words the line holds)
+    "no key column": ({"id": ["a"], "label": [1]}, ["--labels-key", "entity_id"], "--labels-key",
+                      "has no column 'entity_id' (it has id, label)"),
+    "a key of doubles": ({"event_id": [1.5], "label": [1]}, [], "--labels-key",
+                         "the column 'event_id' of {path} is double: text or an integer"),
+    "no label column": ({"event_id": ["a"], "outcome": [1]}, ["--labels-column", "fraud"], "--labels-column",
+                        "has no column 'fraud' (it has event_id, outcome)"),
+    "a label of lists": ({"event_id": ["a"], "label": [[1]]}, [], "--labels-column",
+                         "the column 'label' of {path} is list<element: int64>: a number, a boolean or text"),
+}
+
+
+@pytest.mark.parametrize("case", LABELS_REFUSED)
+def test_labels_columns_are_checked_on_the_schema_before_anything_is_scored(
+        tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    columns, flags, flag, words = LABELS_REFUSED[case]
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", "127.0.0.1:1")  # refused before any broker is asked
+    path = tmp_path / "labels.parquet"
+    pq.write_table(pa.table(columns), path)
+    code = main(["evaluate", "--config", str(EXAMPLE), "--candidate", str(ROOT / "models" / "fraud_mlp.onnx"),
+                 "--from", "earliest", "--to-parquet", str(tmp_path / "out"), "--labels-from", str(path), *flags])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("streamer")]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"streamer: config key '{flag}': "), lines
+    assert words.format(path=path) in lines[0]
+    assert not (tmp_path / "out").exists()
 
 
 def test_outcomes_are_zero_one_true_false_or_unknown() -> None:

@@ -186,3 +186,27 @@ def test_timing_is_rows_over_call_seconds_and_cpu_per_row() -> None:
     assert m["speedup"] == pytest.approx(4.0)
     s = summarize(observations(scores, scores, None), (champion, ModelTiming("m", "2")), THRESHOLD)
     assert s.missing["speedup"] == "the candidate made no timed call" and "speedup" not in s.metrics
+
+
+@pytest.mark.parametrize("short", [0, 1])
+def test_exactly_min_events_labeled_events_pass_the_minimum_and_one_fewer_refuses(short: int) -> None:
+    """150 events compared, 120 of them labeled: --min-events 120 measures the outcome metrics and a
+    gate on them judges the value; 121 leaves them out with the reason, and the gate fails on it.
+    The same boundary for the events compared: 150 measures the score metrics, 151 does not."""
+    from streamer.evaluate.require import check, parse_require
+
+    y, champion = informative(150, seed=5)
+    y[120:] = np.nan  # unlabeled
+    obs = observations(champion, champion[::-1].copy(), y)
+    labeled = summarize(obs, timings(150), THRESHOLD, bootstrap=20, min_events=120 + short)
+    (verdict,) = check(parse_require("champion_auc >= 0"), labeled)
+    if short:
+        assert "champion_auc" not in labeled.metrics and verdict.value is None and not verdict.passed
+        assert labeled.missing["champion_auc"] == "120 labeled events, fewer than the 121 --min-events needs"
+    else:
+        assert labeled.metrics["champion_auc"] == pytest.approx(roc_auc_score(y[:120], champion[:120]))
+        assert verdict.passed and "champion_auc" not in labeled.missing
+    compared = summarize(obs, timings(150), THRESHOLD, bootstrap=20, min_events=150 + short)
+    assert ("agreement" in compared.metrics) is not bool(short)
+    if short:
+        assert compared.missing["agreement"] == "150 events compared, fewer than the 151 --min-events needs"

@@ -316,6 +316,27 @@ def test_a_404_without_the_registrys_error_body_is_not_a_missing_schema(feature_
             codec.decode(GOLDEN_CONFLUENT)
 
 
+def test_a_registry_5xx_is_never_a_missing_schema_however_long_it_lasts(feature_schema: dict[str, Any]) -> None:
+    """A registry that fails (500 with its own error body, for longer than the 404 hold) is unwell:
+    the input is held for as long as it lasts, and no row becomes a dead letter."""
+    reg = registry()
+    ConfluentAvroCodec(reg, "features-value", feature_schema).encode(GOLDEN_EVENT)
+    real = reg.get_schema
+    clock = Clock()
+
+    def failing(*_: Any, **__: Any) -> Any:
+        raise SchemaRegistryError(500, 50001, "Error in the backend data store")
+
+    reg.get_schema = failing  # type: ignore[method-assign]
+    codec = ConfluentAvroCodec(reg, "features-value", not_found_retry_s=10, clock=clock)
+    for _ in range(3):  # 0 s, 60 s, 120 s: each well past the hold a 404 would get
+        with pytest.raises(BrokerError, match="lookup of schema id 1 failed"):
+            codec.decode(GOLDEN_CONFLUENT)
+        clock.t += 60
+    reg.get_schema = real  # type: ignore[method-assign]
+    assert codec.decode(GOLDEN_CONFLUENT) == GOLDEN_EVENT
+
+
 def test_not_found_retry_zero_believes_the_first_404(feature_schema: dict[str, Any]) -> None:
     codec = ConfluentAvroCodec(registry(), "features-value", not_found_retry_s=0)
     with pytest.raises(DeserializeError, match="schema id 99"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import time
 from collections import Counter
 from dataclasses import replace
@@ -16,11 +17,13 @@ from confluent_kafka.admin import AdminClient
 
 from streamer.commands import dlq
 from streamer.commands.demo import synthetic_events
+from streamer.commands.replay import run_replay
 from streamer.config import Config, with_overrides
 from streamer.errors import ConfigError, InferenceError
 from streamer.formats.configured import input_codec, output_codec
 from streamer.kafka.clients import KafkaClients
 from streamer.kafka.deadletter import HEADER_PREFIX, REDRIVE_HEADER, TRUNCATED_BYTES, header
+from streamer.kafka.ranges import When
 from streamer.kafka.topics import create, create_topics
 from streamer.model.runner import model_runner
 from streamer.testing import FunctionRunner, PoisonRunner, score_matrix
@@ -33,6 +36,7 @@ from tests.conftest import (
     read_all,
     run_until_outputs,
 )
+from tests.support.faults import settled, wait_until
 
 pytestmark = pytest.mark.kafka
 SENTINEL = 4242.0
@@ -329,3 +333,52 @@ def test_redrive_a_selection_by_offset_and_by_event_id(bootstrap: str, topics: T
     assert dlq.redrive(fixed) == dlq.RedriveResult(0, 0, 0, 10)
     redriven = [m for m in read_all(bootstrap, topics.input) if dict(m.headers()).get(REDRIVE_HEADER)]
     assert sorted(input_codec(fixed.input).decode(m.value())["event_id"] for m in redriven) == sorted(before)
+
+
+def test_a_replays_dead_letters_are_inspected_and_redriven_by_their_topic(bootstrap: str, topics: Topics) -> None:
+    """A replay's dead letters go to ``<backfill>.dlq``, which its summary names; ``--topic`` reads
+    and redrives them (the config's own dead-letter topic holds none of them)."""
+    n = 200
+    kinds = ["bounds" if i % 20 == 0 else "good" for i in range(n)]  # 10 validate letters
+    strict = with_overrides(make_config(bootstrap, topics), input={"feature_max": 10.0})
+    events = mixed_stream(bootstrap, topics, strict, kinds)
+    summary = run_replay(strict, When("earliest"), run_id="letters", progress=io.StringIO())
+    letters = f"{topics.output}.backfill.dlq"
+    assert summary.dead_letter_topic == letters and sum(summary.stats.dead_letters.values()) == 10
+    assert f"dead letters to {letters} (streamer dlq inspect --topic {letters})" in summary.lines()
+
+    wait_until(lambda: settled(bootstrap, letters), 30, "the replay's last commit markers")
+    fixed = with_overrides(strict, input={"feature_max": 100.0})
+    assert dlq.inspect(fixed) == []  # the live dead-letter topic
+    lines = dlq.inspect(fixed, topic=letters)
+    assert len(lines) == 10 and all(" validate " in line and f"{topics.input}[" in line for line in lines)
+    assert dlq.redrive(fixed, stage="validate", topic=letters) == dlq.RedriveResult(10, 0, 0, 0)
+    assert dlq.redrive(fixed, topic=letters) == dlq.RedriveResult(0, 0, 0, 10)  # once
+    assert all("  redriven yes  " in line for line in dlq.inspect(fixed, topic=letters))
+    redriven = [m for m in read_all(bootstrap, topics.input) if dict(m.headers() or []).get(REDRIVE_HEADER)]
+    assert sorted(input_codec(fixed.input).decode(m.value())["event_id"] for m in redriven) == \
+        sorted(str(events[i]["event_id"]) for i in range(0, n, 20))
+
+
+def test_redrive_by_offset_sends_only_the_named_partitions_letter(bootstrap: str, topics: Topics) -> None:
+    """Two partitions of a dead-letter topic each hold a letter at offset 0: ``--offset 1:0`` is the
+    letter of partition 1, not every letter at offset 0."""
+    strict = with_overrides(make_config(bootstrap, topics), input={"feature_max": 10.0})
+    events = mixed_stream(bootstrap, topics, strict, ["bounds", "good", "bounds"])
+    run_until_outputs(build_processor(strict), 3)
+    written = read_all(bootstrap, topics.dlq)
+    assert len(written) == 2
+    two = f"{topics.dlq}.two"
+    create(AdminClient({"bootstrap.servers": bootstrap}), {two: 2})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, m in enumerate(written):  # letter 0 at 0:0, letter 1 at 1:0
+        producer.produce(two, m.value(), m.key(), headers=m.headers(), partition=partition)
+    assert producer.flush(30) == 0
+    places = {line.split()[1]: line.split("  event ")[1].split("  ")[0] for line in dlq.inspect(strict, topic=two)}
+    assert set(places) == {"0:0", "1:0"}
+    assert sorted(places.values()) == sorted(str(events[i]["event_id"]) for i in (0, 2))
+
+    fixed = with_overrides(strict, input={"feature_max": 100.0})
+    assert dlq.redrive(fixed, offsets=[(1, 0)], topic=two) == dlq.RedriveResult(1, 0, 0, 0)
+    redriven = [m for m in read_all(bootstrap, topics.input) if dict(m.headers() or []).get(REDRIVE_HEADER)]
+    assert [input_codec(fixed.input).decode(m.value())["event_id"] for m in redriven] == [places["1:0"]]

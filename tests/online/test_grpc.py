@@ -11,6 +11,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from streamer.online.dispatch import Dispatcher
@@ -89,6 +90,26 @@ def test_refusals_carry_the_protocols_codes(served: tuple[str, Doubler, Dispatch
     finally:
         dispatcher.admission.call_s = 0.0
     assert shed.value.status() == "StatusCode.UNAVAILABLE"
+
+
+def test_a_refusal_tells_the_caller_when_to_come_back(served: tuple[str, Doubler, Dispatcher]) -> None:
+    """UNAVAILABLE carries a ``retry-after`` trailer, as HTTP's 503 carries Retry-After (the
+    tritonclient exception hides trailers: the protocol's own stub reads them)."""
+    url, _, dispatcher = served
+    request = service_pb2.ModelInferRequest(model_name="doubler")
+    given = request.inputs.add(name="x", datatype="FP32", shape=[1, 2])
+    given.contents.fp32_contents.extend([0.0, 0.0])
+    request.parameters["timeout"].int64_param = 1000  # microseconds: no model call can meet it
+    dispatcher.admission.call_s = 1.0
+    try:
+        with grpc.insecure_channel(url) as channel:
+            with pytest.raises(grpc.RpcError) as shed:
+                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=TIMEOUT_S)
+    finally:
+        dispatcher.admission.call_s = 0.0
+    assert shed.value.code() == grpc.StatusCode.UNAVAILABLE
+    trailers = dict(shed.value.trailing_metadata() or ())
+    assert int(trailers["retry-after"]) >= 1
 
 
 def test_a_malformed_message_is_refused_and_the_server_serves_on(served: tuple[str, Doubler, Dispatcher]) -> None:

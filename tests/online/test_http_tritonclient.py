@@ -168,3 +168,25 @@ def test_a_request_whose_deadline_passes_while_it_waits_is_503_expired_and_not_s
         server.should_exit = True
         thread.join(TIMEOUT_S)
         dispatcher.stop(TIMEOUT_S)
+
+
+def test_a_503_tells_the_caller_when_to_come_back(served: tuple[str, Doubler, Dispatcher]) -> None:
+    """A shed infer request is 503 with Retry-After (tritonclient's exception hides the headers).
+    Last in the module: the shed counter read above counts one shed request."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url, _, dispatcher = served
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [0.0, 0.0]}],
+                       "parameters": {"timeout": 1000}}).encode()  # microseconds: no model call meets it
+    request = urllib.request.Request(f"http://{url}/v2/models/doubler/infer", body,
+                                     {"content-type": "application/json"})
+    dispatcher.admission.call_s = 1.0
+    try:
+        with pytest.raises(urllib.error.HTTPError) as shed:
+            urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    finally:
+        dispatcher.admission.call_s = 0.0
+    assert shed.value.code == 503 and "shed" in json.loads(shed.value.read())["error"]
+    assert int(shed.value.headers["Retry-After"]) >= 1

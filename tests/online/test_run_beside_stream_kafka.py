@@ -59,7 +59,7 @@ def test_run_serves_online_beside_the_stream_and_stops_cleanly(bootstrap: str, t
         while len(online_rows(bootstrap, f"{topics.output}.shadow")) < 200:
             assert time.monotonic() < deadline, "the challenger's online predictions did not all arrive"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0, proc.stdout.read() if proc.stdout else ""
+        assert proc.wait(60) == 0, tail(path.with_name("run.log"))
     shadow = online_rows(bootstrap, f"{topics.output}.shadow")
     assert sorted(p["event_id"] for p in shadow) == sorted(f"call-{i}/{r}" for i in range(50) for r in range(4))
     assert {(p["model_name"], p["model_version"]) for p in shadow} == {("challenger", "2")}
@@ -78,7 +78,7 @@ def test_serve_scores_online_rows_in_shadow_and_publishes_them_before_it_exits(
         for i in range(20):
             client.infer(doc["model"]["name"], [given], request_id=f"card-{i}")
         proc.send_signal(signal.SIGTERM)  # the stop publishes what the challenger scored
-        assert proc.wait(60) == 0, proc.stdout.read() if proc.stdout else ""
+        assert proc.wait(60) == 0, tail(path.with_name("serve.log"))
     assert sorted(p["event_id"] for p in online_rows(bootstrap, f"{topics.output}.shadow")) == sorted(
         f"card-{i}" for i in range(20))
 
@@ -97,9 +97,13 @@ def online_rows(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def started(command: str, path: Path, port: int) -> Iterator[tuple[subprocess.Popen[str], Any]]:
-    """`streamer COMMAND --config PATH` in a child, once its online server is ready; killed if left running."""
-    proc = subprocess.Popen([sys.executable, "-m", "streamer", command, "--config", str(path)], env=dict(os.environ),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    """`streamer COMMAND --config PATH` in a child, once its online server is ready; killed if left
+    running. Its output goes to a file beside the config (a pipe nobody reads fills and stalls the
+    child), and every failed wait shows the output's end: a child that exits early says why."""
+    out = path.with_name(f"{command}.log")
+    with out.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "streamer", command, "--config", str(path)],
+                                env=dict(os.environ), stdout=sink, stderr=subprocess.STDOUT, text=True)
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", connection_timeout=5, network_timeout=30)
         deadline = time.monotonic() + 90
@@ -109,28 +113,35 @@ def started(command: str, path: Path, port: int) -> Iterator[tuple[subprocess.Po
                     break
             except (ConnectionError, OSError):
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, "not ready"
+            assert proc.poll() is None, f"`streamer {command}` exited {proc.returncode}:\n{tail(out)}"
+            assert time.monotonic() < deadline, f"`streamer {command}` not ready in 90 s:\n{tail(out)}"
             time.sleep(0.05)
         yield proc, client
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
+def tail(path: Path, chars: int = 4000) -> str:
+    return path.read_text(errors="replace")[-chars:]
+
+
+@pytest.mark.parametrize("key", ["online.http_port", "online.grpc_port"])
 def test_run_whose_online_port_is_taken_stops_the_stream_and_exits_2_naming_the_key(
-        bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+        key: str, bootstrap: str, topics: Topics, tmp_path: Path) -> None:
     path = write_config(tmp_path / "config.yaml", bootstrap=bootstrap, input_topic=topics.input,
                         output_topic=topics.output, group=topics.group, guarantee="at_least_once")
     doc = yaml.safe_load(path.read_text())
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        doc["online"] = {"enabled": True, "http_port": taken.getsockname()[1], "grpc_port": 0}
+        port = taken.getsockname()[1]
+        doc["online"] = ({"enabled": True, "http_port": port, "grpc_port": 0} if key == "online.http_port"
+                         else {"enabled": True, "http_port": free_port(), "grpc_port": port})
         path.write_text(yaml.safe_dump(doc))
         done = subprocess.run([sys.executable, "-m", "streamer", "run", "--config", str(path)], env=dict(os.environ),
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "config key 'online.http_port': cannot listen on 127.0.0.1:" in done.stderr
+    assert f"config key '{key}': cannot listen on 127.0.0.1:" in done.stderr
+    assert done.stderr.rstrip().endswith("Address already in use"), done.stderr[-2000:]  # nothing after it

@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
+from email.message import Message
 
 import numpy as np
 import onnxruntime as ort
@@ -32,12 +33,18 @@ def url() -> Iterator[str]:
 
 
 def post(url: str, body: bytes, **headers: str) -> tuple[int, dict]:
+    status, answer, _ = exchange(url, body, **headers)
+    return status, answer
+
+
+def exchange(url: str, body: bytes, **headers: str) -> tuple[int, dict, Message]:
+    """The status, the JSON answer and the answer's headers of one ``POST /v1/score``."""
     request = urllib.request.Request(f"{url}/v1/score", body, {"content-type": "application/json", **headers})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as r:
-            return r.status, json.loads(r.read())
+            return r.status, json.loads(r.read()), r.headers
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        return exc.code, json.loads(exc.read()), exc.headers
 
 
 def test_an_event_is_answered_with_its_prediction_record(url: str) -> None:
@@ -49,6 +56,7 @@ def test_an_event_is_answered_with_its_prediction_record(url: str) -> None:
     assert record["event_id"] == "e-1" and record["entity_id"] == "acct-1" and record["model_version"] == "1"
     assert record["scores"] == pytest.approx(offline[0].tolist(), abs=1e-7)
     assert len(record["model_digest"]) == 12 and record["event_time"] == 1_700_000_000_000
+    assert (record["degraded"], record["degraded_reason"]) == (False, None)  # as the topic's record says
 
 
 def test_a_bad_event_is_422_naming_the_field_and_a_bad_body_400(url: str) -> None:
@@ -61,8 +69,9 @@ def test_a_bad_event_is_422_naming_the_field_and_a_bad_body_400(url: str) -> Non
     event = json.dumps({"event_id": "e-5", "event_time": 1, "features": [0.0] * 32}).encode()
     status, error = post(url, event, **{"X-Request-Timeout-Ms": "soon"})
     assert status == 400 and "x-request-timeout-ms 'soon' is not a number" in error["error"]
-    status, error = post(url, event, **{"X-Request-Timeout-Ms": "0.001"})  # no answer comes within 1 us
+    status, error, headers = exchange(url, event, **{"X-Request-Timeout-Ms": "0.001"})  # no answer within 1 us
     assert status == 503 and error["error"].startswith("shed: the deadline is 0 ms away")
+    assert int(headers["Retry-After"]) >= 1  # a refused caller is told when to come back
     status, error = post(url, b" " * (OnlineConfig().max_body_bytes + 1))
     assert status == 413 and error["error"] == "the body is 8388609 bytes, over the 8388608-byte limit"
 

@@ -196,6 +196,11 @@ def _admin(bootstrap: str) -> Any:
     return plain_admin(bootstrap)  # one per cluster: the waits below ask many times a second
 
 
+def forget_clients() -> None:
+    """Let go of the clients kept for the waits (the session's end: none outlives its broker)."""
+    _admin.cache_clear()
+
+
 def owners(bootstrap: str, group: str) -> dict[int, int]:
     """Partition -> how many members own it, as the group coordinator says now ({} while the
     coordinator cannot say: it may be moving after a broker's death)."""
@@ -217,6 +222,16 @@ def written(bootstrap: str, topic: str) -> int:
         return sum(end_offsets(bootstrap, topic, committed_only=False).values())
     except (KafkaException, BrokerError):
         return 0
+
+
+def settled(bootstrap: str, topic: str) -> bool:
+    """No transaction holds ``topic`` back: each partition's last stable offset is its high
+    watermark. A commit_transaction returns before the coordinator has written its commit markers
+    to the partitions; until they are, a read_committed reader stops short of the transaction."""
+    try:
+        return end_offsets(bootstrap, topic) == end_offsets(bootstrap, topic, committed_only=False)
+    except (KafkaException, BrokerError):
+        return False
 
 
 def read_all(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Message]:

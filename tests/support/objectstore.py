@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streamer.dev.broker import _free_port, _log_tail
+from streamer.dev.broker import _log_tail, free_ports
 
 if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
@@ -147,8 +147,9 @@ def seaweedfs(workdir: Path) -> Iterator[ObjectStore]:
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
     log_file = workdir / "weed.log"
-    ports = {flag: _free_port() for flag in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-                                             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")}
+    flags = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")
+    ports = dict(zip(flags, free_ports(len(flags)), strict=True))
     store = ObjectStore(endpoint=f"http://127.0.0.1:{ports['s3.port']}")
     identities = workdir / "s3.json"
     identities.write_text(json.dumps({"identities": [{

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from streamer.dev.broker import REPO_ROOT, _free_port, _log_tail
+from streamer.dev.broker import REPO_ROOT, _log_tail, free_ports
 
 VERSION = "3.3.3"  # pinned here and nowhere else
 ARTIFACT = f"io.apicurio:apicurio-registry-app:{VERSION}:tar.gz:all"
@@ -98,7 +98,7 @@ class SchemaRegistry:
     def __init__(self, workdir: Path, users: dict[str, str] | None = None) -> None:
         self.workdir = workdir
         self.users = dict(users or {})
-        self.port, self.management_port = _free_port(), _free_port()
+        self.port, self.management_port = free_ports(2)
         self.url = f"http://127.0.0.1:{self.port}{API}"
         self.log_file = workdir / "registry.log"
         self._proc: subprocess.Popen[bytes] | None = None
