@@ -268,7 +268,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "exc.http_status_code in (404, 500, 502, 503)"),),
     ),
     Mutant(
-        "50-parquet-resume-keeps-crash-files",
+        "27-parquet-resume-keeps-crash-files",
         "a resumed Parquet run keeps the files of a crashed commit that no log entry names",
         ("tests/lake/test_lake_commit_log.py::"
          "test_a_resumed_parquet_run_that_writes_fewer_files_than_its_crashed_commit_leaves_none_unnamed",),
@@ -277,7 +277,7 @@ MUTANTS: tuple[Mutant, ...] = (
               ""),),
     ),
     Mutant(
-        "51-success-by-the-first-shard",
+        "28-success-by-the-first-shard",
         "_SUCCESS written by the first shard to finish, before the other shards' commits are in",
         ("tests/lake/test_lake_commit_log.py::test_success_appears_only_once_every_shards_last_commit_is_in",),
         (Edit("streamer/lake/parquet.py", "ParquetSink.finish",
@@ -285,7 +285,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "    continue\n"),),
     ),
     Mutant(
-        "55-success-before-a-shard-starts",
+        "29-success-before-a-shard-starts",
         "_SUCCESS written by a shard that finishes before another shard of its run has started",
         ("tests/lake/test_lake_commit_log.py::test_success_appears_only_once_every_shards_last_commit_is_in",),
         (Edit("streamer/lake/parquet.py", "ParquetSink.finish",
@@ -293,7 +293,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "    pass\n"),),
     ),
     Mutant(
-        "52-commit-range-from-the-start",
+        "30-commit-range-from-the-start",
         "each commit records its range from the run's start, not from the previous commit",
         ("tests/lake/test_lake_commit_log.py::"
          "test_the_ranges_of_a_runs_commits_cover_the_source_once_each_from_where_the_last_ended",),
@@ -302,7 +302,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "pass\n"),),
     ),
     Mutant(
-        "53-labels-joined-on-event-ids",
+        "31-labels-joined-on-event-ids",
         "--labels-from on entity_id joins each event's id instead of its entity's",
         ("tests/evaluate/test_evaluate_kafka.py::"
          "test_labels_from_joined_on_entity_id_label_each_entitys_events_up_to_its_outcome",),
@@ -311,27 +311,27 @@ MUTANTS: tuple[Mutant, ...] = (
               "ids = list(rows.event_ids)\n"),),
     ),
     Mutant(
-        "54-min-events-off-by-one",
+        "32-min-events-off-by-one",
         "exactly --min-events labeled events are refused as too few",
         ("tests/evaluate/test_metrics.py::test_exactly_min_events_labeled_events_pass_the_minimum_and_one_fewer_refuses",),
         (Edit("streamer/evaluate/outcomes.py", "_unmeasurable", "if labeled < min_events:\n",
               "if labeled <= min_events:\n"),),
     ),
     Mutant(
-        "56-score-reads-rows-before-the-schema",
+        "33-score-reads-rows-before-the-schema",
         "streamer score finds a column it cannot read row by row (every row a reject), not at start",
         ("tests/lake/test_table_check.py::test_a_column_the_inputs_cannot_read_is_refused_before_anything_is_written",),
         (Edit("streamer/wiring/lake.py", "score_job",
               "source.check(contract)  # before the sink is opened: a refused source writes nothing\n", ""),),
     ),
     Mutant(
-        "57-to-table-namespace-not-made",
+        "34-to-table-namespace-not-made",
         "--to-table NS.NAME in a namespace the embedded catalog lacks fails instead of creating it",
         ("tests/lake/test_table_check.py::test_to_table_in_a_namespace_the_embedded_catalog_lacks_creates_it",),
         (Edit("streamer/lake/iceberg.py", "ensure_table", "_ensure_namespace(catalog, ident)\n", ""),),
     ),
     Mutant(
-        "58-check-silent-on-nullable-fields",
+        "35-check-silent-on-nullable-fields",
         "streamer check passes a nullable Avro field mapped without fill silently (each null a dead letter)",
         ("tests/commands/test_check.py::test_a_nullable_field_mapped_without_fill_is_a_warning_that_names_its_dead_letters",),
         (Edit("streamer/commands/check.py", "_model",
@@ -339,7 +339,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "]"),),
     ),
     Mutant(
-        "59-labels-columns-types-unchecked",
+        "36-labels-columns-types-unchecked",
         "--labels-from takes a key or outcome column of any type (a key of doubles joins nothing)",
         ("tests/evaluate/test_labels.py::test_labels_columns_are_checked_on_the_schema_before_anything_is_scored",),
         (Edit("streamer/evaluate/labels.py", "check_columns",
@@ -347,96 +347,96 @@ MUTANTS: tuple[Mutant, ...] = (
               "if False:\n"),),
     ),
     Mutant(
-        "40-grpc-port-reused",
+        "37-grpc-port-reused",
         "the gRPC listener binds with port reuse: a second server shares a taken port and steals calls",
         ("tests/online/test_ports.py::test_a_port_taken_after_the_check_ends_the_start_in_one_line",),
         (Edit("streamer/online/server.py", "OnlineServer._serve", '("grpc.so_reuseport", 0)])', "])"),),
     ),
     Mutant(
-        "41-online-ports-not-checked",
+        "38-online-ports-not-checked",
         "serve loads the model before it finds its port taken: log lines, then the error",
         ("tests/online/test_ports.py::test_a_port_held_by_a_plain_socket_exits_2_in_one_line",),
         (Edit("streamer/wiring/online.py", "online_server",
               "check_ports(cfg.online)  # a taken port is refused before the model loads\n", ""),),
     ),
     Mutant(
-        "42-grpc-server-left-to-del",
+        "39-grpc-server-left-to-del",
         "a start-up error leaves the gRPC server to its __del__: 'Event loop is closed' after the error",
         ("tests/online/test_ports.py::test_a_port_taken_after_the_check_ends_the_start_in_one_line",),
         (Edit("streamer/online/server.py", "OnlineServer._serve",
               "if rpc is not None:\n    await rpc.stop(None)\n", ""),),
     ),
     Mutant(
-        "43-flag-called-config-key",
+        "40-flag-called-config-key",
         "a bad flag reads config key '--workers' (a user looks for it in the config file)",
         ("tests/test_errors.py::test_a_bad_flag_is_called_a_flag_on_the_command_line",),
         (Edit("streamer/errors.py", "named", 'if key.startswith("-"):\n    return f"flag {key}"\n', ""),),
     ),
     Mutant(
-        "44-unscored-commands-need-the-model",
+        "41-unscored-commands-need-the-model",
         "topics create, produce and dlq read the whole config: a missing model file refuses them",
         ("tests/commands/test_unscored_kafka.py::test_the_commands_that_do_not_score_start_without_the_model_file",),
         (Edit("streamer/config_file.py", "load_unscored",
               "cfg = load_part(path, UnscoredConfig, env)\n", "cfg = load_config(path, env)\n"),),
     ),
     Mutant(
-        "45-redrive-not-found-exits-0",
+        "42-redrive-not-found-exits-0",
         "dlq redrive of an event id or offset that no letter has exits 0, as if it were done",
         ("tests/commands/test_unscored_kafka.py::test_a_dead_letter_asked_for_that_is_not_there_exits_2",),
         (Edit("streamer/cli.py", "_dlq", "return EXIT_CONFIG\n", "return 0\n"),),
     ),
     Mutant(
-        "46-serve-without-online-extra",
+        "43-serve-without-online-extra",
         "serve without the online extra ends in a ModuleNotFoundError traceback (exit 1)",
         ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
         (Edit("streamer/cli.py", "main", 'need("online", "serve")\n', ""),),
     ),
     Mutant(
-        "47-lake-without-lake-extra",
+        "44-lake-without-lake-extra",
         "replay --to-table and score without the lake extra end in a ModuleNotFoundError traceback",
         ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
         (Edit("streamer/cli.py", "_lake", 'need("lake", ', 'None and need("lake", '),),
     ),
     Mutant(
-        "48-evaluate-without-eval-extra",
+        "45-evaluate-without-eval-extra",
         "evaluate without the eval extra ends in a ModuleNotFoundError traceback",
         ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
         (Edit("streamer/cli.py", "_evaluate", 'need("eval", "evaluate")\n', ""),),
     ),
     Mutant(
-        "49-optimize-without-optimize-extra",
+        "46-optimize-without-optimize-extra",
         "model optimize without the optimize extra ends in a ModuleNotFoundError traceback",
         ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
         (Edit("streamer/cli.py", "_optimize", 'need("optimize", "model optimize")\n', ""),),
     ),
     Mutant(
-        "50-wheel-install-line-in-a-clone",
+        "47-wheel-install-line-in-a-clone",
         "a clone is told pip install 'streamer[lake]', which fetches another package from the index",
         ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",
          "tests/test_extras.py::test_the_install_line_is_the_clones_in_a_checkout_and_the_wheels_elsewhere"),
         (Edit("streamer/extras.py", "from_source", "return project.is_file() and ", "return False and "),),
     ),
     Mutant(
-        "51-tail-missing-topic-exits-3",
+        "48-tail-missing-topic-exits-3",
         "tail --topic of a topic that is not there exits 3 (restart it) instead of 2 (fix the name)",
         ("tests/commands/test_unscored_kafka.py::test_tail_of_a_topic_that_is_not_there_exits_2_naming_the_flag",),
         (Edit("streamer/commands/produce.py", "tail", "except NoSuchTopic as exc:", "except ValueError as exc:"),),
     ),
     Mutant(
-        "52-model-file-called-config-key",
+        "49-model-file-called-config-key",
         "model inspect PATH of a file that does not load names config key 'model.path', not the file",
         ("tests/test_errors.py::test_a_model_file_that_does_not_load_is_called_a_file",),
         (Edit("streamer/commands/model.py", "signature_of", "raise FileError(path, ", 'raise ConfigError("model.path", '),),
     ),
     Mutant(
-        "53-labels-table-without-lake-extra",
+        "50-labels-table-without-lake-extra",
         "evaluate --labels-from a table without the lake extra ends in a ModuleNotFoundError traceback",
         ("tests/test_extras.py::test_evaluate_asks_for_the_lake_extra_only_for_a_table",),
         (Edit("streamer/cli.py", "_evaluate", "if args.labels_from and not _a_file(args.labels_from):",
               "if False:"),),
     ),
     Mutant(
-        "27-replay-at-least-once-by-default",
+        "51-replay-at-least-once-by-default",
         "a topic replay writes without transactions unless asked: a resumed run writes again what the stopped one wrote",
         (EOS_REPLAY,
          ("tests/commands/test_replay.py::"
@@ -446,7 +446,7 @@ MUTANTS: tuple[Mutant, ...] = (
               'guarantee="at_least_once"'),),
     ),
     Mutant(
-        "28-transaction-offsets-without-metadata",
+        "52-transaction-offsets-without-metadata",
         "exactly-once: the offsets sent in a transaction lose their metadata (a replay's bounds): a resumed "
         "replay plans again from --from",
         (EOS_REPLAY,),
@@ -455,13 +455,13 @@ MUTANTS: tuple[Mutant, ...] = (
               "self._txn.commit([KafkaTopicPartition(tp[0], tp[1], off) for tp, off in positions.items()])\n"),),
     ),
     Mutant(
-        "29-replay-stop-ignored",
+        "53-replay-stop-ignored",
         "a topic replay goes on to its end after SIGTERM or Ctrl+C",
         (EOS_REPLAY,),
         (Edit(REPLAY, "run_replay.until", "return asked.is_set()\n", "return False\n"),),
     ),
     Mutant(
-        "30-redrive-offset-alone",
+        "54-redrive-offset-alone",
         "dlq redrive --offset P:O matches a letter's offset in any partition of the dead-letter topic",
         ("tests/integration/test_deadletter_kafka.py::test_redrive_by_offset_sends_only_the_named_partitions_letter",),
         (Edit("streamer/commands/dlq.py", "redrive",
@@ -469,7 +469,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "if offset not in {o for _, o in offsets} and eid not in event_ids:\n"),),
     ),
     Mutant(
-        "31-lake-stop-drops-open-batch",
+        "55-lake-stop-drops-open-batch",
         "a lake run stopped by a signal drops its open batch and commits nothing of what it read",
         ("tests/lake/test_run_stop.py::test_a_stopped_score_commits_what_it_read_and_the_same_run_id_finishes_it",),
         (Edit("streamer/lake/run.py", "LakeRun.run",
@@ -481,7 +481,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "    break\n"),),
     ),
     Mutant(
-        "32-lake-stop-after-the-end-is-a-stop",
+        "56-lake-stop-after-the-end-is-a-stop",
         "a stop that comes after a lake run's last row is reported stopped (exit 6) instead of finished",
         ("tests/lake/test_run_stop.py::test_a_stop_that_comes_after_the_last_row_is_a_finish",),
         (Edit("streamer/lake/run.py", "LakeRun.run",
@@ -489,7 +489,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "self.counts.stopped = stop is not None and stop.is_set()"),),
     ),
     Mutant(
-        "33-workers-stop-hides-a-failure",
+        "57-workers-stop-hides-a-failure",
         "a --workers run with one worker stopped and another failed exits 6 (resumable) instead of the failure",
         ("tests/lake/test_run_stop.py::test_a_workers_run_exits_with_a_failure_first_then_a_stop",),
         (Edit("streamer/commands/lake.py", "worst_exit",
@@ -497,7 +497,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "return max(codes, key=lambda c: (c != 0, c == EXIT_STOPPED, abs(c)))"),),
     ),
     Mutant(
-        "34-stopped-evaluation-passes-the-gate",
+        "58-stopped-evaluation-passes-the-gate",
         "an evaluation stopped by a signal judges the gate on the part it read, and can pass it (exit 0)",
         ("tests/commands/test_stops_kafka.py::"
          "test_a_signal_stops_the_command_cleanly_and_the_same_run_resumes_it[evaluate-SIGTERM]",),
@@ -509,7 +509,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "EXIT_GATE"),),
     ),
     Mutant(
-        "35-stopped-redrive-commits-nothing",
+        "59-stopped-redrive-commits-nothing",
         "a redrive stopped by a signal sends letters without committing its progress: the next run sends them again",
         ("tests/commands/test_stops_kafka.py::"
          "test_a_signal_stops_the_command_cleanly_and_the_same_run_resumes_it[dlq-redrive-SIGTERM]",),
@@ -519,7 +519,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "positions.clear()\n"),),
     ),
     Mutant(
-        "36-stopped-produce-miscounts",
+        "60-stopped-produce-miscounts",
         "a produce stopped by a signal sends one event more than it counts: --skip N sends it again",
         ("tests/commands/test_stops_kafka.py::"
          "test_a_signal_stops_the_command_cleanly_and_the_same_run_resumes_it[produce-SIGTERM]",),
