@@ -104,7 +104,7 @@ def test_labels_columns_are_checked_on_the_schema_before_anything_is_scored(
     code = main(["evaluate", "--config", str(EXAMPLE), "--candidate", str(ROOT / "models" / "fraud_mlp.onnx"),
                  "--from", "earliest", "--to-parquet", str(tmp_path / "out"), "--labels-from", str(path), *flags])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("streamer")]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"streamer: config key '{flag}': "), lines
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"streamer: flag {flag}: "), lines
     assert words.format(path=path) in lines[0]
     assert not (tmp_path / "out").exists()
 

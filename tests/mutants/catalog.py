@@ -383,7 +383,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "42-redrive-not-found-exits-0",
         "dlq redrive of an event id or offset that no letter has exits 0, as if it were done",
         ("tests/commands/test_unscored_kafka.py::test_a_dead_letter_asked_for_that_is_not_there_exits_2",),
-        (Edit("streamer/cli.py", "_dlq", "return EXIT_CONFIG\n", "return 0\n"),),
+        (Edit("streamer/cli_batch.py", "dlq", "return EXIT_CONFIG\n", "return 0\n"),),
     ),
     Mutant(
         "43-serve-without-online-extra",
@@ -395,13 +395,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "44-lake-without-lake-extra",
         "replay --to-table and score without the lake extra end in a ModuleNotFoundError traceback",
         ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
-        (Edit("streamer/cli.py", "_lake", 'need("lake", ', 'None and need("lake", '),),
+        (Edit("streamer/cli_batch.py", "lake", 'need("lake", ', 'None and need("lake", '),),
     ),
     Mutant(
         "45-evaluate-without-eval-extra",
         "evaluate without the eval extra ends in a ModuleNotFoundError traceback",
         ("tests/test_extras.py::test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_line",),
-        (Edit("streamer/cli.py", "_evaluate", 'need("eval", "evaluate")\n', ""),),
+        (Edit("streamer/cli_batch.py", "evaluate", 'need("eval", "evaluate")\n', ""),),
     ),
     Mutant(
         "46-optimize-without-optimize-extra",
@@ -432,7 +432,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "50-labels-table-without-lake-extra",
         "evaluate --labels-from a table without the lake extra ends in a ModuleNotFoundError traceback",
         ("tests/test_extras.py::test_evaluate_asks_for_the_lake_extra_only_for_a_table",),
-        (Edit("streamer/cli.py", "_evaluate", "if args.labels_from and not _a_file(args.labels_from):",
+        (Edit("streamer/cli_batch.py", "evaluate", "if args.labels_from and not _a_file(args.labels_from):",
               "if False:"),),
     ),
     Mutant(
