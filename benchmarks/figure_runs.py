@@ -79,11 +79,12 @@ def model_only(cfg: Config, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def replay_run(cfg: Config) -> float:
-    """(g): `streamer replay` of the whole input to ``<output topic>.backfill``; events/s from the
-    first event read to the last output acknowledged."""
+def replay_run(cfg: Config, exactly_once: bool = True) -> float:
+    """(g): `streamer replay` of the whole input to ``<output topic>.backfill``, in transactions
+    (its default); (p) with ``--at-least-once``. Events/s from the first event read to the last
+    output acknowledged."""
     return run_replay(cfg, When("earliest"), run_id=cfg.input.group_id, output_topic=f"{cfg.output.topic}.backfill",
-                      progress=io.StringIO()).stats.events_per_s()
+                      progress=io.StringIO(), exactly_once=exactly_once).stats.events_per_s()
 
 
 class AckClock:

@@ -10,7 +10,8 @@
     dead letters at work); its ratio against (c) is the cost of poison rows.
 (f) The processor with processing.guarantee exactly_once; its ratio against (c) is the cost of
     transactions.
-(g) `streamer replay` of the whole input, against (a) and (b).
+(g) `streamer replay` of the whole input, against (a) and (b); it writes in Kafka transactions.
+(p) The same replay with --at-least-once; g/p is the cost of a replay's transactions.
 Then the processor again with `model.intra_op_threads` 0 (ONNX Runtime's own pool) and 2, against
 the default 1; and a latency run: a paced producer at half of (c)'s rate, then at a tenth, for
 5 s each, with the p50/p99 from event time (stamped when produced) to acknowledged prediction,
@@ -93,15 +94,15 @@ from streamer.formats.configured import input_codec  # noqa: E402
 from streamer.kafka.topics import create_topics  # noqa: E402
 from streamer.model.runner import model_runner  # noqa: E402
 
-ALL = "abcdefghijno"  # the figures a run without --figures makes
+ALL = "abcdefghijnop"  # the figures a run without --figures makes
 NAMES = {"a": "kafka pass-through", "b": "model alone", "c": "processor", "d": "naive loop",
          "e": "processor, 1% poison", "f": "processor, exactly-once", "g": "replay",
          "h": "faust-streaming agent", "i": "32 named float fields", "j": "mixed 12-field event",
-         "n": "mixed event as JSON", "o": "mixed, protobuf-conf."}
+         "n": "mixed event as JSON", "o": "mixed, protobuf-conf.", "p": "replay, at least once"}
 RATIOS = [("c/a", "c", "a", 3), ("c/b", "c", "b", 3), ("c/d", "c", "d", 1), ("e/c", "e", "c", 3),
           ("f/c", "f", "c", 3), ("g/a", "g", "a", 3), ("g/b", "g", "b", 4), ("c/h", "c", "h", 1),
           ("i/c", "i", "c", 3), ("j/c", "j", "c", 3), ("n/c", "n", "c", 3), ("o/c", "o", "c", 3),
-          ("g/c", "g", "c", 3)]  # (name, numerator, denominator, digits)
+          ("g/c", "g", "c", 3), ("g/p", "g", "p", 3)]  # (name, numerator, denominator, digits)
 Run = Callable[[Config], float]
 
 
@@ -156,6 +157,7 @@ def figures_to_run(args: argparse.Namespace, wanted: set[str], base: Config, boo
         "f": lambda c: processor_run(replace(c, processing=replace(
             c.processing, guarantee="exactly_once", transactional_id=f"bench-{c.input.group_id}")), n),
         "g": replay_run,
+        "p": lambda c: replay_run(c, exactly_once=False),
     }
     if not args.no_faust and "h" in wanted:
         from faust_peer import run_faust  # benchmarks/: needs the bench extra (faust-streaming)
