@@ -160,6 +160,7 @@ class Shadow:
             left = self._producer.flush(max(0.0, deadline - self._clock()))
             if left:
                 log.warning("shadow: %d predictions not acknowledged at close", left)
+            self._producer = None  # a closed shadow holds no client (another publish makes one)
 
     # ---- publishing -----------------------------------------------------------------------
 

@@ -626,7 +626,7 @@ def test_run_reads_nothing_and_is_unhealthy_naming_the_topic_until_the_output_to
         if listing.asked == 3:
             listing.topics["scores"] = type("Meta", (), {"error": None})()
 
-    wait = TopicWait(listing, [("output.topic", "scores")], "fake:9092", sleep=sleep)
+    wait = TopicWait(lambda: listing, [("output.topic", "scores")], "fake:9092", sleep=sleep)
     h = Harness(config(max_wait_ms=0), topics=wait)
     h.consumer.rebalance("assign", [P0])
     h.consumer.append(P0, [event(i) for i in range(3)])
@@ -643,7 +643,7 @@ def test_run_reads_nothing_and_is_unhealthy_naming_the_topic_until_the_output_to
 def test_a_stop_while_waiting_for_a_topic_opens_nothing() -> None:
     listing = Listing()
     h: list[Harness] = []
-    wait = TopicWait(listing, [("input.topics[0]", TOPIC)], "fake:9092",
+    wait = TopicWait(lambda: listing, [("input.topics[0]", TOPIC)], "fake:9092",
                      sleep=lambda _: h[0].processor.stop() if listing.asked == 2 else None)
     h.append(Harness(config(), topics=wait))
     h[0].processor.run()

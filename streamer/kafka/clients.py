@@ -360,4 +360,4 @@ def topic_wait(cfg: Config) -> TopicWait:
     ``input.create_topics`` (start-up created them then); each named by its config key."""
     needed = [] if cfg.input.create_topics else [(f"input.topics[{n}]", t) for n, t in enumerate(cfg.input.topics)]
     needed.append(("output.topic", cfg.output.topic))
-    return TopicWait(make_admin(cfg), needed, str(librdkafka_config(cfg)["bootstrap.servers"]))
+    return TopicWait(lambda: make_admin(cfg), needed, str(librdkafka_config(cfg)["bootstrap.servers"]))

@@ -185,22 +185,25 @@ class TopicWait:
     While one is missing, :attr:`reason` names it, its key and the cluster (/healthz reports it),
     one warning is logged per change of what is missing, and the topics are listed again after
     a back-off that doubles from ``first_s`` to ``max_s``. Example (0.5 s to 5 s): checks at 0,
-    0.5, 1.5, 3.5, 7.5, 12.5, 17.5 s and every 5 s after, until the topic exists.
+    0.5, 1.5, 3.5, 7.5, 12.5, 17.5 s and every 5 s after, until the topic exists. ``connect`` makes
+    the client the wait lists topics with; it lives as long as one wait (a processor built and
+    never run, or done, holds no client).
     """
 
-    def __init__(self, client: MetadataClient, needed: Iterable[tuple[str, str]], cluster: str, *,
+    def __init__(self, connect: Callable[[], MetadataClient], needed: Iterable[tuple[str, str]], cluster: str, *,
                  timeout_s: float = 10.0, first_s: float = 0.5, max_s: float = 5.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self._client, self._needed, self._cluster = client, list(needed), cluster
+        self._connect, self._needed, self._cluster = connect, list(needed), cluster
         self._timeout_s, self._first_s, self._max_s, self._sleep = timeout_s, first_s, max_s, sleep
         self.reason = ""  # empty: nothing missing (or not checked yet)
         self._last = self._needed
 
     def wait(self, stopping: Callable[[], bool]) -> bool:
         """Return True once every needed topic exists; False when ``stopping()`` turns true first."""
+        client = self._connect()
         delay, warned = self._first_s, None
         while not stopping():
-            missing = self.missing()
+            missing = self.missing(client)
             if not missing:
                 if warned:
                     log.info("%s exist%s: starting", ", ".join(repr(t) for _, t in warned),
@@ -219,11 +222,11 @@ class TopicWait:
             delay = min(delay * 2, self._max_s)
         return False
 
-    def missing(self) -> list[tuple[str, str]]:
+    def missing(self, client: MetadataClient) -> list[tuple[str, str]]:
         """The needed ``(key, topic)`` pairs the cluster does not list (while it does not answer:
         those of its last answer, all at first; a cluster that went away is waited for too)."""
         try:
-            topics = self._client.list_topics(timeout=self._timeout_s).topics
+            topics = client.list_topics(timeout=self._timeout_s).topics
         except KafkaException as exc:
             log.info("listing topics on %s: %s (trying again)", self._cluster, exc.args[0])
             return self._last

@@ -35,7 +35,7 @@ from tests.integration.test_faults_kafka import (
     finish_feed,
     processor,
 )
-from tests.support.faults import ChildProcessor, caught_up, owners, wait_until
+from tests.support.faults import ChildProcessor, caught_up, forget_clients, owners, wait_until
 
 pytestmark = pytest.mark.kafka
 # A broker's death is noticed after broker.session.timeout.ms (9 s by default), and the group
@@ -52,6 +52,7 @@ def cluster() -> Iterator[LocalCluster]:
     try:
         yield c
     finally:
+        forget_clients()  # before the cluster goes: a client left would retry it for the session
         c.stop()
 
 

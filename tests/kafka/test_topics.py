@@ -117,7 +117,7 @@ def test_the_wait_backs_off_warns_once_per_change_and_names_topic_and_key(caplog
             seen.append(wait.reason)
         slept.append(s)
 
-    wait = TopicWait(admin, [("input.topics[0]", "in"), ("output.topic", "out")], "k:9092",
+    wait = TopicWait(lambda: admin, [("input.topics[0]", "in"), ("output.topic", "out")], "k:9092",
                      first_s=0.5, max_s=2.0, sleep=sleep)
     caplog.set_level(logging.INFO, logger="streamer")
     assert wait.wait(lambda: False) is True
@@ -136,10 +136,10 @@ def test_the_wait_backs_off_warns_once_per_change_and_names_topic_and_key(caplog
 def test_a_stop_ends_the_wait_and_nothing_missing_returns_at_once() -> None:
     admin = Appearing({})
     slept: list[float] = []
-    wait = TopicWait(admin, [("output.topic", "out")], "k:9092", sleep=slept.append)
+    wait = TopicWait(lambda: admin, [("output.topic", "out")], "k:9092", sleep=slept.append)
     assert wait.wait(lambda: len(slept) >= 3) is False
     assert len(slept) == 3 and "'out' (output.topic)" in wait.reason
-    there = TopicWait(Appearing({"out": 1}), [("output.topic", "out")], "k:9092", sleep=slept.append)
+    there = TopicWait(lambda: Appearing({"out": 1}), [("output.topic", "out")], "k:9092", sleep=slept.append)
     assert there.wait(lambda: False) is True and len(slept) == 3
 
 
