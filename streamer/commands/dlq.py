@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -274,15 +275,22 @@ def _redriven_below(cfg: Sections, topic: str, parts: list[int],
     were redriven: the larger of its stage group's commit and the ``all`` group's."""
     tps = [TopicPartition(topic, p) for p in parts]
     admin = clients.make_admin(cfg)
-    asked = {stage: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(_group(cfg, stage), tps)],
-                                                      request_timeout=timeout_s)
-             for stage in (None, *STAGES)}
+
+    def progress(group: str) -> Any:
+        """One group's offsets, each request answered before the next (none left in flight)."""
+        futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
+                                                    request_timeout=timeout_s)
+        (answer,) = [f.result(timeout_s) for f in futures.values()]
+        return answer
+
     committed: dict[str | None, dict[int, int]] = {}
-    for stage, futures in asked.items():
-        try:
-            (answer,) = [f.result(timeout_s) for f in futures.values()]
-        except Exception as exc:
-            raise BrokerError(f"redrive: reading the progress of {_group(cfg, stage)} failed: {exc}") from exc
+    for stage in (None, *STAGES):
+        group = _group(cfg, stage)
+        try:  # a cluster just started answers COORDINATOR_LOAD_IN_PROGRESS for a while: asked again
+            answer = clients.retrying(partial(progress, group), f"redrive: reading the progress of {group}",
+                                      timeout_s)
+        except TimeoutError as exc:  # no answer in timeout_s (a KafkaError that stays is a BrokerError)
+            raise BrokerError(f"redrive: reading the progress of {group} failed: {exc}") from exc
         committed[stage] = {tp.partition: max(tp.offset, 0) for tp in answer.topic_partitions}
     return {p: {stage: max(committed[stage].get(p, 0), committed[None].get(p, 0)) for stage in committed}
             for p in parts}
