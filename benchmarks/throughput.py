@@ -129,7 +129,7 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each figure: median and min are printed")
     ap.add_argument("--no-faust", action="store_true", help="leave out (h), the faust-streaming agent")
-    ap.add_argument("--figures", help="comma-separated figures to run (default: all, a to j, n and o)")
+    ap.add_argument("--figures", help="comma-separated figures to run (default: all, a to j, n, o and p)")
     ap.add_argument("--pin", action="store_true", help="the broker on one core, this process on another")
     ap.add_argument("--latency", action="store_true", help="the latency runs with --figures too (needs c)")
     ap.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE",
