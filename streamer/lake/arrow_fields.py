@@ -197,32 +197,27 @@ def check_schema(schema: pa.Schema, contract: Contract, where: str, holds_nulls:
     cannot feed: see the module docstring. ``holds_nulls(path)``: whether the data has a null there
     (a nullable column without one, as pandas and pyarrow write every column, is taken)."""
     for plan, key, path in contract.fields():
-        check_kinds(plan, key, path, _kinds(_field(schema, path, key, where).type), where)
-    for _, key, path in contract.unfilled(lambda path, key: _nullable(schema, path) and holds_nulls(path)):
+        check_kinds(plan, key, path, _kinds(_walk(schema, path, key, where)[-1].type), where)
+
+    def nullable(path: str, key: str) -> bool:  # the column, or a struct above it, may be null, and is
+        return any(f.nullable for f in _walk(schema, path, key, where)) and holds_nulls(path)
+
+    for _, key, path in contract.unfilled(nullable):
         raise ConfigError(key, no_fill(path, key, f"holds nulls in {where}", "a null would be a reject", "column"))
 
 
-def _field(schema: pa.Schema, path: str, key: str, where: str) -> pa.Field:
+def _walk(schema: pa.Schema, path: str, key: str, where: str) -> list[pa.Field]:
+    """The fields from the schema's top down to the column at the dotted ``path`` (through
+    structs); the column, or a struct above it, that is not there is refused on ``key``."""
     fields: Sequence[pa.Field] = list(schema)
-    found: pa.Field | None = None
+    walked: list[pa.Field] = []
     for part in path.split("."):
         found = next((f for f in fields if f.name == part), None)
         if found is None:
             raise no_field(key, path, part, where, [f.name for f in fields])
+        walked.append(found)
         fields = list(found.type) if pa.types.is_struct(found.type) else []
-    assert found is not None
-    return found
-
-
-def _nullable(schema: pa.Schema, path: str) -> bool:
-    """Whether the column at ``path``, or a struct above it, may hold a null."""
-    fields: Sequence[pa.Field] = list(schema)
-    for part in path.split("."):
-        found = next(f for f in fields if f.name == part)
-        if found.nullable:
-            return True
-        fields = list(found.type) if pa.types.is_struct(found.type) else []
-    return False
+    return walked
 
 
 def _kinds(kind: pa.DataType) -> dict[str, Source | None]:
