@@ -37,8 +37,9 @@ def dlq(args: argparse.Namespace) -> int:
         print("the letters sent are committed; run the same command again to send the rest")
         return EXIT_STOPPED
     if result.not_found:  # an id asked for is not there: a wrong id, not a done job
-        print(f"streamer: no dead letter in {dead_letter_topic(cfg)} has {' '.join(result.not_found)} "
-              "(streamer dlq inspect lists them)", file=sys.stderr)
+        inspect = f"streamer dlq inspect --topic {args.topic}" if args.topic else "streamer dlq inspect"
+        print(f"streamer: no dead letter in {args.topic or dead_letter_topic(cfg)} has {' '.join(result.not_found)} "
+              f"({inspect} lists them)", file=sys.stderr)  # the topic searched: a replay's when --topic
         return EXIT_CONFIG
     return 0
 
