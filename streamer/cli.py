@@ -52,6 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from streamer.config_file import load_config
 
             return run_serve(load_config(args.config))
+        if args.command == "jobs":
+            from streamer import cli_jobs
+
+            return cli_jobs.jobs(args)
+        if args.command == "worker":
+            from streamer import cli_jobs
+
+            return cli_jobs.worker(args)
         if args.command in ("produce", "tail"):
             return cli_batch.files(args)
         if args.command == "check":

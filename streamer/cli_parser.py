@@ -167,6 +167,48 @@ def parser() -> argparse.ArgumentParser:
     run_flags(sc)
     sc.add_argument("--batch-size", type=int, help="rows per model call (default 8192)")
 
+    jb = command("jobs", "submit batch jobs to the workers' queue, and follow them",
+                 " A job is a spec (YAML or JSON): a source (Parquet files or a folder, an Iceberg table, a topic's "
+                 "range), a target (an Iceberg table, a Parquet dataset, a topic), and optionally not_before, "
+                 "within (its window), priority, labels, a schedule or a trigger. Its id is its run id: a job "
+                 "retried or submitted twice scores each row once. See the Batch jobs page.")
+    act = actions(jb, "action")
+    sub_ = act("submit", "queue a job spec", "Queue a job spec (a schedule's slot with --slot).")
+    sub_.add_argument("--config", required=True, help=CONFIG)
+    sub_.add_argument("spec", help="the job spec file (YAML or JSON)")
+    sub_.add_argument("--slot", metavar="TIME|latest",
+                      help="a scheduled spec's slot: latest (or now: the schedule's latest time at or before "
+                           "the present) or the slot's time")
+    sub_.add_argument("--id", help="the job's id (default: the spec's, else one made of its name and the time)")
+    for name, summary in (("status", "show a job's status"), ("cancel", "cancel a job (a running one stops at "
+                                                                         "its next commit)"),
+                          ("wait", "wait for a job's end: exit 0 completed, 1 failed, expired or cancelled"),
+                          ("retry", "queue a failed or cancelled job again: it resumes from its last commit")):
+        one = act(name, summary, f"{summary[0].upper()}{summary[1:]}.")
+        one.add_argument("--config", required=True, help=CONFIG)
+        one.add_argument("id", help="the job's id")
+        if name == "status":
+            one.add_argument("--json", action="store_true", help="the status record as JSON")
+        if name == "wait":
+            one.add_argument("--timeout", type=float, default=None, help="seconds to wait at most (exit 3 after)")
+    ls = act("list", "list the jobs and the schedules' missed slots", "List the jobs and the missed slots.")
+    ls.add_argument("--config", required=True, help=CONFIG)
+    ls.add_argument("--status", help="only the jobs in this state (queued, running, completed, failed, expired, "
+                                     "cancelling, cancelled)")
+    watch = act("watch", "submit a job for each new snapshot or file of a triggered spec",
+                "Submit a job for each new snapshot of the trigger's table, or new complete Parquet files of its folder.")
+    watch.add_argument("--config", required=True, help=CONFIG)
+    watch.add_argument("spec", help="the triggered job spec (YAML or JSON)")
+    watch.add_argument("--once", action="store_true", help="look once and exit (a CronJob's way)")
+    watch.add_argument("--interval", type=float, default=30.0, help="seconds between looks (default 30)")
+
+    wk = command("worker", "run batch jobs from the jobs' queue, one at a time, as a member of the workers' group",
+                 " Takes jobs from jobs.topic in the consumer group jobs.group_id and runs each with the config's "
+                 "model. A worker that dies mid-job leaves it to the group: another worker resumes it from its last "
+                 "commit. SIGTERM stops the job at its next commit (another worker resumes it) and exits 0.")
+    wk.add_argument("--config", required=True, help=CONFIG)
+    wk.add_argument("--name", help="the worker's name in the jobs' statuses (default: host name and process id)")
+
     sv = command("serve", "answer online over the Open Inference Protocol (HTTP and gRPC), no Kafka",
                  " Serves the config's model on online.host: the protocol over HTTP on online.http_port and over "
                  "gRPC on online.grpc_port, requests batched by the stream's flush policy, each with a deadline "

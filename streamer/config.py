@@ -19,13 +19,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from streamer.config_check import Location, above, at_least, check_types, file_exists
+from streamer.config_check import Location, Secret, above, at_least, check_types, file_exists
 from streamer.config_contract import InputSource, OutputTarget
 from streamer.config_sections import (
     MAX_BATCH_SIZE,
     BatchingConfig,
     ChallengerConfig,
     Guarantee,
+    JobsConfig,
     MetricsConfig,
     OnlineConfig,
     ProcessingConfig,
@@ -44,22 +45,6 @@ Provider = Literal["cuda", "cpu"]
 
 SECRET_KEY = re.compile(r"(password|secret|credentials|user\.info|token|key\.pem)", re.IGNORECASE)
 KAFKA_NEEDS = "must be a mapping with at least 'bootstrap.servers'"
-
-
-@dataclass(frozen=True, slots=True)
-class Secret:
-    """A configuration value that must never be printed, logged or exported."""
-
-    value: str = field(repr=False)
-
-    def __repr__(self) -> str:
-        return "***"
-
-    __str__ = __repr__
-
-    def hide_in(self, text: str) -> str:
-        """``text`` with the value shown as ``***`` wherever it appears (for messages and logs)."""
-        return text.replace(self.value, "***") if self.value else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +257,7 @@ class Config:
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
 
     def __post_init__(self) -> None:
         _check_sections(self)
@@ -291,6 +277,8 @@ class UnscoredConfig:
     output: OutputConfig
     processing: ProcessingConfig = field(default_factory=ProcessingConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
+    lake: LakeConfig = field(default_factory=LakeConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
 
     def __post_init__(self) -> None:
         _check_sections(self)

@@ -10,7 +10,7 @@ import functools
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Union, cast, get_args, get_origin
 
@@ -98,3 +98,19 @@ def check_type(tp: Any, value: Any, key: str) -> None:
 
 TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
                Path: "a file path", Location: "a folder or an s3:// URL"}
+
+
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """A configuration value that must never be printed, logged or exported."""
+
+    value: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "***"
+
+    __str__ = __repr__
+
+    def hide_in(self, text: str) -> str:
+        """``text`` with the value shown as ``***`` wherever it appears (for messages and logs)."""
+        return text.replace(self.value, "***") if self.value else text

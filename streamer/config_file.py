@@ -56,7 +56,7 @@ def load_unscored(path: str | Path, env: Mapping[str, str] | None = None) -> Uns
     """A config file's sections but ``model`` (:class:`UnscoredConfig`), checked as :func:`load_config`
     checks them, ``kafka:`` by librdkafka too: for the commands that do not score, which start where
     the model's files are not."""
-    cfg = load_part(path, UnscoredConfig, env)
+    cfg = _places(load_part(path, UnscoredConfig, env), Path(path).parent)
     check_properties(cfg)
     return cfg
 
@@ -104,11 +104,21 @@ def config_from_dict(raw: Any, base_dir: Path = Path("."),
     raw = _interpolate(raw, "", env)
     if not isinstance(raw.get("kafka"), Mapping):
         raise ConfigError("kafka", KAFKA_NEEDS)
-    cfg: Config = _build(Config, _with_secrets(raw), "", base_dir)  # each section validates itself
-    if not cfg.lake.warehouse.remote and not Path(cfg.lake.warehouse).is_absolute():  # the default's too
-        cfg = replace(cfg, lake=replace(cfg.lake, warehouse=Location((base_dir / cfg.lake.warehouse).resolve())))
+    cfg: Config = _places(_build(Config, _with_secrets(raw), "", base_dir), base_dir)  # each section validates itself
     check_properties(cfg)
     return cfg
+
+
+C = TypeVar("C", Config, UnscoredConfig)
+
+
+def _places(cfg: C, base_dir: Path) -> C:
+    """``lake.warehouse`` and ``jobs.files`` (the defaults too) relative to the config's folder."""
+    def here(place: Location) -> Location:
+        return place if place.remote or Path(place).is_absolute() else Location((base_dir / place).resolve())
+
+    return replace(cfg, lake=replace(cfg.lake, warehouse=here(cfg.lake.warehouse)),
+                   jobs=replace(cfg.jobs, files=None if cfg.jobs.files is None else here(cfg.jobs.files)))
 
 
 def _interpolate(value: Any, key: str, env: Mapping[str, str]) -> Any:

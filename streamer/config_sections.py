@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from streamer.config_check import above, at_least, check_types, file_exists
+from streamer.config_check import Location, Secret, above, at_least, check_types, file_exists
 from streamer.errors import ConfigError
 
 Guarantee = Literal["at_least_once", "exactly_once"]
@@ -142,3 +142,30 @@ class OnlineConfig:
         above(0, "online.timeout_ms", self.timeout_ms)
         above(0, "online.max_queue_rows", self.max_queue_rows)
         above(0, "online.max_body_bytes", self.max_body_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class JobsConfig:
+    """Batch jobs (streamer/jobs/): the queue a group of workers takes them from, their statuses, the HTTP API."""
+
+    topic: str = "streamer.jobs"  # the queue: one message per submitted job, keyed by its id
+    status_topic: str = "streamer.jobs.status"  # compacted: each job's latest status, keyed by its id
+    group_id: str = "streamer-jobs"  # the workers' consumer group
+    partitions: int = 12  # the queue's partitions when streamer creates it: the most workers that run jobs at once
+    progress_ms: int = 2000  # a running job's status (rows done, rows/s) is written this often
+    api_token: Secret | None = None  # the HTTP jobs API's bearer token (streamer serve); None: the API is off
+    files: Location | None = None  # where files submitted over HTTP are kept; None: <lake.warehouse>/jobs
+    max_upload_bytes: int = 1_073_741_824  # a larger file submitted over HTTP is refused (413)
+
+    def __post_init__(self) -> None:
+        check_types(self, "jobs")
+        for key in ("topic", "status_topic", "group_id"):
+            if not getattr(self, key):
+                raise ConfigError(f"jobs.{key}", "must not be empty")
+        if self.topic == self.status_topic:
+            raise ConfigError("jobs.status_topic", f"is jobs.topic too ({self.topic!r}): one topic each")
+        above(0, "jobs.partitions", self.partitions)
+        above(0, "jobs.progress_ms", self.progress_ms)
+        above(0, "jobs.max_upload_bytes", self.max_upload_bytes)
+        if self.api_token is not None and not self.api_token.value:
+            raise ConfigError("jobs.api_token", "must not be empty (leave the key out to turn the API off)")

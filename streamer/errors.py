@@ -93,6 +93,23 @@ class ReplayFinishedError(ConfigError):
         super().__init__("--run-id", reason)
 
 
+class JobStateError(StreamerError):
+    """A job asked to move where its state does not go (jobs/states.py's table): cancelling a
+    completed job, starting an expired one."""
+
+    def __init__(self, job_id: str, state: str, to: str) -> None:
+        super().__init__(f"job {job_id!r} is {state}: it cannot move to {to}")
+        self.job_id, self.state, self.to = job_id, state, to
+
+
+class NoSuchJob(StreamerError):
+    """A job id the status topic does not hold."""
+
+    def __init__(self, job_id: str, topic: str) -> None:
+        super().__init__(f"no job {job_id!r} in {topic} (streamer jobs list shows the jobs there)")
+        self.job_id = job_id
+
+
 class StaleCommitError(StreamerError):
     """A lake run's commit is refused: the shard's latest commit in the table or dataset is not
     the one this writer continued from. Another writer of the same run and shard committed since

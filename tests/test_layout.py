@@ -97,7 +97,7 @@ EXTRAS = {"pyarrow", "pyiceberg", "sklearn", "matplotlib", "onnx", "sympy", "sta
           "grpc", "testcontainers", "docker", "onnxruntime.quantization"}
 
 
-CLI = ("streamer.cli", "streamer.cli_batch", "streamer.cli_parser")  # import each command's module when the command runs
+CLI = ("streamer.cli", "streamer.cli_batch", "streamer.cli_jobs", "streamer.cli_parser")  # import each command's module when the command runs
 
 
 def of_extra(module: str) -> bool:

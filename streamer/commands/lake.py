@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -27,6 +28,8 @@ from streamer.lake.run import LakeCounts, LakeRun
 from streamer.lake.sink import Resume, Shard
 from streamer.observe.bar import ProgressBar
 from streamer.wiring.lake import BATCH_SIZE, LakeJob, Target, replay_job, score_job
+
+Rows = Callable[[int, int], None]  # (rows done, rows in all): a run's progress, for a job's status
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,27 +84,38 @@ def parse_shard(text: str | None) -> Shard:
 def run_lake_replay(cfg: Config, start: When, end: When, target: Target, *, run_id: str | None = None,
                     shard: Shard = Shard(), force: bool = False, batch_size: int | None = None,
                     model_path: Path | None = None, model_version: str | None = None,
-                    progress: TextIO | None = None, stop: threading.Event | None = None) -> LakeSummary:
+                    progress: TextIO | None = None, stop: threading.Event | None = None,
+                    on_rows: Rows | None = None) -> LakeSummary:
     """Score the range into ``target`` exactly once under ``run_id`` (resumed when it has progress
     there); ``stop`` set ends it early, committed and resumable."""
     job = replay_job(cfg, start, end, target, new_run_id(run_id), shard=shard, force=force, model_path=model_path,
                      model_version=model_version)
-    return _run("replay", job, batch_size, progress, stop)
+    return _run("replay", job, batch_size, progress, stop, on_rows)
 
 
 def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None = None, force: bool = False,
               batch_size: int | None = None, progress: TextIO | None = None,
-              stop: threading.Event | None = None) -> LakeSummary:
+              stop: threading.Event | None = None, on_rows: Rows | None = None) -> LakeSummary:
     """Score every row of ``location`` (Parquet files, a dataset, an Iceberg table) into ``target``."""
     job = score_job(cfg, location, target, new_run_id(run_id), force=force, batch_size=batch_size)
-    return _run("score", job, batch_size, progress, stop)
+    return _run("score", job, batch_size, progress, stop, on_rows)
 
 
 def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | None,
-         stop: threading.Event | None) -> LakeSummary:
+         stop: threading.Event | None, on_rows: Rows | None = None) -> LakeSummary:
+    """The run, with a progress bar; ``on_rows(done, total)`` after each chunk, counting what
+    earlier runs of the id committed."""
     bar = ProgressBar(job.resume.left(), progress or sys.stderr, verb)
+    total = sum(e - s for s, e in job.resume.bounds.values())
+    before = total - job.resume.left()
+
+    def update(c: LakeCounts) -> None:
+        bar.update(c.rows)
+        if on_rows is not None:
+            on_rows(before + c.rows, total)
+
     started = time.monotonic()
-    lake = LakeRun(job.sink, job.scorer(), job.run_id, batch_size or BATCH_SIZE, lambda c: bar.update(c.rows))
+    lake = LakeRun(job.sink, job.scorer(), job.run_id, batch_size or BATCH_SIZE, update)
     counts = lake.run(job.source, job.resume, stop)
     bar.close(counts.rows)
     return LakeSummary(verb, job.run_id, job.sink.name, job.resume, counts, time.monotonic() - started)

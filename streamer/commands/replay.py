@@ -25,6 +25,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -145,7 +146,8 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
                model_version: str | None = None, force: bool = False,
                batch_size: int | None = None, max_wait_ms: int | None = None,
                allow_live_output: bool = False, progress: TextIO | None = None,
-               exactly_once: bool = True, stop: threading.Event | None = None) -> ReplaySummary:
+               exactly_once: bool = True, stop: threading.Event | None = None,
+               on_rows: Callable[[int, int], None] | None = None) -> ReplaySummary:
     """Plan (or resume) the run, score its range, and return when every partition is done, or
     when ``stop`` is set (the open batch scored and written, the progress committed).
 
@@ -191,6 +193,8 @@ def run_replay(cfg: Config, start: When, end: When | None = None, *, run_id: str
 
     def until(stats: Stats) -> bool:  # the bounds' end is the processor's own test
         bar.update(stats.outputs)
+        if on_rows is not None:  # (offsets read, offsets in range): a job's status
+            on_rows(stats.outputs, total)
         return asked.is_set()
 
     started = time.monotonic()

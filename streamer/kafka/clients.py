@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streamer.config import Config, Secret, Sections, dead_letter_topic, librdkafka_config
+from streamer.config import Config, HasKafka, Secret, Sections, dead_letter_topic, librdkafka_config
 from streamer.errors import BrokerError, ConfigError, StopRequested
 from streamer.kafka.delivery import QUEUE_LIMIT
 from streamer.kafka.retrylog import LibrdkafkaLog, retry_level
@@ -218,6 +218,27 @@ def plain_producer(bootstrap: str, *, linger_ms: int = 5, **extra: Any) -> Produ
     return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                      "compression.type": "lz4", "linger.ms": linger_ms, "logger": _LIBRDKAFKA_LOG,
                      **extra})
+
+
+def config_consumer(cfg: HasKafka, group: str, **extra: Any) -> Consumer:
+    """A consumer of the config's cluster in ``group`` (not the input's: the jobs' workers, a
+    status board), with the processor's forced settings; ``extra`` last."""
+    user = {k: v for k, v in librdkafka_config(cfg).items() if not k.startswith(PRODUCER_ONLY + ("group.id",))}
+    return Consumer({**CONSUMER_DEFAULTS, "logger": _LIBRDKAFKA_LOG, **user, **CONSUMER_FORCED, "group.id": group,
+                     **extra})
+
+
+def config_producer(cfg: HasKafka, **extra: Any) -> Producer:
+    """A producer of the config's cluster (idempotent, acks=all), for records that are not
+    predictions (a job, a job's status); ``extra`` last."""
+    user = {k: v for k, v in librdkafka_config(cfg).items() if not k.startswith(CONSUMER_ONLY)}
+    return Producer({**PRODUCER_DEFAULTS, "logger": _LIBRDKAFKA_LOG, **user, **PRODUCER_FORCED, **extra})
+
+
+def config_admin(cfg: HasKafka) -> AdminClient:
+    """An admin client of the config's cluster."""
+    settings: dict[str, Any] = {"logger": _LIBRDKAFKA_LOG, **librdkafka_config(cfg)}
+    return AdminClient(settings)
 
 
 def _tool_settings(bootstrap_or_conf: str | Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,176 @@
+"""The jobs' commands on the command line: `streamer jobs ...` and `streamer worker`, and the runner that gives a worker's jobs to the batch commands.
+
+A worker's :class:`JobRunner` runs each job as the command of its source and target would:
+``score`` for Parquet files and tables, ``replay --to-table/--to-parquet`` for a topic's range into
+the lake, ``replay`` for a topic's range into a topic (exactly once), each under the job's id as
+its run id. A job whose run finished already (its worker died after the last commit) is complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from streamer.cli_signals import stop_event
+from streamer.errors import EXIT_FATAL, ConfigError, FileError, ReplayFinishedError
+from streamer.extras import need
+from streamer.jobs.spec import JobSpec, parse_spec
+from streamer.jobs.states import Done, State
+from streamer.jobs.worker import Outcome
+
+
+def read_spec(path: str) -> JobSpec:
+    """A spec file (YAML or JSON), checked."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise FileError(Path(path), f"cannot read it: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise FileError(Path(path), f"not valid YAML or JSON: {exc}") from exc
+    return parse_spec(raw)
+
+
+def jobs(args: argparse.Namespace) -> int:
+    from streamer.commands import jobs as cmd
+    from streamer.config_file import load_unscored
+    from streamer.jobs.board import Board
+    from streamer.jobs.queue import cancel
+
+    cfg = load_unscored(args.config)
+    if args.action == "submit":
+        spec = read_spec(args.spec)
+        if args.id:
+            spec = replace(spec, id=args.id)
+        print(cmd.submit_spec(cfg, spec, args.slot))
+        return 0
+    board = Board(cfg)
+    try:
+        if args.action == "list":
+            print("\n".join(cmd.list_lines(board.load().all(), args.status, dt.datetime.now(dt.UTC))))
+            return 0
+        if args.action == "watch":
+            return _watch(cfg, args, board)
+        board.load()
+        if args.action == "status":
+            status = board.must(args.id)
+            print(cmd.status_json(status) if args.json else "\n".join(cmd.status_lines(status)))
+            return 0
+        if args.action == "cancel":
+            status = cancel(board, args.id)
+            print(f"job {status.id}: {status.state}" +
+                  (" (it stops at its next commit)" if status.state == State.CANCELLING else ""))
+            return 0
+        if args.action == "retry":
+            from streamer.jobs.queue import submit
+
+            status = board.must(args.id)
+            status, queued = submit(cfg, status.job, board)
+            print(cmd.submitted_line(status, queued))
+            return 0
+        # wait
+        board.must(args.id)
+        board.close()
+        board = Board(cfg).follow()
+        waited = board.wait(args.id, lambda s: s.final, args.timeout)
+        assert waited is not None
+        status = waited
+        print("\n".join(cmd.status_lines(status)))
+        if not status.final:
+            print(f"streamer: job {status.id} is still {status.state} after {args.timeout:.0f} s", file=sys.stderr)
+            return EXIT_FATAL
+        return 0 if status.state == State.COMPLETED else 1
+    finally:
+        board.close()
+
+
+def _watch(cfg: object, args: argparse.Namespace, board: object) -> int:
+    raise ConfigError("jobs watch", "triggers are not wired yet")
+
+
+def worker(args: argparse.Namespace) -> int:
+    need("lake", "worker")
+    stop = stop_event()
+    from streamer.config_file import load_config
+    from streamer.jobs.worker import Worker
+
+    cfg = load_config(args.config)
+    name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    return Worker(cfg, JobRunner(args.config), name, meters=_meters(cfg)).run(stop)
+
+
+def _meters(cfg: object) -> Any:
+    return None
+
+
+class JobRunner:
+    """Runs a job with the batch command of its source and target, on the config at ``config``
+    (read again for each job: a changed model file or setting is taken up by the next job)."""
+
+    def __init__(self, config: str) -> None:
+        self.config = config
+
+    def run(self, job_id: str, spec: JobSpec, stop: threading.Event,
+            progress: Callable[[int, int | None], None]) -> Outcome:
+        from streamer.commands import lake
+        from streamer.config_file import load_config
+        from streamer.kafka.ranges import parse_when
+
+        cfg = load_config(self.config)
+        source, target = spec.source, spec.target
+        assert source is not None
+        quiet = io.StringIO()  # a worker logs; the progress is the job's status
+        try:
+            if target.topic is not None:
+                return self._replay(cfg, job_id, spec, stop, progress, quiet)
+            where = lake.Target(target.table, target.parquet)
+            if source.kind == "topic":
+                summary = lake.run_lake_replay(
+                    cfg, parse_when(source.topic_from or "earliest", "job.source.topic.from"),
+                    parse_when(source.topic_to or "latest", "job.source.topic.to"), where, run_id=job_id,
+                    progress=quiet, stop=stop, on_rows=progress)
+            else:
+                location = source.table if source.table is not None else source.parquet[0]
+                summary = lake.run_score(cfg, location, where, run_id=job_id, progress=quiet, stop=stop,
+                                         on_rows=progress)
+        except ReplayFinishedError:
+            return Outcome(Done(0, 0, 0, _place(target), _rejects(target)), stopped=False)
+        c = summary.counts
+        return Outcome(Done(c.rows, c.predictions, c.rejects, summary.sink, f"{summary.sink}_rejects"), c.stopped)
+
+    @staticmethod
+    def _replay(cfg: object, job_id: str, spec: JobSpec, stop: threading.Event,
+                progress: Callable[[int, int | None], None], quiet: io.StringIO) -> Outcome:
+        from streamer.commands.replay import run_replay
+        from streamer.config import Config
+        from streamer.kafka.ranges import parse_when
+
+        assert isinstance(cfg, Config) and spec.source is not None and spec.target.topic is not None
+        summary = run_replay(cfg, parse_when(spec.source.topic_from or "earliest", "job.source.topic.from"),
+                             parse_when(spec.source.topic_to or "latest", "job.source.topic.to"), run_id=job_id,
+                             output_topic=spec.target.topic, progress=quiet, stop=stop, on_rows=progress)
+        st = summary.stats
+        return Outcome(Done(st.outputs, st.predictions, sum(st.dead_letters.values()), f"topic {summary.output_topic}",
+                            f"topic {summary.dead_letter_topic}"), summary.stopped)
+
+
+def _place(target: object) -> str:
+    from streamer.jobs.spec import JobTarget
+
+    assert isinstance(target, JobTarget)
+    return f"table {target.table}" if target.table else f"parquet {target.parquet}" if target.parquet \
+        else f"topic {target.topic}"
+
+
+def _rejects(target: object) -> str:
+    return f"{_place(target)}_rejects"
