@@ -13,8 +13,11 @@ resumed run continues from where commit 0 ended.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from streamer.lake.sink import Resume, ranges_of
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -26,6 +29,15 @@ SHARD = "streamer.shard"
 SEQ = "streamer.seq"  # the shard's commit number: 0, 1, 2...
 ATTEMPT = "streamer.attempt"  # a run id's plan: a new one after --force
 COMMIT = "streamer.commit"  # one commit's own id
+REACHED = "streamer.reached"  # the positions the shard reached so far
+# A run scored from one snapshot's appended rows (a job's ``source: {table, snapshot}``) says which
+SOURCE_TABLE = "streamer.source-table"
+SOURCE_SNAPSHOT = "streamer.source-snapshot"
+
+
+def plan_key(run_id: str, shard: str) -> str:
+    """The table property that holds a shard's plan: its bounds and attempt."""
+    return f"streamer.run.{run_id}.{shard}"
 
 
 def history(table: Table) -> Iterator[Snapshot]:
@@ -47,6 +59,30 @@ def latest(table: Table, attempt: str, shard: str) -> Summary | None:
 def holds(table: Table, commit: str) -> bool:
     """Commit ``commit`` is in the table's history (a try whose answer was lost did land)."""
     return any(s.summary is not None and s.summary.get(COMMIT) == commit for s in history(table))
+
+
+def scored_sources(table: Table) -> set[int]:
+    """The source snapshots (``streamer.source-snapshot``) whose runs in the table's history covered
+    their whole plan: a run stopped or failed midway has not scored its snapshot yet.
+
+    A run's plan is the table property ``streamer.run.<run id>.<shard>`` (its bounds and attempt);
+    its progress is the newest commit of that attempt in the history, whose ``streamer.reached``
+    says where each partition got to.
+    """
+    newest: dict[tuple[str | None, str | None, str | None], Summary] = {}
+    for snapshot in history(table):
+        summary = snapshot.summary
+        if summary is not None and summary.get(SOURCE_SNAPSHOT) is not None:
+            newest.setdefault((summary.get(RUN), summary.get(SHARD), summary.get(ATTEMPT)), summary)
+    scored = set()
+    for (run, shard, attempt), summary in newest.items():
+        saved = table.properties.get(plan_key(str(run), str(shard)))
+        if saved is None or json.loads(saved)["attempt"] != attempt:
+            continue  # a plan run again with --force: its newest attempt is the one that counts
+        reached = {tp: to for tp, (_, to) in ranges_of(summary.get(REACHED, "{}")).items()}
+        if Resume(ranges_of(json.loads(saved)["bounds"]), reached, 0).done:
+            scored.add(int(summary.get(SOURCE_SNAPSHOT, "0")))
+    return scored
 
 
 def seq_of(summary: Summary | None) -> int | None:

@@ -11,8 +11,10 @@ Each snapshot's summary carries ``streamer.run-id``, ``streamer.shard``, ``strea
 ``streamer.offsets`` (the ``[from, to)`` it covers per partition), ``streamer.reached`` (the
 positions the run reached so far, so that its latest snapshot alone says where to resume, older
 ones expired or not), ``streamer.attempt`` and ``streamer.commit`` (the ids of the run's plan and
-of the commit). Progress is read from the ancestry of the current snapshot (ancestry.py): a range
-that a rollback took out of the table is scored again. The run's bounds and attempt are a table
+of the commit), and what the run's source adds (``streamer.source-table`` and
+``streamer.source-snapshot`` for the rows one snapshot of a table appended). Progress is read from
+the ancestry of the current snapshot (ancestry.py): a range that a rollback took out of the table
+is scored again. The run's bounds and attempt are a table
 property (``streamer.run.<run id>.<shard>``); ``--force`` deletes the shard's rows and starts a new
 attempt.
 
@@ -35,7 +37,7 @@ import random
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -44,7 +46,7 @@ import pyarrow as pa
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError, ReplayFinishedError, StaleCommitError
 from streamer.kafka.ranges import Ranges
-from streamer.lake.ancestry import ATTEMPT, COMMIT, RUN, SEQ, SHARD, holds, latest, one_try, seq_of
+from streamer.lake.ancestry import ATTEMPT, COMMIT, RUN, SEQ, SHARD, holds, latest, one_try, plan_key, seq_of
 from streamer.lake.columns import REJECTS, describe
 from streamer.lake.files import DayFiles
 from streamer.lake.places import filesystem, identifier, open_catalog
@@ -65,8 +67,10 @@ COMMIT_TRIES = 20
 class IcebergSink(FilesSink):
     """Writes a run's predictions into an Iceberg table of the configured catalog."""
 
-    def __init__(self, lake: LakeConfig, table: str, schema: pa.Schema) -> None:
+    def __init__(self, lake: LakeConfig, table: str, schema: pa.Schema,
+                 summary: Mapping[str, str] | None = None) -> None:
         super().__init__()
+        self.summary = dict(summary or {})  # in every commit's snapshot summary
         self.lake, self.ident = lake, identifier(lake, table)
         self.name = f"table {self.ident}"
         catalog = open_catalog(lake)
@@ -84,7 +88,7 @@ class IcebergSink(FilesSink):
 
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
         self._run, self._shard = run_id, shard
-        self._key = key = f"streamer.run.{run_id}.{shard}"
+        self._key = key = plan_key(run_id, str(shard))
         self._same_shards(run_id, shard)
         saved = self.table.properties.get(key)
         if saved is not None and force:
@@ -164,7 +168,7 @@ class IcebergSink(FilesSink):
         """The rejects' snapshot (perhaps of no file), then the predictions': each refused when stale."""
         assert self._files is not None and self._rejected is not None
         self._reached.update({tp: to for tp, (_, to) in covered.items()})
-        props = {RUN: self._run, SHARD: str(self._shard), SEQ: str(self._seq),
+        props = {**self.summary, RUN: self._run, SHARD: str(self._shard), SEQ: str(self._seq),
                  "streamer.offsets": ranges_text(covered), ATTEMPT: self._attempt,
                  "streamer.reached": ranges_text({tp: (to, to) for tp, to in self._reached.items()}),
                  COMMIT: uuid.uuid4().hex}

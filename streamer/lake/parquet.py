@@ -4,7 +4,8 @@ Layout under PATH (a folder or ``s3://bucket/prefix``)::
 
     event_date=2026-12-01/<run>-<shard>-<commit>-<n>.parquet   the predictions
     _streamer/<run>/<shard>/plan.json                           the run's bounds
-    _streamer/<run>/<shard>/<commit>.json                       a commit: its files and the range it covers
+    _streamer/<run>/<shard>/<commit>.json                       a commit: its files, the range it covers (and
+                                                                its source's table and snapshot, when it has them)
     _SUCCESS                                                    written last, by the last shard to finish
 
 File names are fixed by run, shard and commit number, and a commit is its log entry, written
@@ -24,6 +25,7 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -47,8 +49,10 @@ ENTRY = re.compile(r"(\d{6})\.json")  # a commit's log entry: its number
 class ParquetSink(FilesSink):
     """Writes a run's predictions as a Parquet dataset at ``location``."""
 
-    def __init__(self, lake: LakeConfig, location: str, schema: pa.Schema) -> None:
+    def __init__(self, lake: LakeConfig, location: str, schema: pa.Schema,
+                 summary: Mapping[str, str] | None = None) -> None:
         super().__init__()
+        self.summary = dict(summary or {})  # in every commit's log entry, as "source"
         self.fs, self.root = filesystem(lake, location)
         self.name = f"parquet {location}"
         self.schema, self.target = schema, lake.target_file_mb * 1024 * 1024
@@ -94,6 +98,8 @@ class ParquetSink(FilesSink):
         files = [*self._files.close(), *self._rejected.close()]
         entry = {"run": self._run, "shard": str(self._shard), "seq": self._seq,
                  "offsets": json.loads(ranges_text(covered)), "files": files}
+        if self.summary:
+            entry["source"] = self.summary
         self._write(f"{self.root}/{LOG}/{self._run}/{self._shard}/{self._seq:06d}.json", json.dumps(entry).encode())
         self._seq += 1
         self._n = 0

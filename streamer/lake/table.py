@@ -1,10 +1,11 @@
-"""A table's rows as a lake run's source (``streamer score``): Parquet files, a dataset, or an Iceberg table.
+"""A table's rows as a lake run's source (``streamer score``, a job): Parquet files, a dataset, an Iceberg table, or the rows one of its snapshots appended.
 
 Rows are read batch by batch through Arrow (memory holds one batch, however large the input),
 and each goes through the stream's contract and validation (``model.inputs``, ``output.include``,
 the id, entity and time fields): a row that fails is a reject with its reason and the row itself,
 as JSON. Positions are row numbers: each Parquet file is a partition of the source (its index in
-the sorted file list), an Iceberg table's snapshot one partition, so a run resumes mid-file.
+the sorted file list, or of the list a job names), an Iceberg table's snapshot one partition, and
+the rows a snapshot appended one partition too (appends.py), so a run resumes mid-file.
 Timestamps are read as milliseconds, as an event's ``event_time`` is. Before the first row,
 :meth:`TableSource.check` reads each file's schema (an Iceberg table's) and refuses what would
 reject every row (arrow_fields.check_schema); whether a nullable column holds nulls is read from
@@ -13,7 +14,7 @@ the files' statistics (Parquet's null counts, Iceberg's), never from the rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 from streamer.config import LakeConfig
 from streamer.errors import ConfigError, RecordError, detach
 from streamer.kafka.ranges import Ranges
+from streamer.lake.appends import MARK, Appended, AppendedRows, files_nulls
 from streamer.lake.arrow_fields import ArrowFields, check_schema
 from streamer.lake.columns import as_json
 from streamer.lake.places import filesystem, identifier, open_catalog
@@ -37,6 +39,10 @@ from streamer.model.signature import Columns
 from streamer.pipeline.records import Messages, Origin, Rows
 from streamer.pipeline.stages import Reject
 from streamer.pipeline.validate import EventValidator
+
+# Where a run's rows are: a Parquet file or folder, or a table's name (``--from``); the rows one
+# snapshot of a table appended; a list of Parquet files (a job's ``source: {parquet: [...]}``).
+Where = str | Appended | Sequence[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +79,42 @@ class TableRow:
 
 
 class TableSource:
-    """The rows of ``location``: a Parquet file or folder (local or ``s3://``), or an Iceberg table's name."""
+    """The rows of ``location``: a Parquet file or folder (local or ``s3://``), or an Iceberg table's
+    name; the rows one snapshot appended; a list of Parquet files. ``key``: what a refusal of a file
+    or table names."""
 
-    def __init__(self, lake: LakeConfig, location: str, validator: EventValidator,
-                 stack: Callable[[list[Any]], Columns], batch_rows: int, fast: ArrowFields | None = None) -> None:
-        self.lake, self.location, self.batch_rows = lake, location, batch_rows
+    def __init__(self, lake: LakeConfig, location: Where, validator: EventValidator,
+                 stack: Callable[[list[Any]], Columns], batch_rows: int, fast: ArrowFields | None = None,
+                 key: str = "--from") -> None:
+        self.lake, self.batch_rows, self.key = lake, batch_rows, key
         self.validator, self.stack = validator, stack
         self.fast = fast
         self._footers: dict[str, pq.FileMetaData] = {}
-        self._parts = self._find()
+        self.summary: dict[str, str] = {}  # what the sink records in each commit (appends.py)
+        if isinstance(location, Appended):
+            appended = AppendedRows(lake, location)
+            self.location, self.summary = appended.name, appended.summary()
+            self._parts: list[tuple[str, Any]] = [(appended.name, appended)]
+        elif isinstance(location, str):
+            self.location = location
+            self._parts = self._find()
+        else:
+            self.location = ", ".join(location)
+            self._parts = self._files(list(location))
+
+    def _files(self, locations: list[str]) -> list[tuple[str, Any]]:
+        """A list of Parquet files, each a partition as a folder's files are, in the list's order."""
+        if not locations:
+            raise ConfigError(self.key, "names no file")
+        parts = []
+        for location in locations:
+            fs, path = filesystem(self.lake, location)
+            if fs.get_file_info(path).type != pafs.FileType.File:
+                raise ConfigError(self.key, f"no file at {location}")
+            parts.append((path, (fs, path)))
+        if len({name for name, _ in parts}) < len(parts):
+            raise ConfigError(self.key, "names a file twice: its rows would be scored twice")
+        return parts
 
     def _find(self) -> list[tuple[str, Any]]:
         """``(name, how to read it)`` per partition of the source."""
@@ -89,7 +122,7 @@ class TableSource:
             fs, path = filesystem(self.lake, self.location)
             info = fs.get_file_info(path)
             if info.type == pafs.FileType.NotFound:
-                raise ConfigError("--from", f"no file or folder at {self.location}")
+                raise ConfigError(self.key, f"no file or folder at {self.location}")
             if info.type == pafs.FileType.File:
                 files = [path]
             else:
@@ -97,24 +130,26 @@ class TableSource:
                 files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")
                                and not any(part.startswith(("_", ".")) for part in f.path[len(path):].split("/")))
                 if not files:
-                    raise ConfigError("--from", f"no Parquet files under {self.location}")
+                    raise ConfigError(self.key, f"no Parquet files under {self.location}")
             return [(f, (fs, f)) for f in files]
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            table = open_catalog(self.lake).load_table(identifier(self.lake, self.location, "--from"))
+            table = open_catalog(self.lake).load_table(identifier(self.lake, self.location, self.key))
         except NoSuchTableError as exc:
-            raise ConfigError("--from", f"{self.location!r} is no file or folder here, nor a table of the "
+            raise ConfigError(self.key, f"{self.location!r} is no file or folder here, nor a table of the "
                                         f"catalog ({exc})") from exc
         snap = table.current_snapshot()
         return [(f"{identifier(self.lake, self.location)}@{snap.snapshot_id if snap else 0}", table)]
 
     def check(self, contract: Contract) -> None:
         """Refuse a source the model's inputs cannot read (ConfigError naming the key and the column)."""
-        for _, how in self._parts:
+        for name, how in self._parts:
             if isinstance(how, tuple):
                 meta = self._meta(how)
                 check_schema(meta.schema.to_arrow_schema(), contract, how[1], partial(_parquet_nulls, meta))
+            elif isinstance(how, AppendedRows):
+                check_schema(how.schema(), contract, name, how.nulls)
             else:
                 check_schema(how.schema().as_arrow(), contract, identifier(self.lake, self.location),
                              partial(_iceberg_nulls, how))
@@ -137,6 +172,8 @@ class TableSource:
     def _count(self, how: Any) -> int:
         if isinstance(how, tuple):
             return int(self._meta(how).num_rows)
+        if isinstance(how, AppendedRows):
+            return how.rows()
         snap = how.current_snapshot()
         return 0 if snap is None else int(how.scan(snapshot_id=snap.snapshot_id).count())  # deletes applied
 
@@ -161,6 +198,8 @@ class TableSource:
         """A partition's batches from the row group that holds row ``at`` (a Parquet file; a table's
         snapshot from its first row), and the row number of the first."""
         parts = dict(self._parts)
+        if name in parts and isinstance(parts[name], AppendedRows):
+            return parts[name].batches(at, self.batch_rows)
         if name in parts and isinstance(parts[name], tuple):
             fs, path = parts[name]
             file = pq.ParquetFile(fs.open_input_file(path))
@@ -170,9 +209,11 @@ class TableSource:
                 first += meta.row_group(group).num_rows
                 group += 1
             return file.iter_batches(self.batch_rows, row_groups=range(group, meta.num_row_groups)), first
+        if MARK in name:  # the rows of a snapshot the run was planned on, asked of another source
+            raise ConfigError(self.key, f"{name} was planned for this run, which reads {self.location}")
         ident, _, snapshot = name.rpartition("@")
         if not ident or not snapshot.isdigit():  # a file of the plan that is not there any more
-            raise ConfigError("--from", f"{name} was planned for this run and is gone")
+            raise ConfigError(self.key, f"{name} was planned for this run and is gone")
         table = open_catalog(self.lake).load_table(ident)
         if not int(snapshot):
             return iter(()), 0
@@ -228,13 +269,10 @@ def _parquet_nulls(meta: pq.FileMetaData, path: str) -> bool:
 
 def _iceberg_nulls(table: Any, path: str) -> bool:
     """Whether the table's data files count a null in the field at ``path`` (or its list's items)."""
-    field = table.schema().find_field(path)
-    ids = {field.field_id, getattr(field.field_type, "element_id", field.field_id)}  # a list: its items too
     snap = table.current_snapshot()
     if snap is None:
         return False
-    return any((task.file.null_value_counts or {}).get(i, 0) for task in table.scan(snapshot_id=snap.snapshot_id)
-               .plan_files() for i in ids)
+    return files_nulls(table.schema(), table.scan(snapshot_id=snap.snapshot_id).plan_files(), path)
 
 
 def _millis(batch: pa.RecordBatch) -> pa.RecordBatch:

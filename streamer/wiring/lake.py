@@ -1,7 +1,9 @@
 """The lake's house: a run's model side without Kafka's (no challengers, no reloads), its sink, and the source and plan of a topic's range or a table.
 
 A replay into the lake reads ``[from, to)`` of the input topics with the stream's decode and
-validation; ``streamer score`` reads a table's rows through the same contract. Either is scored by
+validation; ``streamer score`` (and a job) reads a table's rows through the same contract: Parquet
+files, an Iceberg table, or the rows one of its snapshots appended, whose table and snapshot each
+commit records (the target's snapshot summary, or the Parquet dataset's commit log). Either is scored by
 one model's serving (breaker, fallback, the version label) into an Iceberg table or a Parquet
 dataset, which is also the run's checkpoint: the plan and progress are read from it here, before
 the run starts.
@@ -9,6 +11,7 @@ the run starts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from streamer.lake.iceberg import IcebergSink
 from streamer.lake.parquet import ParquetSink
 from streamer.lake.run import Predictions, Source
 from streamer.lake.sink import Resume, Shard, Sink
-from streamer.lake.table import TableSource
+from streamer.lake.table import TableSource, Where
 from streamer.lake.topic import TopicSource, replay_plan
 from streamer.model.runner import ModelRunner
 from streamer.pipeline.stages import Stages
@@ -82,12 +85,12 @@ def lake_house(cfg: Config, model_path: Path | None = None, model_version: str |
     return LakeHouse(cfg, model, PredictionColumns(prediction_arrow_schema(model.schema_out), cfg.output.include))
 
 
-def open_sink(lake: LakeConfig, target: Target, schema: pa.Schema) -> Sink:
-    """The sink of ``target``, for rows of ``schema``."""
+def open_sink(lake: LakeConfig, target: Target, schema: pa.Schema, summary: Mapping[str, str] | None = None) -> Sink:
+    """The sink of ``target``, for rows of ``schema``; ``summary``: what each of its commits records."""
     if target.table is not None:
-        return IcebergSink(lake, target.table, schema)
+        return IcebergSink(lake, target.table, schema, summary)
     assert target.parquet is not None
-    return ParquetSink(lake, target.parquet, schema)
+    return ParquetSink(lake, target.parquet, schema, summary)
 
 
 def replay_job(cfg: Config, start: When, end: When, target: Target, run_id: str, *, shard: Shard = Shard(),
@@ -103,14 +106,15 @@ def replay_job(cfg: Config, start: When, end: When, target: Target, run_id: str,
     return LakeJob(run_id, house, sink, resume, TopicSource(cfg, stages))
 
 
-def score_job(cfg: Config, location: str, target: Target, run_id: str, *, force: bool = False,
-              batch_size: int | None = None) -> LakeJob:
-    """Every row of ``location`` (Parquet files, a dataset, an Iceberg table) into ``target``."""
+def score_job(cfg: Config, location: Where, target: Target, run_id: str, *, force: bool = False,
+              batch_size: int | None = None, key: str = "--from") -> LakeJob:
+    """Every row of ``location`` (Parquet files, a dataset, an Iceberg table, the rows a snapshot of
+    one appended: table.Where) into ``target``; ``key``: what a refusal of the source names."""
     house = lake_house(cfg)
     cfg, contract = house.cfg, house.model.contract
     validator = EventValidator(cfg.input, contract, cfg.output.include)
     source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE,
-                         ArrowFields.compile(cfg.input, contract, cfg.output.include))
+                         ArrowFields.compile(cfg.input, contract, cfg.output.include), key)
     source.check(contract)  # before the sink is opened: a refused source writes nothing
-    sink = open_sink(cfg.lake, target, house.columns.schema)
+    sink = open_sink(cfg.lake, target, house.columns.schema, source.summary)
     return LakeJob(run_id, house, sink, sink.resume(run_id, Shard(), source.plan(), force), source)
