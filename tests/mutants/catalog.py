@@ -19,6 +19,7 @@ CHECKPOINT = "streamer/kafka/checkpoint.py"
 OFFSETS = "streamer/kafka/offsets.py"
 PENDING = "streamer/kafka/pending.py"
 REPLAY = "streamer/commands/replay.py"
+APPENDS = "tests/lake/test_appends.py::"
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
@@ -531,5 +532,52 @@ MUTANTS: tuple[Mutant, ...] = (
               "if stop is not None and stop.is_set():\n"
               "    produce(producer, lambda: producer.poll(0.5), topic, value, key, on_delivery=report)\n"
               "    break\n"),),
+    ),
+    Mutant(
+        "70-snapshot-source-reads-every-append",
+        "a job of one snapshot's appended rows scores every append up to it: earlier snapshots' rows again",
+        (APPENDS + "test_three_appends_scored_one_snapshot_each_give_exactly_the_appended_rows",
+         APPENDS + "test_a_snapshot_source_stopped_and_resumed_scores_each_row_once"),
+        (Edit("streamer/lake/appends.py", "AppendedRows.__init__",
+              "from_snapshot_id_exclusive=snap.parent_snapshot_id,", "from_snapshot_id_exclusive=None,"),),
+    ),
+    Mutant(
+        "71-non-append-snapshot-scored",
+        "a snapshot that overwrote or deleted rows is taken as a job's source (its rows silently not an increment)",
+        (APPENDS + "test_an_overwrite_or_a_delete_is_reported_and_refused",),
+        (Edit("streamer/lake/appends.py", "AppendedRows.__init__", "if operation != APPEND:\n", "if False:\n"),),
+    ),
+    Mutant(
+        "72-trigger-takes-non-appends",
+        "a table trigger makes a job of an overwrite or a delete instead of reporting it",
+        (APPENDS + "test_an_overwrite_or_a_delete_is_reported_and_refused",),
+        (Edit("streamer/jobs/trigger.py", "table_increments", "if snap.operation == APPEND:\n", "if True:\n"),),
+    ),
+    Mutant(
+        "73-resumed-snapshot-renumbered",
+        "a snapshot's run resumed past its first file numbers the next file's rows from 0: rows twice, rows missing",
+        (APPENDS + "test_a_snapshot_source_stopped_and_resumed_scores_each_row_once",),
+        (Edit("streamer/lake/appends.py", "AppendedRows.batches",
+              "first += int(tasks.pop(0).file.record_count)\n", "tasks.pop(0)\n"),),
+    ),
+    Mutant(
+        "74-source-snapshot-not-recorded",
+        "the target's snapshots do not say which source snapshot they scored: a trigger scores it again",
+        (APPENDS + "test_three_appends_scored_one_snapshot_each_give_exactly_the_appended_rows",),
+        (Edit("streamer/lake/iceberg.py", "IcebergSink.commit", "props = {**self.summary, RUN:", "props = {RUN:"),),
+    ),
+    Mutant(
+        "75-half-written-file-taken",
+        "a folder trigger takes a Parquet file with both magic bytes but no footer that parses (still being written)",
+        ("tests/jobs/test_trigger.py::test_a_half_written_file_waits_until_it_is_whole_or_its_folder_has_success",),
+        (Edit("streamer/jobs/trigger.py", "whole", "pq.ParquetFile(f)  # the footer: its length and its metadata\n",
+              "pass\n"),),
+    ),
+    Mutant(
+        "76-unfinished-run-counts-as-scored",
+        "a snapshot whose run stopped midway counts as scored: a table trigger never submits the rest of it",
+        (APPENDS + "test_a_snapshot_counts_as_scored_once_its_run_covered_all_its_rows",),
+        (Edit("streamer/lake/ancestry.py", "scored_sources",
+              "if Resume(ranges_of(json.loads(saved)[\"bounds\"]), reached, 0).done:\n", "if True:\n"),),
     ),
 )
