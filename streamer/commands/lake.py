@@ -26,6 +26,7 @@ from streamer.house import new_run_id
 from streamer.kafka.ranges import When, parse_when
 from streamer.lake.run import LakeCounts, LakeRun
 from streamer.lake.sink import Resume, Shard
+from streamer.lake.table import Where
 from streamer.observe.bar import ProgressBar
 from streamer.wiring.lake import BATCH_SIZE, LakeJob, Target, replay_job, score_job
 
@@ -93,11 +94,12 @@ def run_lake_replay(cfg: Config, start: When, end: When, target: Target, *, run_
     return _run("replay", job, batch_size, progress, stop, on_rows)
 
 
-def run_score(cfg: Config, location: str, target: Target, *, run_id: str | None = None, force: bool = False,
+def run_score(cfg: Config, location: Where, target: Target, *, run_id: str | None = None, force: bool = False,
               batch_size: int | None = None, progress: TextIO | None = None,
-              stop: threading.Event | None = None, on_rows: Rows | None = None) -> LakeSummary:
-    """Score every row of ``location`` (Parquet files, a dataset, an Iceberg table) into ``target``."""
-    job = score_job(cfg, location, target, new_run_id(run_id), force=force, batch_size=batch_size)
+              stop: threading.Event | None = None, on_rows: Rows | None = None, key: str = "--from") -> LakeSummary:
+    """Score every row of ``location`` (Parquet files, a dataset, an Iceberg table, the rows one of its
+    snapshots appended, a list of files) into ``target``; ``key``: what a refusal of the source names."""
+    job = score_job(cfg, location, target, new_run_id(run_id), force=force, batch_size=batch_size, key=key)
     return _run("score", job, batch_size, progress, stop, on_rows)
 
 
