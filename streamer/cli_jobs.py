@@ -25,7 +25,7 @@ import yaml
 from streamer.cli_signals import stop_event
 from streamer.errors import EXIT_FATAL, ConfigError, FileError, ReplayFinishedError
 from streamer.extras import need
-from streamer.jobs.spec import JobSpec, parse_spec
+from streamer.jobs.spec import JobSource, JobSpec, parse_spec
 from streamer.jobs.states import Done, State
 from streamer.jobs.worker import Outcome
 
@@ -140,13 +140,12 @@ class JobRunner:
                     parse_when(source.topic_to or "latest", "job.source.topic.to"), where, run_id=job_id,
                     progress=quiet, stop=stop, on_rows=progress)
             else:
-                location = source.table if source.table is not None else source.parquet[0]
-                summary = lake.run_score(cfg, location, where, run_id=job_id, progress=quiet, stop=stop,
-                                         on_rows=progress)
+                summary = lake.run_score(cfg, _where(source), where, run_id=job_id, progress=quiet, stop=stop,
+                                         on_rows=progress, key="job.source")
         except ReplayFinishedError:
             return Outcome(Done(0, 0, 0, _place(target), _rejects(target)), stopped=False)
-        c = summary.counts
-        return Outcome(Done(c.rows, c.predictions, c.rejects, summary.sink, f"{summary.sink}_rejects"), c.stopped)
+        (predictions, rejects), sink = summary.committed_rows, summary.sink
+        return Outcome(Done(summary.rows_done, predictions, rejects, sink, f"{sink}_rejects"), summary.counts.stopped)
 
     @staticmethod
     def _replay(cfg: object, job_id: str, spec: JobSpec, stop: threading.Event,
@@ -162,6 +161,16 @@ class JobRunner:
         st = summary.stats
         return Outcome(Done(st.outputs, st.predictions, sum(st.dead_letters.values()), f"topic {summary.output_topic}",
                             f"topic {summary.dead_letter_topic}"), summary.stopped)
+
+
+def _where(source: JobSource) -> Any:
+    """A job's source as the lake reads it: a table (the rows one snapshot appended), a file or
+    folder, or several files."""
+    from streamer.lake.appends import Appended
+
+    if source.table is not None:
+        return source.table if source.snapshot is None else Appended(source.table, source.snapshot)
+    return source.parquet[0] if len(source.parquet) == 1 else list(source.parquet)
 
 
 def _place(target: object) -> str:

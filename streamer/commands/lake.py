@@ -43,6 +43,13 @@ class LakeSummary:
     resume: Resume
     counts: LakeCounts
     seconds: float
+    committed_rows: tuple[int, int] = (0, 0)  # (predictions, rejects) the commits of its id hold, earlier runs' too
+
+    @property
+    def rows_done(self) -> int:
+        """The run's rows read, by this process and the earlier ones of its id."""
+        total = sum(e - s for s, e in self.resume.bounds.values())
+        return total - self.resume.left() + self.counts.rows
 
     def lines(self) -> list[str]:
         c = self.counts
@@ -120,7 +127,8 @@ def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | Non
     lake = LakeRun(job.sink, job.scorer(), job.run_id, batch_size or BATCH_SIZE, update)
     counts = lake.run(job.source, job.resume, stop)
     bar.close(counts.rows)
-    return LakeSummary(verb, job.run_id, job.sink.name, job.resume, counts, time.monotonic() - started)
+    return LakeSummary(verb, job.run_id, job.sink.name, job.resume, counts, time.monotonic() - started,
+                       job.sink.committed_rows)
 
 
 def supervise_replay(argv: list[str], cfg: Config, workers: int, run_id: str | None, start: str) -> int:

@@ -58,6 +58,10 @@ class TopicSink:
         self._refused: list[Failure] = []  # verdict refused: the broker takes them in no case
         self._failed: list[Failure] = []  # verdict retry (the stream would send them again): not written
 
+    @property
+    def committed_rows(self) -> tuple[int, int]:
+        return self.written, 0
+
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
         return Resume(dict(plan or {}), {}, 0)
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streamer.config import JobsConfig
-from streamer.errors import BrokerError, NoSuchJob
+from streamer.errors import BrokerError, NoSuchJob, NoSuchTopic
 from streamer.jobs.states import JobStatus
 from streamer.kafka import clients, topics
 
@@ -67,6 +67,8 @@ class Board:
         try:
             for m in clients.read_to_end(consumer, self.topic, False, timeout_s):
                 self._take(m.key(), m.value())
+        except NoSuchTopic:  # no job was ever submitted: an empty board
+            pass
         finally:
             consumer.close()
         return self
@@ -85,17 +87,27 @@ class Board:
     def sync(self, timeout_s: float = TIMEOUT_S) -> None:
         """Wait until the follower has read everything written before this call."""
         assert self._thread is not None, "follow() first"
+        deadline = time.monotonic() + timeout_s
         probe = clients.config_consumer(self.cfg, BOARD_GROUP)
         try:
-            ends = {p: probe.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout_s)[1]
-                    for p in topics.partitions(probe, self.topic, timeout_s)}
+            ends = {p: self._end(probe, p, deadline) for p in topics.partitions(probe, self.topic, timeout_s)}
         finally:
             probe.close()
-        deadline = time.monotonic() + timeout_s
         with self._changed:
             while any(self._read.get(p, 0) < end for p, end in ends.items()):
                 if not self._changed.wait(max(deadline - time.monotonic(), 0)) and time.monotonic() > deadline:
                     raise BrokerError(f"reading {self.topic}: not at its end after {timeout_s:.0f} s")
+
+    def _end(self, probe: Consumer, partition: int, deadline: float) -> int:
+        """A partition's end offset, asked again while its leader is not known yet (a topic just
+        made by another client)."""
+        while True:
+            try:
+                return int(probe.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=5.0)[1])
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise BrokerError(f"reading {self.topic}: {exc.args[0]}") from exc
+                time.sleep(0.1)  # a leader being elected: asked again
 
     def _run(self, consumer: Consumer) -> None:
         try:

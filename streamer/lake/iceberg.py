@@ -8,8 +8,8 @@ lack, or has with another type, refuses the run naming the column; a column the 
 predictions' snapshot of the same range.
 
 Each snapshot's summary carries ``streamer.run-id``, ``streamer.shard``, ``streamer.seq``,
-``streamer.offsets`` (the ``[from, to)`` it covers per partition), ``streamer.reached`` (the
-positions the run reached so far, so that its latest snapshot alone says where to resume, older
+``streamer.offsets`` (the ``[from, to)`` it covers per partition), ``streamer.written`` (the predictions and rejects its commits
+hold so far), ``streamer.reached`` (the positions the run reached so far, so that its latest snapshot alone says where to resume, older
 ones expired or not), ``streamer.attempt`` and ``streamer.commit`` (the ids of the run's plan and
 of the commit), and what the run's source adds (``streamer.source-table`` and
 ``streamer.source-snapshot`` for the rows one snapshot of a table appended). Progress is read from
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20
+WRITTEN = "streamer.written"  # "<predictions>,<rejects>": what the shard's commits hold, this one's included
 
 
 class IcebergSink(FilesSink):
@@ -116,6 +117,7 @@ class IcebergSink(FilesSink):
         self._last_rejects = None if rejected is None else rejected.get(COMMIT)
         self._drop = self._rejects_past(resume)
         self._seq, self._reached = seq, dict(reached)
+        self.committed_rows = _written(head)
         self._writer = uuid.uuid4().hex[:8]
         self._open()
         return resume
@@ -172,12 +174,15 @@ class IcebergSink(FilesSink):
                  "streamer.offsets": ranges_text(covered), ATTEMPT: self._attempt,
                  "streamer.reached": ranges_text({tp: (to, to) for tp, to in self._reached.items()}),
                  COMMIT: uuid.uuid4().hex}
+        totals = self._totals()
+        props[WRITTEN] = f"{totals[0]},{totals[1]}"
         rejected, files = self._rejected.close(), self._files.close()
         # every commit has a rejects snapshot: of two writers of a shard, the second to reach it is refused there
         self._add(self.rejects, rejected, props, (self._last, self._last_rejects), self._drop)
         self._last_rejects, self._drop = props[COMMIT], None
         self._add(self.table, files, props, (self._last, props[COMMIT]))
         self._last = props[COMMIT]
+        self._committed(totals)
         self._seq += 1
         self._n = 0
 
@@ -248,6 +253,13 @@ def _position(head: Summary | None) -> tuple[dict[Partition, int], int]:
         return {}, 0
     reached = {tp: to for tp, (_, to) in ranges_of(head.get("streamer.reached", "{}")).items()}
     return reached, int(head.get(SEQ, "0")) + 1
+
+
+def _written(head: Summary | None) -> tuple[int, int]:
+    """(predictions, rejects) the shard's commits hold, as its latest commit says."""
+    text = "" if head is None else head.get(WRITTEN) or ""
+    p, _, r = text.partition(",")
+    return (int(p), int(r)) if p.isdigit() and r.isdigit() else (0, 0)
 
 
 def ensure_table(catalog: Catalog, ident: str, schema: pa.Schema, day_of: str) -> Table:

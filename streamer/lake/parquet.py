@@ -81,6 +81,8 @@ class ParquetSink(FilesSink):
         committed = {f for e in entries for f in e["files"]}
         self._delete([f for f in self._run_files() if f not in committed], None)  # a crash's files
         self._seq = resume.seq
+        w = entries[-1].get("written", (0, 0)) if entries else (0, 0)
+        self.committed_rows = (int(w[0]), int(w[1]))
         staged = f".{uuid.uuid4().hex[:8]}{STAGED}"  # this writer's own
         self._files = DayFiles(self.fs, self.root, self.schema, self.target, "event_date", self._name, staged=staged)
         self._rejected = DayFiles(self.fs, f"{self.root}_rejects", REJECTS, self.target, "rejected_date",
@@ -96,11 +98,13 @@ class ParquetSink(FilesSink):
         if found != resumed or "plan.json" not in names:  # checked before its files are in the dataset
             raise StaleCommitError(self._run, str(self._shard), resumed, found, self.name)
         files = [*self._files.close(), *self._rejected.close()]
+        totals = self._totals()
         entry = {"run": self._run, "shard": str(self._shard), "seq": self._seq,
-                 "offsets": json.loads(ranges_text(covered)), "files": files}
+                 "offsets": json.loads(ranges_text(covered)), "files": files, "written": list(totals)}
         if self.summary:
             entry["source"] = self.summary
         self._write(f"{self.root}/{LOG}/{self._run}/{self._shard}/{self._seq:06d}.json", json.dumps(entry).encode())
+        self._committed(totals)
         self._seq += 1
         self._n = 0
 

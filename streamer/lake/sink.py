@@ -60,6 +60,11 @@ class Sink(Protocol):
 
     name: str  # how messages name it: 'table streamer.scores', 'parquet /data/scores'
 
+    @property
+    def committed_rows(self) -> tuple[int, int]:
+        """(predictions, rejects) the run's commits hold, earlier writers' of its id too."""
+        ...
+
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
         """The run's saved plan and progress (its bounds saved from ``plan`` when it has none).
         Raises ReplayFinishedError when it covered its whole plan, unless ``force`` (it starts again,
@@ -101,6 +106,9 @@ class FilesSink:
         self._run, self._shard, self._seq, self._n = "", Shard(), 0, 0
         self._files: DayFiles | None = None
         self._rejected: DayFiles | None = None
+        # (predictions, rejects) the shard's commits hold, its earlier writers' too; each commit records them
+        self.committed_rows = (0, 0)
+        self._pending = (0, 0)
 
     def _name(self) -> str:
         self._n += 1
@@ -112,6 +120,15 @@ class FilesSink:
             self._files.write(predictions)
         if rejects is not None:
             self._rejected.write(rejects)
+        self._pending = (self._pending[0] + (0 if predictions is None else predictions.num_rows),
+                         self._pending[1] + (0 if rejects is None else rejects.num_rows))
+
+    def _totals(self) -> tuple[int, int]:
+        """What the shard's commits hold once the open files are committed."""
+        return self.committed_rows[0] + self._pending[0], self.committed_rows[1] + self._pending[1]
+
+    def _committed(self, totals: tuple[int, int]) -> None:
+        self.committed_rows, self._pending = totals, (0, 0)
 
     def due(self) -> bool:
         return self._files is not None and self._files.full()

@@ -378,7 +378,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "topics create, produce and dlq read the whole config: a missing model file refuses them",
         ("tests/commands/test_unscored_kafka.py::test_the_commands_that_do_not_score_start_without_the_model_file",),
         (Edit("streamer/config_file.py", "load_unscored",
-              "cfg = load_part(path, UnscoredConfig, env)\n", "cfg = load_config(path, env)\n"),),
+              "cfg = _places(load_part(path, UnscoredConfig, env), Path(path).parent)\n",
+              "cfg = load_config(path, env)  # type: ignore[assignment]\n"),),
     ),
     Mutant(
         "42-redrive-not-found-exits-0",

@@ -1,0 +1,108 @@
+"""Jobs on the real broker, run by real worker processes: a worker killed mid-job, a schedule's
+slot submitted twice, a job past its window, a cancel, read back with DuckDB."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from streamer import cli
+from streamer.jobs.states import State
+from tests.jobs.support import (
+    await_members,
+    await_status,
+    events_file,
+    jobs_config,
+    start_worker,
+    stop_workers,
+    table_rows,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+
+
+def _spec(folder: Path, text: str) -> Path:
+    path = folder / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_worker_killed_mid_job_leaves_it_to_another_which_resumes_it_with_exactly_its_rows(
+        bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = jobs_config(tmp_path, bootstrap, target_file_mb=1)
+    source = events_file(tmp_path / "events.parquet", 250_000)  # about 1 MB of predictions each 70,000 rows
+    token = tmp_path / "killed"  # the first worker to reach its second commit claims it and dies there
+    workers = [start_worker(config, f"w{i}", tmp_path / f"w{i}.log", ["kill", "1", str(token)]) for i in (1, 2)]
+    try:
+        await_members(config, 2)
+        spec = _spec(tmp_path, f"source: {{parquet: {source}}}\ntarget: {{table: scores}}\n")
+        assert cli.main(["jobs", "submit", "--config", str(config), str(spec), "--id", "kill-1"]) == 0
+        status = await_status(config, "kill-1", lambda s: s.final)
+        assert token.exists()  # a worker died mid-job
+        assert sorted(p.poll() for p in workers if p.poll() is not None) == [-9]
+    finally:
+        stop_workers(*workers)
+    assert status.state == State.COMPLETED, status
+    assert status.attempt == 2 and any("resumed by" in e for e in status.events), status.events
+    rows, distinct, ids = table_rows(config, "scores")
+    assert (rows, distinct) == (250_000, 250_000)  # 0 duplicates
+    assert set(ids) == {f"e-{i}" for i in range(250_000)}  # 0 missing
+    assert status.rows_done == 250_000
+
+
+def test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_stops_at_the_next_commit(
+        bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = jobs_config(tmp_path, bootstrap, target_file_mb=1)
+    source = events_file(tmp_path / "events.parquet", 30_000)
+    gate = tmp_path / "gate"  # the worker's commits after its second wait for it
+    worker = start_worker(config, "w1", tmp_path / "w1.log", ["gate", "2", str(gate)])
+    try:
+        # A schedule's slot, submitted twice (a CronJob pod retried): one job, one result.
+        scheduled = _spec(tmp_path, f"name: nightly\nsource: {{parquet: {source}}}\ntarget: {{table: nightly}}\n"
+                                    "schedule: '0 2 * * *'\ntimezone: Europe/Berlin\n")
+        for _ in range(2):
+            assert cli.main(["jobs", "submit", "--config", str(config), str(scheduled),
+                             "--slot", "2026-12-05T02:00+01:00"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == "job nightly-20261205T0100 queued"
+        assert out[1].startswith("job nightly-20261205T0100 is already "), out
+        gate.touch()
+        done = await_status(config, "nightly-20261205T0100", lambda s: s.final)
+        assert done.state == State.COMPLETED and done.attempt == 1, done
+        assert table_rows(config, "nightly")[:2] == (30_000, 30_000)
+        assert cli.main(["jobs", "submit", "--config", str(config), str(scheduled), "--slot",
+                         "2026-12-05T01:00Z"]) == 0  # the same slot, in UTC, after its job completed
+        assert capsys.readouterr().out.strip() == "job nightly-20261205T0100 is already completed: not queued again"
+
+        # A job whose window ends before it may start: expired, nothing written.
+        soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)).isoformat()
+        late = _spec(tmp_path, f"source: {{parquet: {source}}}\ntarget: {{table: late}}\nwithin: 1s\n"
+                               f"not_before: '{soon}'\n")
+        assert cli.main(["jobs", "submit", "--config", str(config), str(late), "--id", "late-1"]) == 0
+        expired = await_status(config, "late-1", lambda s: s.final)
+        assert expired.state == State.EXPIRED and expired.started_at_ms is None, expired
+
+        # A cancel reaches a running job (its second commit held): it stops at its next commit, cancelled.
+        gate.unlink()
+        big = events_file(tmp_path / "big.parquet", 250_000)  # commits at about 70,000 rows each
+        long = _spec(tmp_path, f"source: {{parquet: {big}}}\ntarget: {{table: cancelled}}\n")
+        assert cli.main(["jobs", "submit", "--config", str(config), str(long), "--id", "cancel-1"]) == 0
+        await_status(config, "cancel-1", lambda s: s.state == State.RUNNING and s.rows_done > 0)
+        assert cli.main(["jobs", "cancel", "--config", str(config), "cancel-1"]) == 0
+        assert "cancel-1: cancelling (it stops at its next commit)" in capsys.readouterr().out
+        gate.touch()
+        cancelled = await_status(config, "cancel-1", lambda s: s.final)
+        assert cancelled.state == State.CANCELLED, cancelled
+        rows, distinct, _ = table_rows(config, "cancelled")
+        assert rows == distinct and 0 < rows < 250_000  # a committed prefix, each row once
+        assert cancelled.predictions == rows
+        assert cli.main(["jobs", "wait", "--config", str(config), "cancel-1", "--timeout", "5"]) == 1
+        assert cli.main(["jobs", "list", "--config", str(config)]) == 0
+        listed = capsys.readouterr().out
+        for job, state in (("nightly-20261205T0100", "completed"), ("late-1", "expired"),
+                           ("cancel-1", "cancelled")):
+            assert any(line.split()[:2] == [job, state] for line in listed.splitlines()), listed
+    finally:
+        stop_workers(worker)
