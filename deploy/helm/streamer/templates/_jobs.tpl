@@ -129,7 +129,7 @@ env:
 {{- end }}
 {{- $_ := set $names $name $at }}
 {{- if not (kindIs "map" $job.spec) }}
-{{- fail (printf "%s.spec is required: the job's source, target and the rest (docs/jobs.md)" $at) }}
+{{- fail (printf "%s.spec is required: the job's source, target and the rest of its fields" $at) }}
 {{- end }}
 {{- range $key := list "name" "schedule" "timezone" }}
 {{- if hasKey $job.spec $key }}
