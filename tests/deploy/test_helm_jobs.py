@@ -239,6 +239,7 @@ def test_each_rendered_spec_parses_as_a_job_spec() -> None:
      "jobs.triggered[0].spec.trigger is required"),
     (["--set", "jobs.workers.terminationGracePeriodSeconds=45"],
      "jobs.workers.terminationGracePeriodSeconds (45) must exceed output.ackTimeoutMs + 30 s (60 s)"),
+    (["--set", "jobs.workers.replicas=13"], "jobs.workers.replicas (13) exceeds jobs.partitions (12)"),
     (["--set", "jobs.lake.warehouse="], "jobs.lake.warehouse is required with jobs.enabled"),
     (["--set", "jobs.lake.catalog=sql", "--set", "jobs.lake.catalogUri="], "jobs.lake.catalogUri is required"),
     (["--set", "jobs.lake.warehouse=/data/lake"], 'jobs.lake.warehouse "/data/lake": the jobs\' pods share no disk'),
@@ -246,7 +247,7 @@ def test_each_rendered_spec_parses_as_a_job_spec() -> None:
     (["--set", "jobs.apiToken.secret=jobs-api"], "jobs.apiToken.secret: the jobs API is served by the online server"),
 ], ids=["scheduled without a name", "scheduled without a schedule", "four fields", "a name no object takes",
         "a name too long", "one name twice", "no spec", "a schedule in the spec", "triggered without a trigger",
-        "grace below a stop", "no warehouse", "no catalog", "a warehouse no pod shares", "files no pod shares",
+        "grace below a stop", "idle workers", "no warehouse", "no catalog", "a warehouse no pod shares", "files no pod shares",
         "an api without the online server"])
 def test_the_chart_refuses_jobs_it_cannot_run(values: list[str], message: str) -> None:
     result = helm("template", "s", str(CHART), *MINIMAL, *values, check=False)

@@ -87,6 +87,9 @@ env:
 {{- if le (int $j.workers.terminationGracePeriodSeconds) (int $floor) }}
 {{- fail (printf "jobs.workers.terminationGracePeriodSeconds (%v) must exceed output.ackTimeoutMs + 30 s (%v s): a stopping worker scores, writes and commits the chunk in hand" $j.workers.terminationGracePeriodSeconds $floor) }}
 {{- end }}
+{{- if gt (int $j.workers.replicas) (int $j.partitions) }}
+{{- fail (printf "jobs.workers.replicas (%v) exceeds jobs.partitions (%v): a worker holds a partition of the queue to take jobs, the extra ones would idle" $j.workers.replicas $j.partitions) }}
+{{- end }}
 {{- if not (has $j.lake.catalog (list "sql" "rest")) }}
 {{- fail (printf "jobs.lake.catalog %q: sql or rest" (toString $j.lake.catalog)) }}
 {{- end }}
