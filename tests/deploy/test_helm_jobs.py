@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-import streamer.config
 from streamer.config_file import load_config
+from streamer.jobs.spec import parse_spec
 from tests.deploy.test_helm import CHART, JOBS, ROOT, helm, objects, render
 
 LOCAL = ["--set", f"input.schema={ROOT / 'streamer' / 'schemas' / 'feature_event.avsc'}",
@@ -24,10 +24,6 @@ ENV = {"POD_NAME": "scorer-worker-6c9f-x2k", "LAKE_S3_ACCESS_KEY_ID": "key", "LA
 # The least a jobs install needs: a shared warehouse and a catalog every pod reaches.
 MINIMAL = ["--set", "jobs.enabled=true", "--set", "jobs.lake.warehouse=s3://lake/w",
            "--set", "jobs.lake.catalog=rest", "--set", "jobs.lake.catalogUri=http://rest:8181"]
-waits_for_jobs_config = pytest.mark.skipif(
-    not hasattr(streamer.config, "JobsConfig"), reason="waits for streamer.config.JobsConfig (the jobs layer's core)")
-waits_for_parse_spec = pytest.mark.skipif(
-    not (ROOT / "streamer" / "jobs" / "spec.py").exists(), reason="waits for streamer.jobs.spec.parse_spec")
 
 
 def pod(docs: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
@@ -186,7 +182,6 @@ def test_the_online_pods_get_the_jobs_api_token_only_when_configured() -> None:
     assert no_api["Deployment/scorer-online"] == plain["Deployment/scorer-online"]
 
 
-@waits_for_jobs_config
 def test_the_rendered_jobs_configs_load_with_streamers_own_loader(tmp_path: Path) -> None:
     docs = objects(render(*JOBS, *LOCAL))
     path = tmp_path / "config.yaml"
@@ -204,10 +199,7 @@ def test_the_rendered_jobs_configs_load_with_streamers_own_loader(tmp_path: Path
     assert str(load_config(path, env=ENV).jobs.files) == "s3://lake/uploads"
 
 
-@waits_for_parse_spec
 def test_each_rendered_spec_parses_as_a_job_spec() -> None:
-    from streamer.jobs.spec import parse_spec
-
     data = objects(render(*JOBS))["ConfigMap/scorer-jobs-config"]["data"]
     specs = {key: parse_spec(yaml.safe_load(text)) for key, text in data.items() if key.startswith("job-")}
     assert {key: spec.name for key, spec in specs.items()} == {
