@@ -7,14 +7,20 @@ in test_helm.py (its JOBS variant); here, what the chart promises.
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from streamer.config_file import load_config
-from streamer.jobs.spec import parse_spec
+from streamer.config_file import load_config, load_unscored
+from streamer.jobs.board import Board, ensure_topics
+from streamer.jobs.spec import latest_slot, parse_spec, slot_id
 from tests.deploy.test_helm import CHART, JOBS, ROOT, helm, objects, render
 
 LOCAL = ["--set", f"input.schema={ROOT / 'streamer' / 'schemas' / 'feature_event.avsc'}",
@@ -113,7 +119,7 @@ def test_each_scheduled_job_is_a_cronjob_that_submits_its_slot_once() -> None:
     for name, cron in cronjobs.items():
         job = name.removeprefix("CronJob/scorer-job-")
         spec = yaml.safe_load(data[f"job-{job}.yaml"])
-        # The zone the spec names is the CronJob's: the slot `--slot now` finds is the one that fired.
+        # The zone the spec names is the CronJob's: the slot `--slot latest` finds is the one that fired.
         assert (cron["schedule"], cron["timeZone"]) == (spec["schedule"], spec["timezone"])
         assert cron["concurrencyPolicy"] == "Forbid" and cron["startingDeadlineSeconds"] == 600
         template = cron["jobTemplate"]["spec"]
@@ -123,7 +129,7 @@ def test_each_scheduled_job_is_a_cronjob_that_submits_its_slot_once() -> None:
                                                                   "values": [2]}}
         (container,) = pod(docs, name)["containers"]
         assert container["args"] == ["jobs", "submit", "--config", "/etc/streamer/config.yaml",
-                                     f"/etc/streamer/job-{job}.yaml", "--slot", "now"]
+                                     f"/etc/streamer/job-{job}.yaml", "--slot", "latest"]
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         volumes = {v["name"]: v for v in pod(docs, name)["volumes"]}
         assert mounts["config"] == "/etc/streamer" and volumes["config"]["configMap"]["name"] == "scorer-jobs-config"
@@ -259,3 +265,35 @@ def test_a_warehouse_and_files_on_the_shared_claim_are_mounted_in_every_jobs_pod
         assert {"name": "lake", "mountPath": "/lake"} in spec["containers"][0]["volumeMounts"], name
     config = config_of(docs)
     assert "s3" not in config["lake"] and config["jobs"]["files"] == "/lake/uploads"
+
+
+@pytest.mark.kafka
+def test_the_cronjobs_command_run_twice_in_a_slot_queues_its_slot_once(bootstrap: str, tmp_path: Path) -> None:
+    """The CronJob's pod, as Kubernetes runs it (its args, its ConfigMap's files, its env) on the
+    real broker: a pod retried within the slot submits the slot's id again, and nothing more."""
+    run = uuid.uuid4().hex[:8]
+    docs = objects(render(*JOBS, *LOCAL, "--set", f"kafka.bootstrapServers={bootstrap}",
+                          "--set", f"jobs.topic=jobs-{run}", "--set", f"jobs.statusTopic=jobs-{run}.status"))
+    for key, text in docs["ConfigMap/scorer-jobs-config"]["data"].items():
+        (tmp_path / key).write_text(text)  # the ConfigMap as its volume at /etc/streamer holds it
+    (container,) = pod(docs, "CronJob/scorer-job-nightly-scores")["containers"]
+    args = [str(tmp_path / Path(a).name) if a.startswith("/etc/streamer/") else a for a in container["args"]]
+    cfg = load_unscored(tmp_path / "config.yaml", env=ENV)
+    ensure_topics(cfg)  # as the workers do when they start
+    env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT)}
+    lines = []
+    for _ in range(2):
+        before = dt.datetime.now(dt.UTC)
+        proc = subprocess.run([sys.executable, "-m", "streamer", *args], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lines.append(proc.stdout.strip())
+    spec = parse_spec(yaml.safe_load((tmp_path / "job-nightly-scores.yaml").read_text()))
+    job_id = slot_id("nightly-scores", latest_slot(spec, before))  # 02:00 in Berlin: the id's time is 01:00 UTC
+    assert job_id.endswith("T0100") and lines[0] == f"job {job_id} queued"
+    assert lines[1].startswith(f"job {job_id} ") and "not queued again" in lines[1]
+    board = Board(cfg)
+    try:
+        assert [s.id for s in board.load().all()] == [job_id]
+    finally:
+        board.close()
