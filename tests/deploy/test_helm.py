@@ -63,11 +63,30 @@ PARQUET = ["--set", "backfill.enabled=true", "--set", "backfill.runId=r7", "--se
 ONLINE = ["--set", "online.enabled=true", "--set", "online.imageTag=0.1.0-gpu-online",
           "--set", "online.autoscaling.enabled=true",
           "--set", "online.autoscaling.prometheusAddress=http://prometheus-operated.monitoring.svc:9090", *FULL]
+# Batch jobs: workers, a scheduled and a triggered job into Iceberg on S3, and the jobs API on the
+# online server with its token from a Secret (tests/deploy/test_helm_jobs.py).
+JOBS = ["--set", "jobs.enabled=true", "--set", "jobs.imageTag=0.1.0-lake",
+        "--set", "jobs.lake.warehouse=s3://lake/warehouse", "--set", "jobs.lake.catalog=rest",
+        "--set", "jobs.lake.catalogUri=http://iceberg-rest:8181",
+        "--set", "jobs.lake.s3.endpoint=http://seaweedfs-s3:8333",
+        "--set", "jobs.secretEnv[0].name=LAKE_S3_ACCESS_KEY_ID", "--set", "jobs.secretEnv[0].secret=lake-s3",
+        "--set", "jobs.secretEnv[0].key=access-key-id",
+        "--set", "jobs.secretEnv[1].name=LAKE_S3_SECRET_ACCESS_KEY", "--set", "jobs.secretEnv[1].secret=lake-s3",
+        "--set", "jobs.secretEnv[1].key=secret-access-key",
+        "--set-json", 'jobs.scheduled=[{"name": "nightly-scores", "schedule": "0 2 * * *", "timezone": "Europe/Berlin",'
+        ' "spec": {"source": {"table": "transactions"}, "target": {"table": "transaction_scores"},'
+        ' "within": "6h", "priority": 5, "labels": {"team": "fraud"}}},'
+        ' {"name": "hourly", "schedule": "15 * * * *", "spec": {"source": {"parquet": "s3://lake/in/hourly"},'
+        ' "target": {"parquet": "s3://lake/out/hourly"}}}]',
+        "--set-json", 'jobs.triggered=[{"name": "new-transactions", "spec": {"trigger": {"table": "transactions"},'
+        ' "target": {"table": "transaction_scores"}}}]',
+        "--set", "online.enabled=true", "--set", "jobs.apiToken.secret=jobs-api", "--set", "serviceMonitor.enabled=true"]
 VARIANTS = {"default": [], "keda with auth, gpu, servicemonitor, exactly-once, registry, secrets, "
             "pull secrets, model and schema volumes": FULL,
             "backfill into an iceberg table on s3": BACKFILL,
             "backfill into parquet on a claim, gpu": PARQUET,
-            "online server scaled by keda's prometheus scaler, beside the full variant": ONLINE}
+            "online server scaled by keda's prometheus scaler, beside the full variant": ONLINE,
+            "jobs: workers, schedules, a trigger and the jobs api": JOBS}
 
 
 def tool(path: Path) -> str:

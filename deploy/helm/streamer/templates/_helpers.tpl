@@ -308,7 +308,12 @@ affinity:
 {{/* The config's lake: section for the backfill's pods */}}
 {{- define "streamer.backfill.lake" -}}
 {{- $b := .Values.backfill }}
-{{- $lake := $b.lake -}}
+{{- include "streamer.lake" (dict "lake" $b.lake "s3" (or (hasPrefix "s3://" (toString $b.lake.warehouse)) (hasPrefix "s3://" (toString $b.parquet)))) }}
+{{- end -}}
+
+{{/* A config's lake: section from a lake value (backfill.lake, jobs.lake); called with (dict "lake" LAKE "s3" BOOL), s3 rendering lake.s3 */}}
+{{- define "streamer.lake" -}}
+{{- $lake := .lake -}}
 lake:
   {{- with $lake.warehouse }}
   warehouse: {{ . | quote }}
@@ -319,7 +324,7 @@ lake:
   {{- end }}
   namespace: {{ $lake.namespace | quote }}
   target_file_mb: {{ $lake.targetFileMb | int }}
-  {{- if or (hasPrefix "s3://" (toString $lake.warehouse)) (hasPrefix "s3://" (toString $b.parquet)) }}
+  {{- if .s3 }}
   s3:
     {{- with $lake.s3.endpoint }}
     endpoint: {{ . | quote }}
