@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from streamer.cli_signals import stop_event
-from streamer.errors import EXIT_FATAL, ConfigError, FileError, ReplayFinishedError
+from streamer.errors import EXIT_FATAL, FileError, ReplayFinishedError
 from streamer.extras import need
 from streamer.jobs.spec import JobSource, JobSpec, parse_spec
 from streamer.jobs.states import Done, State
@@ -60,7 +60,7 @@ def jobs(args: argparse.Namespace) -> int:
             print("\n".join(cmd.list_lines(board.load().all(), args.status, dt.datetime.now(dt.UTC))))
             return 0
         if args.action == "watch":
-            return _watch(cfg, args, board)
+            return _watch(cfg, args)
         board.load()
         if args.action == "status":
             status = board.must(args.id)
@@ -94,8 +94,12 @@ def jobs(args: argparse.Namespace) -> int:
         board.close()
 
 
-def _watch(cfg: object, args: argparse.Namespace, board: object) -> int:
-    raise ConfigError("jobs watch", "triggers are not wired yet")
+def _watch(cfg: Any, args: argparse.Namespace) -> int:
+    need("lake", "jobs watch")
+    stop = stop_event()
+    from streamer.jobs.watch import watch
+
+    return watch(cfg, read_spec(args.spec), stop, args.interval, args.once, lambda line: print(line, flush=True))
 
 
 def worker(args: argparse.Namespace) -> int:
