@@ -49,7 +49,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_another_which_resumes_it_with_exac
     rows, distinct, ids = table_rows(config, "scores")
     assert (rows, distinct) == (250_000, 250_000)  # 0 duplicates
     assert set(ids) == {f"e-{i}" for i in range(250_000)}  # 0 missing
-    assert status.rows_done == 250_000
+    assert (status.rows_done, status.predictions, status.rejects) == (250_000, 250_000, 0)  # both workers' commits
 
 
 def test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_stops_at_the_next_commit(

@@ -20,6 +20,7 @@ OFFSETS = "streamer/kafka/offsets.py"
 PENDING = "streamer/kafka/pending.py"
 REPLAY = "streamer/commands/replay.py"
 APPENDS = "tests/lake/test_appends.py::"
+WORKERS = "tests/jobs/test_workers_kafka.py::"
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
@@ -580,5 +581,49 @@ MUTANTS: tuple[Mutant, ...] = (
         (APPENDS + "test_a_snapshot_counts_as_scored_once_its_run_covered_all_its_rows",),
         (Edit("streamer/lake/ancestry.py", "scored_sources",
               "if Resume(ranges_of(json.loads(saved)[\"bounds\"]), reached, 0).done:\n", "if True:\n"),),
+    ),
+    Mutant(
+        "90-job-committed-when-taken",
+        "a worker commits a job's message when it starts it: a worker killed mid-job loses the job",
+        (WORKERS + "test_a_worker_killed_mid_job_leaves_it_to_another_which_resumes_it_with_exactly_its_rows",),
+        (Edit("streamer/jobs/worker.py", "Worker._execute", "run = self._run = _Run(where, status)\n",
+              "run = self._run = _Run(where, status); self._commit(consumer, where)\n"),),
+    ),
+    Mutant(
+        "91-slot-queued-twice",
+        "a schedule's slot submitted twice (a retried CronJob pod) is queued twice",
+        (WORKERS + "test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_stops_at_the_next_commit",),
+        (Edit("streamer/jobs/queue.py", "submit",
+              "if previous is not None and previous.state not in (State.FAILED, State.CANCELLED):\n",
+              "if False:\n"),),
+    ),
+    Mutant(
+        "92-cancel-ignored",
+        "a running job's cancel is never seen by its worker: it runs to the end",
+        (WORKERS + "test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_stops_at_the_next_commit",),
+        (Edit("streamer/jobs/worker.py", "Worker._watch",
+              "elif latest is not None and latest.state in (State.CANCELLING, State.CANCELLED):\n",
+              "elif False:\n"),),
+    ),
+    Mutant(
+        "93-window-ignored",
+        "a job taken after its window ended is run, not expired",
+        (WORKERS + "test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_stops_at_the_next_commit",),
+        (Edit("streamer/jobs/worker.py", "Worker._decide",
+              "if status.deadline_ms is not None and now >= status.deadline_ms:\n", "if False:\n"),),
+    ),
+    Mutant(
+        "94-resumed-counts-restart",
+        "a resumed run forgets what its earlier commits hold: a job resumed on another worker reports only its last part",
+        (WORKERS + "test_a_worker_killed_mid_job_leaves_it_to_another_which_resumes_it_with_exactly_its_rows",),
+        (Edit("streamer/lake/iceberg.py", "IcebergSink.resume", "self.committed_rows = _written(head)\n",
+              "self.committed_rows = (0, 0)\n"),),
+    ),
+    Mutant(
+        "95-unknown-spec-field-taken",
+        "a spec field that is not a job's is taken silently (a typo such as 'withn: 1h' means no window)",
+        ("tests/jobs/test_spec.py::test_a_bad_field_is_refused_naming_it",),
+        (Edit("streamer/jobs/spec.py", "parse_spec", "unknown = sorted(set(map(str, raw)) - _FIELDS)\n",
+              "unknown: list[str] = []\n"),),
     ),
 )
