@@ -580,4 +580,31 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/lake/ancestry.py", "scored_sources",
               "if Resume(ranges_of(json.loads(saved)[\"bounds\"]), reached, 0).done:\n", "if True:\n"),),
     ),
+    Mutant(
+        "80-idle-worker-keeps-the-jobs-eta",
+        "a worker gone idle keeps its last job's rate, eta and window end: an ended job looks late and alerts",
+        ("tests/observe/test_jobs.py::test_idle_clears_the_running_jobs_gauges_so_an_ended_job_never_looks_late",
+         "tests/deploy/test_dashboard_jobs_online.py"),
+        (Edit("streamer/observe/jobs.py", "JobMetrics.idle",
+              "self._set_or_clear(gauge, None)\n",
+              "pass\n"),),
+    ),
+    Mutant(
+        "81-job-states-keep-a-stale-count",
+        "a state no job is in any longer keeps its last count (jobs failed yesterday still read as failed)",
+        ("tests/observe/test_jobs.py::test_states_follow_the_status_topic_and_a_state_left_empty_reads_zero",),
+        (Edit("streamer/observe/jobs.py", "JobMetrics.states",
+              "for state in self._states - set(counts):\n"
+              "    self.jobs.labels(self.group, state).set(0)\n",
+              ""),),
+    ),
+    Mutant(
+        "82-unknown-eta-keeps-the-last-one",
+        "a job with no total keeps the previous job's eta: a job on time can look late",
+        ("tests/observe/test_jobs.py::test_an_unknown_total_or_no_window_leaves_no_eta_or_deadline_series",),
+        (Edit("streamer/observe/jobs.py", "JobMetrics.progress",
+              "self._set_or_clear(self.eta, eta_s)\n",
+              "if eta_s is not None:\n"
+              "    self.eta.labels(self.group).set(eta_s)\n"),),
+    ),
 )
