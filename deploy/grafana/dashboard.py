@@ -225,7 +225,7 @@ def dashboard() -> dict[str, object]:
         y += 1 + 8 * ((len(below) + 1) // 2)
     streamer = '{__name__=~"streamer_.+"}'
     return {
-        "uid": "streamer", "title": "streamer: scoring on Kafka", "schemaVersion": 39, "version": 3,
+        "uid": "streamer", "title": "streamer: scoring on Kafka", "schemaVersion": 39, "version": 4,
         "editable": False, "time": {"from": "now-1h", "to": "now"}, "refresh": "30s",
         "tags": ["streamer", "kafka"],
         "templating": {"list": [
