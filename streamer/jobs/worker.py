@@ -211,8 +211,10 @@ class Worker:
             if time.monotonic() - last >= period:
                 last = time.monotonic()
                 self._progress(run)
+        self._progress(run)  # the rows since the last report: counted once, before the end is written
         self._run = None
         self._end(consumer, run)
+        self.meters.idle()  # however it ended: final, stopped with the worker, or gone to another worker
         consumer.resume([tp for tp in consumer.assignment() if tp.partition not in self._held])
 
     def _work(self, run: _Run) -> None:
@@ -249,13 +251,14 @@ class Worker:
     def _progress(self, run: _Run) -> None:
         if run.why_stop == "lost":
             return
+        rows, total = run.rows, run.total  # read once: the job's thread moves them on meanwhile
         elapsed = max(time.monotonic() - run.started, 1e-3)
-        rate = run.rows / elapsed
+        rate = rows / elapsed
         done_before = run.status.rows_done
-        run.status = self.board.write(run.status.progressed(run.rows, run.total, rate, self._now_ms()))
-        eta = None if run.total is None or rate <= 0 else max(run.total - run.rows, 0) / rate
+        run.status = self.board.write(run.status.progressed(rows, total, rate, self._now_ms()))
+        eta = None if total is None or rate <= 0 else max(total - rows, 0) / rate
         deadline = None if run.status.deadline_ms is None else run.status.deadline_ms / 1000
-        self.meters.progress(max(run.rows - done_before, 0), rate, eta, deadline)
+        self.meters.progress(max(rows - done_before, 0), rate, eta, deadline)
 
     def _end(self, consumer: Consumer, run: _Run) -> None:
         """Write the outcome and commit the job's message; a lost job neither (its new worker does)."""
@@ -283,7 +286,6 @@ class Worker:
             final = status.finished(done, now)
         self.board.write(final)
         self.meters.finished(str(final.state), (now - (status.started_at_ms or now)) / 1000)
-        self.meters.idle()
         self._commit(consumer, run.message)
 
     # ---- partitions -----------------------------------------------------------------------

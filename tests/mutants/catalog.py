@@ -607,4 +607,32 @@ MUTANTS: tuple[Mutant, ...] = (
               "if eta_s is not None:\n"
               "    self.eta.labels(self.group).set(eta_s)\n"),),
     ),
+    Mutant(
+        "64-job-tail-rows-uncounted",
+        "the rows a job scored after its worker's last progress report are never counted in streamer_job_rows_total",
+        ("tests/jobs/test_worker_metrics.py::test_a_job_ended_between_two_reports_has_all_its_rows_counted",),
+        (Edit("streamer/jobs/worker.py", "Worker._execute",
+              "self._progress(run)  # the rows since the last report: counted once, before the end is written\n",
+              ""),),
+    ),
+    Mutant(
+        "65-job-rows-read-after-the-status-write",
+        "the rows a job scored while its status was written are counted twice (read again after the write)",
+        ("tests/jobs/test_worker_metrics.py::test_rows_scored_while_the_status_is_written_are_counted_once",),
+        (Edit("streamer/jobs/worker.py", "Worker._progress",
+              "self.meters.progress(max(rows - done_before, 0), rate, eta, deadline)",
+              "self.meters.progress(max(run.rows - done_before, 0), rate, eta, deadline)"),),
+    ),
+    Mutant(
+        "66-lost-job-keeps-its-eta",
+        "a worker whose job went to another worker keeps that job's eta and window: it alerts on a job it does not run",
+        ("tests/jobs/test_worker_metrics.py::test_a_job_gone_to_another_worker_leaves_no_running_job_on_this_one",),
+        (Edit("streamer/jobs/worker.py", "Worker._execute",
+              "self.meters.idle()  # however it ended: final, stopped with the worker, or gone to another worker\n",
+              ""),
+         Edit("streamer/jobs/worker.py", "Worker._end",
+              "self.meters.finished(str(final.state), (now - (status.started_at_ms or now)) / 1000)\n",
+              "self.meters.finished(str(final.state), (now - (status.started_at_ms or now)) / 1000)\n"
+              "self.meters.idle()\n"),),
+    ),
 )
