@@ -211,6 +211,7 @@ class Worker:
             if time.monotonic() - last >= period:
                 last = time.monotonic()
                 self._progress(run)
+                self._count()  # the board's states, this job's running among them, while it runs
         self._progress(run)  # the rows since the last report: counted once, before the end is written
         self._run = None
         self._end(consumer, run)
@@ -327,10 +328,15 @@ class Worker:
     def _sweep(self) -> None:
         """Expire queued jobs whose window ended (whichever worker has them), and count the states."""
         now = self._now_ms()
-        counts = dict.fromkeys((str(s) for s in State), 0)
         for status in self.board.all():
             if status.state == State.QUEUED and status.deadline_ms is not None and now >= status.deadline_ms:
-                status = self.board.write(status.expired(now))
+                self.board.write(status.expired(now))
+        self._count()
+
+    def _count(self) -> None:
+        """The jobs per state on the board, to the metrics."""
+        counts = dict.fromkeys((str(s) for s in State), 0)
+        for status in self.board.all():
             counts[str(status.state)] += 1
         self.meters.states(counts)
 

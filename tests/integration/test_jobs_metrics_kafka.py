@@ -110,6 +110,7 @@ def test_a_real_worker_fills_every_jobs_query_and_alert(worker: subprocess.Popen
     assert value(url, 'streamer_jobs{state="running"}') == 0
     assert value(url, "sum(streamer_job_duration_seconds_count)") == jobs  # none failed, expired or cancelled
     assert not query(url, "streamer_job_eta_seconds"), "an idle worker shows a running job"
+    assert seen(url, 'streamer_jobs{state="running"} == 1', since)  # counted by the busy worker itself
     # On time all along (2 s of work in a 1 h window): the alert's condition never held.
     assert not seen(url, jobs_alerts()[0]["expr"], since)
     series: list[dict[str, Any]] = query(url, "streamer_job_rows_total")

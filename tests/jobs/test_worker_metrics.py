@@ -41,6 +41,9 @@ class FakeBoard:
     def get(self, job_id: str) -> JobStatus | None:
         return self.jobs.get(job_id)
 
+    def all(self) -> list[JobStatus]:
+        return list(self.jobs.values())
+
 
 class FakeConsumer:
     """The calls a worker makes on its consumer while a job runs; ``on_poll`` serves a poll."""
@@ -77,7 +80,7 @@ class Runner:
         for rows, total in self.reports:
             progress(rows, total)
         if self.until_stopped:
-            stop.wait(30)
+            stop.wait(10)
         self.ended.set()
         rows = self.reports[-1][0]
         return Outcome(Done(rows, rows, 0, "parquet out", "parquet out_rejects"), stopped=stop.is_set())
@@ -146,3 +149,17 @@ def test_a_job_gone_to_another_worker_leaves_no_running_job_on_this_one() -> Non
     for name in ("streamer_job_eta_seconds", "streamer_job_rows_per_second",
                  "streamer_job_deadline_timestamp_seconds"):
         assert sample(registry, name) is None, name
+
+
+def test_a_busy_worker_counts_its_own_job_running_while_it_runs() -> None:
+    runner = Runner([(10, 100_000)], until_stopped=True)
+    w, registry = worker(FakeBoard(), runner, progress_ms=1)
+    stop = threading.Event()
+
+    def poll(timeout: float) -> None:  # the worker is stopped once its job is counted running
+        if sample(registry, "streamer_jobs", state="running") == 1:
+            stop.set()
+        runner.ended.wait(timeout)
+
+    w._execute(FakeConsumer(poll), WHERE, queued(), stop)
+    assert stop.is_set(), "the running job was never counted running"

@@ -635,4 +635,13 @@ MUTANTS: tuple[Mutant, ...] = (
               "self.meters.finished(str(final.state), (now - (status.started_at_ms or now)) / 1000)\n"
               "self.meters.idle()\n"),),
     ),
+    Mutant(
+        "67-busy-worker-counts-no-states",
+        "a worker counts the jobs per state only while idle: its own running job never shows as running",
+        ("tests/jobs/test_worker_metrics.py::test_a_busy_worker_counts_its_own_job_running_while_it_runs",
+         "tests/integration/test_jobs_metrics_kafka.py"),
+        (Edit("streamer/jobs/worker.py", "Worker._execute",
+              "self._count()  # the board's states, this job's running among them, while it runs\n",
+              ""),),
+    ),
 )
