@@ -608,7 +608,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "    self.eta.labels(self.group).set(eta_s)\n"),),
     ),
     Mutant(
-        "64-job-tail-rows-uncounted",
+        "83-job-tail-rows-uncounted",
         "the rows a job scored after its worker's last progress report are never counted in streamer_job_rows_total",
         ("tests/jobs/test_worker_metrics.py::test_a_job_ended_between_two_reports_has_all_its_rows_counted",),
         (Edit("streamer/jobs/worker.py", "Worker._execute",
@@ -616,7 +616,7 @@ MUTANTS: tuple[Mutant, ...] = (
               ""),),
     ),
     Mutant(
-        "65-job-rows-read-after-the-status-write",
+        "84-job-rows-read-after-the-status-write",
         "the rows a job scored while its status was written are counted twice (read again after the write)",
         ("tests/jobs/test_worker_metrics.py::test_rows_scored_while_the_status_is_written_are_counted_once",),
         (Edit("streamer/jobs/worker.py", "Worker._progress",
@@ -624,7 +624,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "self.meters.progress(max(run.rows - done_before, 0), rate, eta, deadline)"),),
     ),
     Mutant(
-        "66-lost-job-keeps-its-eta",
+        "85-lost-job-keeps-its-eta",
         "a worker whose job went to another worker keeps that job's eta and window: it alerts on a job it does not run",
         ("tests/jobs/test_worker_metrics.py::test_a_job_gone_to_another_worker_leaves_no_running_job_on_this_one",),
         (Edit("streamer/jobs/worker.py", "Worker._execute",
@@ -636,7 +636,7 @@ MUTANTS: tuple[Mutant, ...] = (
               "self.meters.idle()\n"),),
     ),
     Mutant(
-        "67-busy-worker-counts-no-states",
+        "86-busy-worker-counts-no-states",
         "a worker counts the jobs per state only while idle: its own running job never shows as running",
         ("tests/jobs/test_worker_metrics.py::test_a_busy_worker_counts_its_own_job_running_while_it_runs",
          "tests/integration/test_jobs_metrics_kafka.py"),
