@@ -9,13 +9,14 @@ its run id. A job whose run finished already (its worker died after the last com
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import io
 import os
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,14 @@ from typing import Any
 import yaml
 
 from streamer.cli_signals import stop_event
+from streamer.config import Config
 from streamer.errors import EXIT_FATAL, FileError, ReplayFinishedError
 from streamer.extras import need
 from streamer.jobs.spec import JobSource, JobSpec, parse_spec
 from streamer.jobs.states import Done, State
 from streamer.jobs.worker import Outcome
+from streamer.observe.health import Status
+from streamer.observe.jobs import JobMetrics
 
 
 def read_spec(path: str) -> JobSpec:
@@ -110,11 +114,30 @@ def worker(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
-    return Worker(cfg, JobRunner(args.config), name, meters=_meters(cfg)).run(stop)
+    worker = Worker(cfg, JobRunner(args.config), name)
+    with _meters(cfg, lambda: worker.health(cfg.metrics.stall_timeout_ms / 1000)) as meters:
+        if meters is not None:
+            worker.meters = meters
+        return worker.run(stop)
 
 
-def _meters(cfg: object) -> Any:
-    return None
+@contextlib.contextmanager
+def _meters(cfg: Config, status: Callable[[], Status]) -> Iterator[JobMetrics | None]:
+    """The worker's metrics and health, served on its config's metrics section while it runs
+    (metrics.enabled)."""
+    if not cfg.metrics.enabled:
+        yield None
+        return
+    from streamer.observe.health import serve_http
+    from streamer.observe.metrics import GroupRegistry
+
+    registry = GroupRegistry(cfg.jobs.group_id)  # every series carries the workers' group
+    meters = JobMetrics(registry, cfg.jobs.group_id)
+    http = serve_http(cfg, registry, status)
+    try:
+        yield meters
+    finally:
+        http.close()
 
 
 class JobRunner:

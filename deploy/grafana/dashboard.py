@@ -9,8 +9,8 @@ Conventions, for any Grafana and any Prometheus datasource:
 - a unit and a description on every panel.
 
 A panel is a title, a description, a unit (Grafana's unit id) and its queries (legend, PromQL
-with ``{SEL}`` where the variables' selector goes). ``PANELS`` are the stream's; ``ONLINE`` sit
-under a row of their own, "Online". Standard library only.
+with ``{SEL}`` where the variables' selector goes). ``PANELS`` are the stream's; ``ONLINE`` and
+``JOBS`` sit under rows of their own, "Online" and "Jobs". Standard library only.
 """
 
 from __future__ import annotations
@@ -157,6 +157,40 @@ ONLINE: list[tuple[str, str, str, list[tuple[str, str]]]] = [
 ]
 
 
+# The row "Jobs": the job workers (`streamer worker`), from the series on their metrics port.
+# Every worker reads the same status topic, so the jobs per state are one worker's count per group.
+JOBS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
+    ("Jobs: by state",
+     "Jobs in each state as the status topic holds them: queued, running, completed, failed, expired, "
+     "cancelling, cancelled. Every worker reads the same topic: the panel takes the highest count of "
+     "each group's workers. Queued growing while running stays flat: add workers.", "short",
+     [q("sum by (state) (max by (group, state) (streamer_jobs{SEL}))", "{{state}}")]),
+    ("Jobs: finished",
+     "Jobs that ended on the workers per interval, by the state they ended in: completed, failed (the "
+     "reason is in `streamer jobs status ID`), expired (past their window), cancelled.", "short",
+     [q("sum by (state) (increase(streamer_job_duration_seconds_count{SEL}[RATE]))", "{{state}}")]),
+    ("Jobs: duration",
+     "From a job's start on a worker to its end, by the state it ended in, over the jobs that ended in "
+     "each interval: median and 95th percentile. A job resumed on another worker counts each run.", "s",
+     quantiles("streamer_job_duration_seconds", by="le, state", qs=(0.5, 0.95), legend=" {{state}}")),
+    ("Jobs: time queued",
+     "From a job's submission to its start on a worker, over the jobs started in each interval. Includes "
+     "the wait for its not_before; long waits with idle workers point at the queue's partitions.", "s",
+     quantiles("streamer_job_queued_seconds", qs=(0.5, 0.95, 0.99))),
+    ("Jobs: rows per second",
+     "Rows scored per second by the jobs running now, per worker as it reports, and in total from the "
+     "rows counter.", "ops",
+     [q("sum by (instance) (streamer_job_rows_per_second{SEL})", "{{instance}}"),
+      q("sum(rate(streamer_job_rows_total{SEL}[RATE]))", "all workers")]),
+    ("Jobs: time needed and time left",
+     "For each worker's running job: the seconds it needs still at its rate, and the seconds left in its "
+     "completion window (within). Needed above left: it will miss its window "
+     "(the StreamerJobWillMissWindow alert).", "s",
+     [q("max by (instance) (streamer_job_eta_seconds{SEL})", "{{instance}} needs"),
+      q("max by (instance) (streamer_job_deadline_timestamp_seconds{SEL}) - time()", "{{instance}} has left")]),
+]
+
+
 def variable(name: str, label: str, query: str) -> dict[str, object]:
     return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE,
             "query": {"query": query, "refId": name}, "definition": query, "refresh": 2,
@@ -182,13 +216,16 @@ def timeseries(n: int, y: int, panel: tuple[str, str, str, list[tuple[str, str]]
 def dashboard() -> dict[str, object]:
     panels: list[dict[str, object]] = [timeseries(n, 0, p) for n, p in enumerate(PANELS)]
     y = 8 * ((len(PANELS) + 1) // 2)
-    panels.append({"id": len(PANELS) + 1, "type": "row", "title": "Online", "collapsed": False,
-                   "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
-    first = len(PANELS) + 1  # ids after the row's; the grid restarts below it
-    panels += [{**timeseries(k, y + 1, p), "id": first + k + 1} for k, p in enumerate(ONLINE)]
+    for title, below in (("Online", ONLINE), ("Jobs", JOBS)):
+        row = len(panels) + 1
+        panels.append({"id": row, "type": "row", "title": title, "collapsed": False,
+                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
+        # ids after the row's; the grid restarts below it
+        panels += [{**timeseries(k, y + 1, p), "id": row + k + 1} for k, p in enumerate(below)]
+        y += 1 + 8 * ((len(below) + 1) // 2)
     streamer = '{__name__=~"streamer_.+"}'
     return {
-        "uid": "streamer", "title": "streamer: scoring on Kafka", "schemaVersion": 39, "version": 3,
+        "uid": "streamer", "title": "streamer: scoring on Kafka", "schemaVersion": 39, "version": 4,
         "editable": False, "time": {"from": "now-1h", "to": "now"}, "refresh": "30s",
         "tags": ["streamer", "kafka"],
         "templating": {"list": [

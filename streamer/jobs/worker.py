@@ -32,6 +32,7 @@ from streamer.jobs.board import Board, JobsSections, ensure_topics
 from streamer.jobs.spec import JobSpec
 from streamer.jobs.states import Done, JobStatus, State
 from streamer.kafka import clients
+from streamer.observe.health import Status
 
 log = logging.getLogger(__name__)
 ALIVE_PERIODS = 3  # a running job whose status was read within this many progress periods has a live worker
@@ -99,7 +100,17 @@ class Worker:
         self._held: dict[int, float] = {}  # partition -> when its head job is due (clock seconds)
         self._run: _Run | None = None
         self._lost: set[int] = set()
+        self._tick = time.monotonic()  # the loop's last turn: /healthz says a silent loop is stuck
+        self._ready = False
         self._consumer: Consumer | None = None
+
+    def health(self, stall_s: float) -> Status:
+        """/healthz and /readyz: alive while the loop turns (it polls every fraction of a second,
+        a job running or not), ready once it follows the status topic and takes jobs."""
+        silent = time.monotonic() - self._tick
+        reason = f"the worker's loop silent for {silent:.0f} s" if self._ready and silent > stall_s else ""
+        return Status(healthy=not reason, ready=self._ready and not reason, reason=reason,
+                      waiting="" if self._ready else "starting: reading the status topic, joining the group")
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -117,7 +128,9 @@ class Worker:
         log.info("worker %s: taking jobs from %s (group %s)", self.name, self.cfg.jobs.topic, self.cfg.jobs.group_id)
         swept = 0.0
         try:
+            self._ready = True
             while not stop.is_set():
+                self._tick = time.monotonic()
                 self._release_due(consumer)
                 message = self._take(consumer)
                 if message is not None:
@@ -207,12 +220,16 @@ class Worker:
         last = time.monotonic()
         while thread.is_alive():
             consumer.poll(0.2)  # keeps the membership: rebalances are served here
+            self._tick = time.monotonic()
             self._watch(run, stop)
             if time.monotonic() - last >= period:
                 last = time.monotonic()
                 self._progress(run)
+                self._count()  # the board's states, this job's running among them, while it runs
+        self._progress(run)  # the rows since the last report: counted once, before the end is written
         self._run = None
         self._end(consumer, run)
+        self.meters.idle()  # however it ended: final, stopped with the worker, or gone to another worker
         consumer.resume([tp for tp in consumer.assignment() if tp.partition not in self._held])
 
     def _work(self, run: _Run) -> None:
@@ -249,13 +266,14 @@ class Worker:
     def _progress(self, run: _Run) -> None:
         if run.why_stop == "lost":
             return
+        rows, total = run.rows, run.total  # read once: the job's thread moves them on meanwhile
         elapsed = max(time.monotonic() - run.started, 1e-3)
-        rate = run.rows / elapsed
+        rate = rows / elapsed
         done_before = run.status.rows_done
-        run.status = self.board.write(run.status.progressed(run.rows, run.total, rate, self._now_ms()))
-        eta = None if run.total is None or rate <= 0 else max(run.total - run.rows, 0) / rate
+        run.status = self.board.write(run.status.progressed(rows, total, rate, self._now_ms()))
+        eta = None if total is None or rate <= 0 else max(total - rows, 0) / rate
         deadline = None if run.status.deadline_ms is None else run.status.deadline_ms / 1000
-        self.meters.progress(max(run.rows - done_before, 0), rate, eta, deadline)
+        self.meters.progress(max(rows - done_before, 0), rate, eta, deadline)
 
     def _end(self, consumer: Consumer, run: _Run) -> None:
         """Write the outcome and commit the job's message; a lost job neither (its new worker does)."""
@@ -283,7 +301,6 @@ class Worker:
             final = status.finished(done, now)
         self.board.write(final)
         self.meters.finished(str(final.state), (now - (status.started_at_ms or now)) / 1000)
-        self.meters.idle()
         self._commit(consumer, run.message)
 
     # ---- partitions -----------------------------------------------------------------------
@@ -325,10 +342,15 @@ class Worker:
     def _sweep(self) -> None:
         """Expire queued jobs whose window ended (whichever worker has them), and count the states."""
         now = self._now_ms()
-        counts = dict.fromkeys((str(s) for s in State), 0)
         for status in self.board.all():
             if status.state == State.QUEUED and status.deadline_ms is not None and now >= status.deadline_ms:
-                status = self.board.write(status.expired(now))
+                self.board.write(status.expired(now))
+        self._count()
+
+    def _count(self) -> None:
+        """The jobs per state on the board, to the metrics."""
+        counts = dict.fromkeys((str(s) for s in State), 0)
+        for status in self.board.all():
             counts[str(status.state)] += 1
         self.meters.states(counts)
 

@@ -6,6 +6,7 @@ Prometheus is tests/integration/test_observability_kafka.py's job.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import re
 import shutil
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from streamer.observe.jobs import JobMetrics
 from streamer.observe.lag import LagExporter
 from streamer.observe.metrics import Metrics
 from streamer.online.meters import OnlineMetrics
@@ -82,6 +84,7 @@ def test_every_metric_the_dashboard_reads_exists_with_its_type_and_no_gauge_ends
     registry = CollectorRegistry()
     Metrics(registry)
     OnlineMetrics(registry)
+    JobMetrics(registry, "streamer-jobs")
     exporter = LagExporter("127.0.0.1:9", "g", ["t"], registry)  # builds its gauges; never connects
     exporter.close()
     kinds: dict[str, str] = {}  # series name -> the type of the family it belongs to
@@ -115,7 +118,7 @@ def test_the_online_row_shows_requests_by_code_p99_shed_by_reason_and_queued_row
     panels = load()["panels"]
     row = next(n for n, p in enumerate(panels) if p["type"] == "row")
     assert panels[row]["title"] == "Online" and not panels[row]["collapsed"]
-    below = panels[row + 1:]
+    below = list(itertools.takewhile(lambda p: p["type"] != "row", panels[row + 1:]))  # up to the next row
     assert all(p["gridPos"]["y"] > panels[row]["gridPos"]["y"] for p in below)
     assert all(p["gridPos"]["y"] < panels[row]["gridPos"]["y"] for p in panels[:row])
     exprs = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in below}
@@ -125,6 +128,28 @@ def test_the_online_row_shows_requests_by_code_p99_shed_by_reason_and_queued_row
     assert "sum by (reason) (rate(streamer_online_shed_total{" in exprs["Online: shed requests by reason"]
     assert "streamer_online_queued_rows{" in exprs["Online: queued rows"]
     assert len({p["id"] for p in panels}) == len(panels)  # Grafana keys panels by id
+
+
+def test_the_jobs_row_shows_jobs_by_state_finished_duration_time_queued_rows_per_second_and_the_window() -> None:
+    panels = load()["panels"]
+    rows = {p["title"]: n for n, p in enumerate(panels) if p["type"] == "row"}
+    assert list(rows) == ["Online", "Jobs"] and not panels[rows["Jobs"]]["collapsed"]
+    below = panels[rows["Jobs"] + 1:]
+    assert below and all(p["title"].startswith("Jobs: ") for p in below)
+    assert all(p["gridPos"]["y"] > panels[rows["Jobs"]]["gridPos"]["y"] for p in below)
+    assert all(p["gridPos"]["y"] < panels[rows["Jobs"]]["gridPos"]["y"] for p in panels[:rows["Jobs"]])
+    exprs = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in below}
+    # One count per group, not one per worker: every worker exports the whole status topic's counts.
+    assert "sum by (state) (max by (group, state) (streamer_jobs{" in exprs["Jobs: by state"]
+    assert "sum by (state) (increase(streamer_job_duration_seconds_count{" in exprs["Jobs: finished"]
+    assert "histogram_quantile(0.95, sum by (le, state) (rate(streamer_job_duration_seconds_bucket{" in \
+        exprs["Jobs: duration"]
+    assert "histogram_quantile(0.5, sum by (le) (rate(streamer_job_queued_seconds_bucket{" in exprs["Jobs: time queued"]
+    assert "streamer_job_rows_per_second{" in exprs["Jobs: rows per second"]
+    assert "rate(streamer_job_rows_total{" in exprs["Jobs: rows per second"]
+    window = exprs["Jobs: time needed and time left"]
+    assert "streamer_job_eta_seconds{" in window and "streamer_job_deadline_timestamp_seconds{" in window
+    assert len({p["id"] for p in panels}) == len(panels)
 
 
 def test_every_query_is_valid_promql(tmp_path: Path) -> None:

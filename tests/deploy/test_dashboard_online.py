@@ -27,12 +27,13 @@ from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
 
 
-def online_queries() -> list[tuple[str, str]]:
-    """The Online row's queries as Grafana sends them with every variable at "All"."""
+def online_queries(prefix: str = "Online: ") -> list[tuple[str, str]]:
+    """The Online row's queries (or another row's, by its panels' ``prefix``) as Grafana sends them
+    with every variable at "All"."""
     substitute = {"$__rate_interval": "1m", "$job": ".+", "$instance": ".+", "$group": ".+"}
     out = []
     for panel in json.loads(DASHBOARD.read_text())["panels"]:
-        if panel["type"] == "row" or not panel["title"].startswith("Online: "):
+        if panel["type"] == "row" or not panel["title"].startswith(prefix):
             continue
         for target in panel["targets"]:
             expr = target["expr"]

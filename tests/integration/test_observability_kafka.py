@@ -138,10 +138,11 @@ def dashboard_queries() -> list[tuple[str, str]]:
     dash = json.loads(DASHBOARD.read_text())
     substitute = {"$__rate_interval": "1m", "$job": ".*", "$instance": ".*", "$group": ".*"}
     exprs = []
-    # Rows draw nothing; the Online row's series come from an online server, which
-    # tests/deploy/test_dashboard_online.py runs under a real Prometheus.
+    # Rows draw nothing; the Online row's series come from an online server, the Jobs row's from
+    # a job worker: tests/deploy/test_dashboard_online.py and test_dashboard_jobs_online.py run
+    # those under a real Prometheus.
     for p in dash["panels"]:
-        if p["type"] == "row" or p["title"].startswith("Online: "):
+        if p["type"] == "row" or p["title"].startswith(("Online: ", "Jobs: ")):
             continue
         for t in p["targets"]:
             expr = t["expr"]
@@ -153,7 +154,8 @@ def dashboard_queries() -> list[tuple[str, str]]:
 
 
 def alert_queries() -> list[tuple[str, str]]:
-    rules = yaml.safe_load(ALERTS.read_text())["groups"][0]["rules"]
+    # The group "streamer": the processors' and the lag exporter's ("streamer-jobs" is the workers').
+    rules = next(g for g in yaml.safe_load(ALERTS.read_text())["groups"] if g["name"] == "streamer")["rules"]
     return [(f"alert {r['alert']}", COMPARISON.sub("", r["expr"])) for r in rules]
 
 
