@@ -52,20 +52,13 @@ class Upload:
         self.size = 0
 
     async def write(self, kind: str, chunks: AsyncIterator[bytes]) -> int:
-        """The body, written; its rows. Refused (400, 413) leaves no folder, and the rest of the
-        body is read and dropped, so that the client reads the answer (and the connection takes
-        the next request)."""
+        """The body, written; its rows. Refused (400, 413), or anything else, leaves no folder."""
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, partial(self.fs.create_dir, self.root, recursive=True))
             if kind in JSONL:
                 return await self._lines(loop, self._limited(chunks))
             return await self._parquet(loop, self._limited(chunks))
-        except Refused:
-            await loop.run_in_executor(None, self.delete)
-            async for _ in chunks:
-                pass
-            raise
         except BaseException:
             await loop.run_in_executor(None, self.delete)
             raise
@@ -126,9 +119,12 @@ class Upload:
             raise Refused(400, "the Parquet file holds no rows")
         return rows
 
+    def exists(self) -> bool:
+        return bool(self.fs.get_file_info(self.root).type != pafs.FileType.NotFound)
+
     def delete(self) -> None:
         """The job's folder, gone (a refused upload's)."""
-        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
+        if self.exists():
             self.fs.delete_dir(self.root)
 
 

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import orjson
 import yaml
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
@@ -137,7 +137,11 @@ class JobsApi:
             if declared.isdigit() and int(declared) > self.cfg.jobs.max_upload_bytes:  # refused unread
                 raise Refused(413, f"the file is {declared} bytes, over the {self.cfg.jobs.max_upload_bytes}-byte "
                                    "limit (jobs.max_upload_bytes)")
-            return await self._file(request, kind)
+            try:
+                return await self._file(request, kind)
+            except (Refused, ConfigError):
+                await _drain(request, self.cfg.jobs.max_upload_bytes)
+                raise
         if kind in SPEC_JSON or kind in SPEC_YAML:
             return await self._spec(request, kind)
         raise Refused(415, f"content-type {kind or 'none'!r}: a spec is application/json or application/yaml, a "
@@ -168,10 +172,12 @@ class JobsApi:
         if existing is not None or job_id in self._uploading:
             raise Refused(409, f"job {job_id!r} exists ({existing.state if existing else 'being uploaded'}): "
                                "a file job's id is used once")
-        self._uploading.add(job_id)
+        self._uploading.add(job_id)  # before the next await: a second upload of the id meanwhile is 409
         try:
             folder = f"{self.files}/{job_id}"
             upload = Upload(self.cfg.lake, folder, self.cfg.jobs.max_upload_bytes)
+            if await self._run(upload.exists):  # a job's files the status topic no longer names: kept
+                raise Refused(409, f"{folder} exists: a file job's id is used once")
             await upload.write(kind, request.stream())
             try:
                 await self._run(self._check, upload.location)
@@ -191,7 +197,10 @@ class JobsApi:
             if key not in QUERY:
                 raise ConfigError(f"job.{key}", f"is not a field of a file job's query (fields: {', '.join(QUERY)})")
             raw[key] = int(value) if key == "priority" and _INT.match(value) else value
-        return parse_spec({**raw, "source": {"parquet": self.files}, "target": {"parquet": self.files}})
+        spec = parse_spec({**raw, "source": {"parquet": self.files}, "target": {"parquet": self.files}})
+        if spec.id is not None and spec.id.startswith("."):
+            raise ConfigError("job.id", f"{spec.id!r}: a file job's id names its folder: it cannot start with '.'")
+        return spec
 
     def _check(self, location: str) -> None:
         """Refuse a file whose columns the model's inputs cannot read, as ``streamer score`` would."""
@@ -232,6 +241,19 @@ class JobsApi:
                                "target (a file job's)")
         location = f"{target.parquet.rstrip('/')}_rejects" if rejects else target.parquet
         return StreamingResponse(read_lines(self.cfg.lake, location), media_type="application/x-ndjson")
+
+
+async def _drain(request: Request, limit: int) -> None:
+    """Read and drop what is left of a refused body (up to ``limit`` bytes more), so that the
+    client reads the answer: a connection closed on unread bytes is reset, answer and all."""
+    size = 0
+    try:
+        async for chunk in request.stream():  # from where the refusal left it
+            size += len(chunk)
+            if size > limit:
+                return
+    except (RuntimeError, ClientDisconnect):  # read to its end already; the client has gone
+        return
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
