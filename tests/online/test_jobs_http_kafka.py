@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -180,6 +182,30 @@ def test_a_file_of_10000_requests_is_scored_as_onnx_runtime_scores_it_offline(ap
     assert api.call("GET", "/v1/jobs/file-10k/errors")[1] == b""  # no rejects
     listed = api.call("GET", "/v1/jobs?status=completed")[1]["jobs"]
     assert "file-10k" in [j["id"] for j in listed]
+    code, answer, _ = api.call("POST", "/v1/jobs?id=file-10k", body[:1000], content_type="application/x-ndjson")
+    assert code == 409 and "used once" in answer["error"], answer  # its files are left as they are
+    assert (api.files / "file-10k" / "requests.parquet").stat().st_size > 0
+
+
+def test_a_parquet_file_is_scored_and_its_rejects_are_its_errors(api: Api) -> None:
+    x = np.random.default_rng(5).normal(size=(50, 32)).astype(np.float32)
+    short = {7, 20, 41}  # rows of 31 features: each a reject
+    table = pa.table({"event_id": [f"pq-{i}" for i in range(50)], "entity_id": ["acct"] * 50,
+                      "event_time": pa.array(range(50), pa.int64()),
+                      "features": pa.array([row[:31].tolist() if i in short else row.tolist() for i, row in enumerate(x)],
+                                           pa.list_(pa.float32()))})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    code, answer, _ = api.call("POST", "/v1/jobs?id=parquet-50", sink.getvalue().to_pybytes(),
+                               content_type="application/vnd.apache.parquet")
+    assert code == 202, answer
+    status = polled(api, "parquet-50")
+    assert (status["state"], status["predictions"], status["rejects"]) == ("completed", 47, 3), status
+    results = [json.loads(line) for line in api.call("GET", "/v1/jobs/parquet-50/results")[1].splitlines()]
+    assert sorted(r["event_id"] for r in results) == sorted(f"pq-{i}" for i in range(50) if i not in short)
+    errors = [json.loads(line) for line in api.call("GET", "/v1/jobs/parquet-50/errors")[1].splitlines()]
+    assert sorted(json.loads(e["original"])["event_id"] for e in errors) == sorted(f"pq-{i}" for i in short)
+    assert all("32" in e["reason"] for e in errors), errors[0]
 
 
 def test_a_file_past_the_limit_is_413_and_nothing_is_kept(api: Api) -> None:
@@ -225,6 +251,8 @@ def test_422_names_the_field_and_nothing_is_queued(api: Api) -> None:
     assert not (api.files / "no-features").exists()
     assert api.call("GET", "/v1/jobs/no-features")[0] == 404
     assert api.call("POST", "/v1/jobs", b"{not json", content_type="application/json")[0] == 400
+    code, answer, _ = api.call("POST", "/v1/jobs?id=..", no_features, content_type="application/x-ndjson")
+    assert code == 422 and answer["field"] == "job.id", answer  # an id names a folder under jobs.files
     assert api.ends() == before
 
 
