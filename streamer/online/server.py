@@ -16,7 +16,7 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import uvicorn
@@ -24,6 +24,7 @@ import uvicorn
 from streamer.config import Config
 from streamer.config_sections import OnlineConfig
 from streamer.errors import ConfigError
+from streamer.extras import need
 from streamer.observe.drift import DriftGauges
 from streamer.observe.metrics import GroupRegistry
 from streamer.online.dispatch import Dispatcher
@@ -34,6 +35,9 @@ from streamer.online.meters import OnlineMetrics
 from streamer.online.plane import DataPlane
 from streamer.online.served import ServedModel
 from streamer.pipeline.serving import Serving
+
+if TYPE_CHECKING:
+    from streamer.online.jobs_http import JobsApi
 
 log = logging.getLogger(__name__)
 DRAIN_S = 30.0  # the longest a stop waits for admitted requests
@@ -55,6 +59,16 @@ def check_ports(o: OnlineConfig) -> None:
                 probe.listen()
         except OSError as exc:
             raise ConfigError(key, f"cannot listen on {o.host}:{port}: {exc.strerror or exc}") from None
+
+
+def _jobs_api(cfg: Config, serving: Serving) -> JobsApi | None:
+    """The jobs API when ``jobs.api_token`` is set (it needs the lake extra: its files are Parquet)."""
+    if cfg.jobs.api_token is None:
+        return None
+    need("lake", "jobs.api_token (the jobs API)")
+    from streamer.online.jobs_http import JobsApi  # the lake extra's
+
+    return JobsApi(cfg, serving.runner.contract)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -88,6 +102,7 @@ class OnlineServer:
                                      metrics=meters)
         self.plane = DataPlane(self.model, self.dispatcher, timeout_ms=o.timeout_ms)
         self.ready = self.model.readiness  # set when the model has warmed up and the listeners are open
+        self.jobs = _jobs_api(cfg, serving)
         self._stop_asked = threading.Event()  # a stop asked, before the loop runs or after it ended too
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -113,14 +128,20 @@ class OnlineServer:
                 pass
 
     def http_app(self) -> Any:
-        """The HTTP application: the protocol's routes and ``/v1/score``, on this server's data plane."""
+        """The HTTP application: the protocol's routes, ``/v1/score`` and, with ``jobs.api_token``,
+        ``/v1/jobs`` (online/jobs_http.py), on this server's data plane."""
         http = HttpTransport(self.plane, max_body_bytes=self.cfg.online.max_body_bytes)
-        return http.app(more=[score_route(self.cfg, self.serving, self.plane)])
+        jobs = [] if self.jobs is None else self.jobs.routes()
+        return http.app(more=[score_route(self.cfg, self.serving, self.plane), *jobs])
 
     def run(self, install_signals: bool = True) -> int:
         """Serve until stopped, then answer what was admitted (for up to ``DRAIN_S``; rows left
         unanswered past it are logged); 0."""
-        return asyncio.run(self._serve(install_signals))
+        try:
+            return asyncio.run(self._serve(install_signals))
+        finally:
+            if self.jobs is not None:
+                self.jobs.close()
 
     async def _serve(self, install_signals: bool) -> int:
         o = self.cfg.online
@@ -169,7 +190,8 @@ class OnlineServer:
             raise
         self.model.set_ready(True)
         log.info("online: %s version %s ready on http://%s:%d%s", self.model.name, self.model.version, o.host,
-                 o.http_port, f" and grpc {o.host}:{o.grpc_port}" if o.grpc_port else "")
+                 o.http_port, (f" and grpc {o.host}:{o.grpc_port}" if o.grpc_port else "")
+                 + (", jobs API at /v1/jobs" if self.jobs is not None else ""))
         await self._stop.wait()
         log.info("online: stopping: new requests are refused, admitted ones answered")
         self.model.set_ready(False)

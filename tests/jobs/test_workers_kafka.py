@@ -56,8 +56,8 @@ def test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_st
         bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = jobs_config(tmp_path, bootstrap, target_file_mb=1)
     source = events_file(tmp_path / "events.parquet", 30_000)
-    gate = tmp_path / "gate"  # the worker's commits after its second wait for it
-    worker = start_worker(config, "w1", tmp_path / "w1.log", ["gate", "2", str(gate)])
+    gate = tmp_path / "gate"  # the worker's commits after its first (the slot's only one) wait for it
+    worker = start_worker(config, "w1", tmp_path / "w1.log", ["gate", "1", str(gate)])
     try:
         # A schedule's slot, submitted twice (a CronJob pod retried): one job, one result.
         scheduled = _spec(tmp_path, f"name: nightly\nsource: {{parquet: {source}}}\ntarget: {{table: nightly}}\n"
@@ -84,7 +84,7 @@ def test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_st
         expired = await_status(config, "late-1", lambda s: s.final)
         assert expired.state == State.EXPIRED and expired.started_at_ms is None, expired
 
-        # A cancel reaches a running job (its second commit held): it stops at its next commit, cancelled.
+        # A cancel reaches a running job (its first commit held, rows left): it stops at that commit, cancelled.
         gate.unlink()
         big = events_file(tmp_path / "big.parquet", 250_000)  # commits at about 70,000 rows each
         long = _spec(tmp_path, f"source: {{parquet: {big}}}\ntarget: {{table: cancelled}}\n")

@@ -21,6 +21,8 @@ PENDING = "streamer/kafka/pending.py"
 REPLAY = "streamer/commands/replay.py"
 APPENDS = "tests/lake/test_appends.py::"
 WORKERS = "tests/jobs/test_workers_kafka.py::"
+JOBS_HTTP = "streamer/online/jobs_http.py"
+JOBS_HTTP_TEST = "tests/online/test_jobs_http_kafka.py::"
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
@@ -689,5 +691,37 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/jobs/test_spec.py::test_a_bad_field_is_refused_naming_it",),
         (Edit("streamer/jobs/spec.py", "parse_spec", "unknown = sorted(set(map(str, raw)) - _FIELDS)\n",
               "unknown: list[str] = []\n"),),
+    ),
+    Mutant(
+        "100-jobs-api-without-its-token",
+        "the HTTP jobs API takes requests without the bearer token: anyone can queue jobs and read results",
+        (JOBS_HTTP_TEST + "test_without_the_token_401_and_nothing_is_queued",),
+        (Edit(JOBS_HTTP, "JobsApi._guarded.guarded",
+              "if not (scheme.lower() == \"bearer\" and hmac.compare_digest(given.strip().encode(), self._token)):\n",
+              "if not (scheme.lower() == \"bearer\" or hmac.compare_digest(given.strip().encode(), self._token)):\n"),),
+    ),
+    Mutant(
+        "101-jobs-upload-without-a-limit",
+        "a file submitted over HTTP in chunks is stored whatever its size (jobs.max_upload_bytes ignored)",
+        (JOBS_HTTP_TEST + "test_a_file_past_the_limit_is_413_and_nothing_is_kept",),
+        (Edit("streamer/online/jobs_files.py", "Upload._limited",
+              "if self.size > self.limit:\n",
+              "if self.size > self.limit * 1000:\n"),),
+    ),
+    Mutant(
+        "102-jobs-file-queued-unchecked",
+        "a file whose rows lack a column the model needs is queued (every row a reject) instead of refused with 422",
+        (JOBS_HTTP_TEST + "test_422_names_the_field_and_nothing_is_queued",),
+        (Edit(JOBS_HTTP, "JobsApi._file",
+              "await self._run(self._check, upload.location)\n",
+              "pass\n"),),
+    ),
+    Mutant(
+        "103-jobs-results-before-completion",
+        "a job's results are served before it completed: a client reads a part of them, or none, as if whole",
+        (JOBS_HTTP_TEST + "test_a_job_not_due_yet_has_no_results_409_and_is_cancelled",),
+        (Edit(JOBS_HTTP, "JobsApi.rows",
+              "if status.state != State.COMPLETED:\n",
+              "if status.state == State.FAILED:\n"),),
     ),
 )

@@ -85,3 +85,14 @@ def test_the_online_metrics_carry_the_consumer_group_as_the_streams_do(url: str)
     group = example().input.group_id
     assert f'streamer_online_requests_total{{code="200",group="{group}",transport="score"}}' in text
     assert f'streamer_online_queued_rows{{group="{group}"}} 0.0' in text
+
+
+def test_the_jobs_api_is_off_without_a_token(url: str) -> None:
+    """No ``jobs.api_token``: ``/v1/jobs`` is not served at all (404), token or not."""
+    assert example().jobs.api_token is None
+    for path, body in (("/v1/jobs", None), ("/v1/jobs", b"{}"), ("/v1/jobs/j1", None)):
+        request = urllib.request.Request(f"{url}{path}", body, {"authorization": "Bearer x",
+                                                                "content-type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        assert refused.value.code == 404
