@@ -156,6 +156,7 @@ class JobsConfig:
     api_token: Secret | None = None  # the HTTP jobs API's bearer token (streamer serve); None: the API is off
     files: Location | None = None  # where files submitted over HTTP are kept; None: <lake.warehouse>/jobs
     max_upload_bytes: int = 1_073_741_824  # a larger file submitted over HTTP is refused (413)
+    keep_finished_days: int = 0  # a finished job's status is forgotten this long after its end; 0: kept
 
     def __post_init__(self) -> None:
         check_types(self, "jobs")
@@ -167,5 +168,6 @@ class JobsConfig:
         above(0, "jobs.partitions", self.partitions)
         above(0, "jobs.progress_ms", self.progress_ms)
         above(0, "jobs.max_upload_bytes", self.max_upload_bytes)
+        at_least(0, "jobs.keep_finished_days", self.keep_finished_days)
         if self.api_token is not None and not self.api_token.value:
             raise ConfigError("jobs.api_token", "must not be empty (leave the key out to turn the API off)")

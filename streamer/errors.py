@@ -102,12 +102,13 @@ class JobStateError(StreamerError):
         self.job_id, self.state, self.to = job_id, state, to
 
 
-class NoSuchJob(StreamerError):
-    """A job id the status topic does not hold."""
+class NoSuchJob(ConfigError):
+    """A job id the status topic does not hold: the id given is wrong (exit 2)."""
 
     def __init__(self, job_id: str, topic: str) -> None:
-        super().__init__(f"no job {job_id!r} in {topic} (streamer jobs list shows the jobs there)")
-        self.job_id = job_id
+        reason = f"no job {job_id!r} in {topic} (streamer jobs list shows the jobs there)"
+        StreamerError.__init__(self, reason)
+        self.key, self.reason, self.job_id = "ID", reason, job_id
 
 
 class StaleCommitError(StreamerError):

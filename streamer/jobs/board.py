@@ -180,18 +180,28 @@ class Board:
 
     def write(self, status: JobStatus) -> JobStatus:
         """Write ``status`` and wait for its acknowledgement (BrokerError when there is none)."""
-        if self._producer is None:
-            self._producer = clients.config_producer(self.cfg, **{"linger.ms": 0})
-        failed: list[Any] = []
-        self._producer.produce(self.topic, orjson.dumps(status.to_dict()), status.id.encode(),
-                               on_delivery=lambda err, _m: failed.append(err) if err else None)
-        if self._producer.flush(TIMEOUT_S) or failed:
-            raise BrokerError(f"cannot write the status of job {status.id!r} to {self.topic}: "
-                              f"{failed[0] if failed else 'no acknowledgement in %.0f s' % TIMEOUT_S}")
+        self._send(status.id, orjson.dumps(status.to_dict()))
         with self._changed:
             self._jobs[status.id] = status
             self._changed.notify_all()
         return status
+
+    def _send(self, job_id: str, value: bytes | None) -> None:
+        if self._producer is None:
+            self._producer = clients.config_producer(self.cfg, **{"linger.ms": 0})
+        failed: list[Any] = []
+        self._producer.produce(self.topic, value, job_id.encode(),
+                               on_delivery=lambda err, _m: failed.append(err) if err else None)
+        if self._producer.flush(TIMEOUT_S) or failed:
+            raise BrokerError(f"cannot write the status of job {job_id!r} to {self.topic}: "
+                              f"{failed[0] if failed else 'no acknowledgement in %.0f s' % TIMEOUT_S}")
+
+    def forget(self, job_id: str) -> None:
+        """Remove a job from the topic (a tombstone: compaction drops its statuses) and the board."""
+        self._send(job_id, None)
+        with self._changed:
+            self._jobs.pop(job_id, None)
+            self._changed.notify_all()
 
     def close(self) -> None:
         self._stop.set()

@@ -340,11 +340,15 @@ class Worker:
             self._held.pop(p, None)
 
     def _sweep(self) -> None:
-        """Expire queued jobs whose window ended (whichever worker has them), and count the states."""
+        """Expire queued jobs whose window ended (whichever worker has them), forget finished jobs
+        older than ``jobs.keep_finished_days``, and count the states."""
         now = self._now_ms()
+        keep_ms = self.cfg.jobs.keep_finished_days * 86_400_000
         for status in self.board.all():
             if status.state == State.QUEUED and status.deadline_ms is not None and now >= status.deadline_ms:
                 self.board.write(status.expired(now))
+            elif keep_ms and status.final and now - (status.finished_at_ms or status.updated_at_ms) > keep_ms:
+                self.board.forget(status.id)
         self._count()
 
     def _count(self) -> None:

@@ -42,7 +42,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from streamer.config import Config
-from streamer.errors import BrokerError, ConfigError, Refused
+from streamer.errors import BrokerError, ConfigError, NoSuchJob, Refused
 from streamer.jobs.board import Board, ensure_topics
 from streamer.jobs.queue import cancel, submit
 from streamer.jobs.spec import JobSource, JobSpec, JobTarget, new_job_id, parse_spec
@@ -99,6 +99,8 @@ class JobsApi:
                 return await handler(request)
             except Refused as exc:
                 return json_error(exc.status, str(exc), exc.headers)
+            except NoSuchJob as exc:  # gone from the board meanwhile (forgotten)
+                return json_error(404, str(exc))
             except ConfigError as exc:  # a spec's field, or a file's column the model needs
                 return _json({"error": str(exc), "field": exc.key}, 422)
             except BrokerError as exc:

@@ -10,10 +10,12 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from confluent_kafka import KafkaError, KafkaException
 from pyiceberg.catalog.sql import SqlCatalog
 
 from streamer.config import UnscoredConfig
@@ -105,13 +107,22 @@ def await_members(config: Path, n: int, timeout_s: float = 60.0) -> None:
     cfg = config_of(config)
     admin = clients.config_admin(cfg)
     deadline = time.monotonic() + timeout_s
-    while True:
-        group = admin.describe_consumer_groups([cfg.jobs.group_id], request_timeout=10)[cfg.jobs.group_id].result(10)
-        members = [m for m in group.members if m.assignment.topic_partitions]
-        if len(members) == n and str(group.state).endswith("STABLE"):
-            return
-        assert time.monotonic() < deadline, f"the group has {len(members)} members, not {n}"
-        time.sleep(0.2)  # the group's state is asked for; no event says it changed
+    members: list[Any] = []
+    try:
+        while True:
+            try:
+                group = admin.describe_consumer_groups([cfg.jobs.group_id], request_timeout=10)[
+                    cfg.jobs.group_id].result(10)
+            except KafkaException as exc:  # the group's coordinator still loading on a fresh broker
+                assert exc.args[0].retriable() or exc.args[0].code() == KafkaError.NOT_COORDINATOR, exc
+            else:
+                members = [m for m in group.members if m.assignment.topic_partitions]
+                if len(members) == n and str(group.state).endswith("STABLE"):
+                    return
+            assert time.monotonic() < deadline, f"the group has {len(members)} members, not {n}"
+            time.sleep(0.2)  # the group's state is asked for; no event says it changed
+    finally:
+        del admin  # no client outlives its use (the session's last check)
 
 
 def config_of(path: Path) -> UnscoredConfig:
