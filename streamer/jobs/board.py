@@ -38,9 +38,12 @@ class JobsSections(Protocol):
 
 
 def ensure_topics(cfg: JobsSections, timeout_s: float = TIMEOUT_S) -> None:
-    """The jobs topic (``jobs.partitions``) and the compacted status topic, made unless they exist."""
+    """The jobs topic (``jobs.partitions``, no retention limit) and the compacted status topic,
+    made unless they exist."""
     admin = clients.config_admin(cfg)
-    topics.create(admin, {cfg.jobs.topic: cfg.jobs.partitions}, timeout_s=timeout_s)
+    # kept until deleted by hand: a job waiting past the broker's retention (a not_before weeks
+    # ahead, workers down for a long weekend) is never lost; a submission is about a kilobyte
+    topics.create(admin, {cfg.jobs.topic: cfg.jobs.partitions}, timeout_s=timeout_s, config={"retention.ms": "-1"})
     topics.create(admin, {cfg.jobs.status_topic: STATUS_PARTITIONS}, timeout_s=timeout_s,
                   config={"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"})
 

@@ -106,3 +106,26 @@ def test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_st
             assert any(line.split()[:2] == [job, state] for line in listed.splitlines()), listed
     finally:
         stop_workers(worker)
+
+
+def test_a_job_submitted_while_one_worker_is_busy_goes_to_the_idle_one_at_once(
+        bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = jobs_config(tmp_path, bootstrap)
+    source = events_file(tmp_path / "events.parquet", 5_000)
+    gate = tmp_path / "gate"  # every commit waits for it: a job taken stays running
+    workers = [start_worker(config, f"w{i}", tmp_path / f"w{i}.log", ["gate", "0", str(gate)]) for i in (1, 2)]
+    try:
+        await_members(config, 2)
+        for name in ("first", "second"):
+            spec = _spec(tmp_path, f"source: {{parquet: {source}}}\ntarget: {{table: {name}}}\n")
+            assert cli.main(["jobs", "submit", "--config", str(config), str(spec), "--id", name]) == 0
+            await_status(config, name, lambda s: s.state == State.RUNNING)
+        first = await_status(config, "first", lambda s: s.state == State.RUNNING)
+        second = await_status(config, "second", lambda s: s.state == State.RUNNING)
+        assert {first.worker, second.worker} == {"w1", "w2"}  # the second went to the idle member's partition
+        gate.touch()
+        for name in ("first", "second"):
+            assert await_status(config, name, lambda s: s.final).state == State.COMPLETED
+            assert table_rows(config, name)[:2] == (5_000, 5_000)
+    finally:
+        stop_workers(*workers)
