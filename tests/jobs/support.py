@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from pyiceberg.catalog.sql import SqlCatalog
 
 from streamer.config import UnscoredConfig
@@ -114,7 +114,7 @@ def await_members(config: Path, n: int, timeout_s: float = 60.0) -> None:
                 group = admin.describe_consumer_groups([cfg.jobs.group_id], request_timeout=10)[
                     cfg.jobs.group_id].result(10)
             except KafkaException as exc:  # the group's coordinator still loading on a fresh broker
-                assert exc.args[0].retriable() or exc.args[0].code() == KafkaError.NOT_COORDINATOR, exc
+                assert clients.is_transient(exc.args[0]), exc
             else:
                 members = [m for m in group.members if m.assignment.topic_partitions]
                 if len(members) == n and str(group.state).endswith("STABLE"):
