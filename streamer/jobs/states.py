@@ -123,7 +123,8 @@ class JobStatus:
     def started(self, worker: str, message: tuple[int, int], now_ms: int) -> JobStatus:
         """A worker starts it, or resumes it after another worker stopped or died."""
         again = self.state in (R, CG)
-        line = (f"resumed by {worker} after {self.worker} stopped (attempt {self.attempt + 1})" if again
+        after = f" after {self.worker} stopped" if self.worker else ""
+        line = (f"resumed by {worker}{after} (attempt {self.attempt + 1})" if again
                 else f"running on {worker}" + (f" (attempt {self.attempt + 1})" if self.attempt else ""))
         return self._to(R if self.state != CG else CG, now_ms, line, worker=worker, message=message,
                         attempt=self.attempt + 1, started_at_ms=self.started_at_ms or now_ms)
@@ -133,6 +134,14 @@ class JobStatus:
             raise JobStateError(self.id, str(self.state), "progress")
         return dataclasses.replace(self, rows_done=rows_done, rows_total=rows_total, rows_per_s=rows_per_s,
                                    updated_at_ms=now_ms)
+
+    def released(self, rows_done: int, now_ms: int) -> JobStatus:
+        """Its worker stopped (SIGTERM) at a commit and left it to the next: no worker holds it."""
+        if self.state not in (R, CG):
+            raise JobStateError(self.id, str(self.state), "released")
+        return dataclasses.replace(self, worker=None, rows_done=rows_done, rows_per_s=0.0, updated_at_ms=now_ms,
+                                   events=_more(self.events, now_ms, f"stopped with {self.worker}: the next worker "
+                                                                     "resumes it"))
 
     def finished(self, done: Done, now_ms: int) -> JobStatus:
         return self._to(C, now_ms, f"completed: {done.predictions} predictions, {done.rejects} rejects",

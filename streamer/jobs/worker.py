@@ -196,7 +196,7 @@ class Worker:
             return "skip", status
         if status.state in (State.RUNNING, State.CANCELLING) and status.message not in (None, where):
             return "skip", status
-        if status.state == State.RUNNING and status.worker != self.name and \
+        if status.state == State.RUNNING and status.worker not in (None, self.name) and \
                 self.board.quiet_s(sent.id) < ALIVE_PERIODS * self.cfg.jobs.progress_ms / 1000:
             return "hold", status
         if status.deadline_ms is not None and now >= status.deadline_ms:
@@ -285,7 +285,7 @@ class Worker:
                       f": {run.error}" if run.error else "")
             return
         if run.why_stop == "shutdown" and (run.error is None and run.outcome is not None and run.outcome.stopped):
-            self.board.write(status.progressed(run.rows, run.total, 0.0, now))
+            self.board.write(status.released(run.rows, now))
             log.info("worker %s: job %s stopped with this worker: the next worker resumes it", self.name, status.id)
             return  # not committed: the group gives it to another worker
         if run.error is not None:

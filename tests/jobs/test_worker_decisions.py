@@ -52,6 +52,7 @@ CASES = {
     "running here by a worker heard from lately: hold": (queued().started("w", WHERE, 1), 0.5, "hold"),
     "running here by a worker gone quiet: resume": (queued().started("w", WHERE, 1), ALIVE_PERIODS + 0.1, "run"),
     "running here by this worker's earlier self: resume": (queued().started("me", WHERE, 1), 0.0, "run"),
+    "left by a worker stopped at a commit: resume": (queued().started("w", WHERE, 1).released(9, 2), 0.0, "run"),
     "past its window: expire": (queued(deadline_ms=NOW_MS), 1e9, "expire"),
     "cancel asked before any start: cancel": (queued(state="cancelling"), 1e9, "cancel"),
     "not yet due: hold": (queued(not_before_ms=NOW_MS + 1), 1e9, "hold"),
