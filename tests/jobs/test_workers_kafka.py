@@ -4,6 +4,8 @@ slot submitted twice, a job past its window, a cancel, read back with DuckDB."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -108,24 +110,33 @@ def test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_st
         stop_workers(worker)
 
 
-def test_a_job_submitted_while_one_worker_is_busy_goes_to_the_idle_one_at_once(
+def test_a_job_submitted_while_one_worker_is_busy_goes_to_the_idle_one_and_a_stopped_worker_leaves_its_job(
         bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = jobs_config(tmp_path, bootstrap)
-    source = events_file(tmp_path / "events.parquet", 5_000)
+    config = jobs_config(tmp_path, bootstrap, target_file_mb=1)
+    sources = {"first": events_file(tmp_path / "first.parquet", 250_000),  # a commit at about 70,000 rows
+               "second": events_file(tmp_path / "second.parquet", 5_000)}
     gate = tmp_path / "gate"  # every commit waits for it: a job taken stays running
     workers = [start_worker(config, f"w{i}", tmp_path / f"w{i}.log", ["gate", "0", str(gate)]) for i in (1, 2)]
     try:
         await_members(config, 2)
-        for name in ("first", "second"):
+        for name, source in sources.items():
             spec = _spec(tmp_path, f"source: {{parquet: {source}}}\ntarget: {{table: {name}}}\n")
             assert cli.main(["jobs", "submit", "--config", str(config), str(spec), "--id", name]) == 0
             await_status(config, name, lambda s: s.state == State.RUNNING)
         first = await_status(config, "first", lambda s: s.state == State.RUNNING)
         second = await_status(config, "second", lambda s: s.state == State.RUNNING)
         assert {first.worker, second.worker} == {"w1", "w2"}  # the second went to the idle member's partition
+        # SIGTERM to the first's worker: it stops at the job's next commit and leaves it to the other
+        stopped = workers[int(first.worker == "w2")]
+        os.killpg(stopped.pid, signal.SIGTERM)
         gate.touch()
-        for name in ("first", "second"):
-            assert await_status(config, name, lambda s: s.final).state == State.COMPLETED
-            assert table_rows(config, name)[:2] == (5_000, 5_000)
+        assert stopped.wait(60) == 0
+        for name, rows in (("first", 250_000), ("second", 5_000)):
+            done = await_status(config, name, lambda s: s.final)
+            assert done.state == State.COMPLETED and done.predictions == rows, done
+            assert table_rows(config, name)[:2] == (rows, rows)
+        resumed = await_status(config, "first", lambda s: s.final)
+        assert resumed.worker == second.worker and resumed.attempt == 2, resumed
+        assert any(f"stopped with {first.worker}: the next worker resumes it" in e for e in resumed.events)
     finally:
         stop_workers(*workers)
