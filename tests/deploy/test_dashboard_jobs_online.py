@@ -7,8 +7,6 @@ and every jobs alert returns a series, and the alert's condition picks the late 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ from streamer.observe.jobs import JobMetrics
 from streamer.observe.metrics import GroupRegistry
 from tests.deploy.test_alerts import ALERTS
 from tests.deploy.test_dashboard_online import online_queries, query
-from tests.online.doubler import free_port
+from tests.support import prometheus as prometheus_server
 
 GROUP = "streamer-jobs"
 COMPARISON = re.compile(r"\s*(>|<|>=|<=|==|!=)\s*[-+0-9.eE]+\s*$")  # an alert's threshold
@@ -74,22 +72,9 @@ def workers() -> Iterator[dict[str, Worker]]:
 
 @pytest.fixture
 def prometheus(workers: dict[str, Worker], tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    assert binary, "no prometheus binary: `make test` installs Debian's prometheus package"
-    port = free_port()
     targets = [f"127.0.0.1:{w.http.port}" for w in workers.values()]
-    config = {"global": {"scrape_interval": "1s"},
-              "scrape_configs": [{"job_name": "streamer-worker", "static_configs": [{"targets": targets}]}]}
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    with (tmp_path / "prometheus.log").open("wb") as log:
-        proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                                stdout=log, stderr=subprocess.STDOUT)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with prometheus_server.running(tmp_path, {"streamer-worker": targets}) as url:
+        yield url
 
 
 def test_every_jobs_query_and_alert_returns_data_from_a_real_prometheus(workers: dict[str, Worker],

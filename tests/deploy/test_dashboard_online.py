@@ -6,8 +6,6 @@ series. The other rows are evaluated beside a stream in tests/integration/test_o
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -18,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from streamer.config import OnlineConfig
 from streamer.wiring.lake import lake_house
 from tests.deploy.test_dashboard import DASHBOARD
 from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
+from tests.support import prometheus as prometheus_server
 
 
 def online_queries(prefix: str = "Online: ") -> list[tuple[str, str]]:
@@ -63,21 +61,8 @@ def server() -> Iterator[str]:
 
 @pytest.fixture
 def prometheus(server: str, tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    assert binary, "no prometheus binary: `make test` installs Debian's prometheus package"
-    port = free_port()
-    config = {"global": {"scrape_interval": "1s"},
-              "scrape_configs": [{"job_name": "streamer-online", "static_configs": [{"targets": [server]}]}]}
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    with (tmp_path / "prometheus.log").open("wb") as log:
-        proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                                stdout=log, stderr=subprocess.STDOUT)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with prometheus_server.running(tmp_path, {"streamer-online": [server]}) as url:
+        yield url
 
 
 def query(url: str, expr: str) -> list[Any]:
