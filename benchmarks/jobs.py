@@ -6,7 +6,10 @@
     timed from its start to its exit (the baseline).
 (q) The same file as a job into a new table: a `streamer worker` process is started first and is
     idle; timed from the start of the `streamer jobs submit` process to the job's ``finished_at``
-    in its ``completed`` status. q/s, rows per second of (q) over (s), is printed (target >= 0.9).
+    in its ``completed`` status. q/s, rows per second of (q) over (s), is printed (target >= 0.9),
+    with where each figure's time goes: (s)'s start-up and exit against its run (its summary's
+    seconds), (q)'s submit command, its wait to ``running`` and its run on the worker.
+The worker runs a job of 1,000 rows before the figures: a worker's first job pays its imports.
 (t) ``--submits`` jobs of a 1,000-row file, one at a time, each submitted to the idle worker: the
     time from the start of `jobs submit` to the job's ``started_at`` (``running``), and from the
     status's ``submitted_at`` (written by the submit, after its start-up) to ``started_at``,
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -93,6 +97,7 @@ class Bench:
         ensure_topics(self.cfg)
         self.board = _retry(lambda: Board(self.cfg).follow())  # a topic just made may not have its leaders yet
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.parts: dict[str, list[tuple[float, ...]]] = {}  # each figure's seconds, by part, per round
 
     def _config(self, bootstrap: str, name: str, file_mb: int) -> Path:
         path = self.scratch / name
@@ -167,30 +172,37 @@ def score_run(bench: Bench, source: Path, table: str, n: int) -> float:
     started = time.monotonic()
     out = bench.streamer("score", "--config", bench.config, "--from", source, "--to-table", table, "--run-id", table)
     seconds = time.monotonic() - started
-    assert f"rows {n:,}".replace(",", "") in out.stdout.replace(",", ""), out.stdout
+    assert f"rows {n} = predictions {n} + rejects 0" in out.stdout, out.stdout
+    own = float(re.findall(r"([\d.]+) s in all", out.stdout)[-1])  # its summary's: from the warmed model to the commit
+    bench.parts.setdefault("s", []).append((seconds - own, own))
     return n / seconds
 
 
 def job_run(bench: Bench, source: Path, table: str, n: int) -> float:
     """(q): rows per second of the job, from the start of its submit to its finish."""
     started = bench.submit(table, bench.spec(table, source, table))
+    submitted = time.time()
     status = bench.final(table)
     assert (status.predictions, status.rejects) == (n, 0), status
-    assert status.finished_at_ms is not None
+    assert status.finished_at_ms is not None and status.started_at_ms is not None
+    bench.parts.setdefault("q", []).append((submitted - started, status.started_at_ms / 1000 - submitted,
+                                            (status.finished_at_ms - status.started_at_ms) / 1000))
     return n / (status.finished_at_ms / 1000 - started)
 
 
-def to_running(bench: Bench, small: Path, k: int) -> tuple[list[float], list[float]]:
-    """(t): seconds from the submit's start, and from its status's submitted_at, to running."""
-    from_start, from_status = [], []
+def to_running(bench: Bench, small: Path, k: int) -> tuple[list[float], list[float], list[float]]:
+    """(t): seconds from the submit's start, and from its status's submitted_at, to running; and
+    from running to completed."""
+    from_start, from_status, runs = [], [], []
     for i in range(k):
         job_id = f"t{i}_{bench.run}"
         started = bench.submit(job_id, bench.spec(job_id, small, f"t_{bench.run}"))
         status = bench.final(job_id)
-        assert status.started_at_ms is not None and status.attempt == 1, status
+        assert status.started_at_ms is not None and status.finished_at_ms is not None and status.attempt == 1
         from_start.append(status.started_at_ms / 1000 - started)
         from_status.append((status.started_at_ms - status.submitted_at_ms) / 1000)
-    return from_start, from_status
+        runs.append((status.finished_at_ms - status.started_at_ms) / 1000)
+    return from_start, from_status, runs
 
 
 def resumed(bench: Bench, source: Path, n: int, file_mb: int) -> None:
@@ -243,6 +255,13 @@ def figures(args: argparse.Namespace, bootstrap: str, scratch: Path) -> None:
     try:
         if wanted & {"s", "q", "t"}:
             bench.start_worker("bench-idle")
+            warm = f"w_{bench.run}"
+            bench.submit(warm, bench.spec(warm, small, warm))
+            first = bench.final(warm)
+            assert first.started_at_ms is not None and first.finished_at_ms is not None
+            print(f"the worker's first job (1,000 rows, not timed in the figures): running to completed "
+                  f"{(first.finished_at_ms - first.started_at_ms) / 1000:.2f} s (its imports: the lake, the model "
+                  "runtime)", flush=True)
         runs: dict[str, Callable[[str], float]] = {
             "s": lambda table: score_run(bench, source, table, args.events),
             "q": lambda table: job_run(bench, source, table, args.events),
@@ -261,12 +280,20 @@ def figures(args: argparse.Namespace, bootstrap: str, scratch: Path) -> None:
         if {"s", "q"} <= set(rates):
             print(f"q/s {statistics.median(rates['q']) / statistics.median(rates['s']):.2f} (target >= 0.9)   "
                   "per round: " + " ".join(f"{q / s:.2f}" for q, s in zip(rates["q"], rates["s"], strict=True)))
+        if "s" in bench.parts:
+            start_up, own = (statistics.median(x) for x in zip(*bench.parts["s"], strict=True))
+            print(f"    (s) medians: the process's start-up and exit {start_up:.2f} s, its run {own:.2f} s "
+                  "(the model warmed up to the last commit)")
+        if "q" in bench.parts:
+            submit, queued, running = (statistics.median(x) for x in zip(*bench.parts["q"], strict=True))
+            print(f"    (q) medians: the submit command {submit:.2f} s, then to running {queued:.2f} s, "
+                  f"running to completed {running:.2f} s (the worker's config, model session and run)")
         if "t" in wanted:
-            from_start, from_status = to_running(bench, small, args.submits)
+            from_start, from_status, runs = to_running(bench, small, args.submits)
             print(f"(t) submit to running, {args.submits} jobs to an idle worker: from the submit's start "
                   f"median {statistics.median(from_start):.2f} s, max {max(from_start):.2f} s; from its "
                   f"submitted_at median {statistics.median(from_status):.2f} s, max {max(from_status):.2f} s "
-                  "(target < 2 s)")
+                  f"(target < 2 s); running to completed median {statistics.median(runs):.2f} s")
         bench.stop_workers()
         if "r" in wanted:
             resumed(bench, source, args.events, args.resume_file_mb)
