@@ -144,8 +144,10 @@ class JobStatus:
                                                                      "resumes it"))
 
     def finished(self, done: Done, now_ms: int) -> JobStatus:
+        """Every row read: the rows in all are the rows done (a job shorter than a progress period
+        has no total written before)."""
         return self._to(C, now_ms, f"completed: {done.predictions} predictions, {done.rejects} rejects",
-                        **_counts(done), finished_at_ms=now_ms)
+                        **_counts(done), rows_total=done.rows, finished_at_ms=now_ms)
 
     def failed(self, reason: str, now_ms: int, done: Done | None = None) -> JobStatus:
         return self._to(F, now_ms, f"failed: {reason}", reason=reason, finished_at_ms=now_ms,

@@ -44,5 +44,5 @@ def test_the_list_shows_a_state_s_jobs_and_refuses_a_state_that_is_none() -> Non
         list_lines([], "done", now)
     assert err.value.key == "--status"
     shown = status_lines(done)
-    assert shown[:4] == ["job nightly-20261201T0200: completed", "worker w1, attempt 1", "rows 5 of ?",
+    assert shown[:4] == ["job nightly-20261201T0200: completed", "worker w1, attempt 1", "rows 5 of 5",
                          "predictions 4 in table streamer.scores, rejects 1 in table streamer.scores_rejects"]

@@ -724,4 +724,11 @@ MUTANTS: tuple[Mutant, ...] = (
               "if status.state != State.COMPLETED:\n",
               "if status.state == State.FAILED:\n"),),
     ),
+    Mutant(
+        "104-completed-job-without-its-total",
+        "a job that ends before its first progress write completes with no rows in all: jobs status says 'rows 7 of ?'",
+        ("tests/jobs/test_completed_status.py::test_a_job_done_before_its_first_progress_write_shows_its_rows_of_all",),
+        (Edit("streamer/jobs/states.py", "JobStatus.finished", "**_counts(done), rows_total=done.rows,",
+              "**_counts(done),"),),
+    ),
 )
