@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import orjson
 
 from streamer.errors import ConfigError
-from streamer.jobs.board import Board, JobsSections, ensure_topics
+from streamer.jobs.board import Board, JobsSections
 from streamer.jobs.queue import submit
 from streamer.jobs.spec import JobSpec, parse_slot, parse_spec, slot_id, slots_between
 from streamer.jobs.states import JobStatus, State
@@ -28,10 +28,9 @@ def submitted_line(status: JobStatus, queued: bool) -> str:
 
 def submit_spec(cfg: JobsSections, spec: JobSpec, slot: str | None, now: dt.datetime | None = None) -> str:
     now = now or dt.datetime.now(dt.UTC)
-    ensure_topics(cfg)
     board = Board(cfg)
     try:
-        board.load()
+        board.load()  # no status topic yet: an empty board (submit makes the topics)
         when = None if slot is None else parse_slot(slot, spec, now)
         status, queued = submit(cfg, spec, board, slot=when, now=now)
     finally:

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from streamer.config import JobsConfig
 from streamer.errors import BrokerError, NoSuchJob, NoSuchTopic
-from streamer.jobs.states import JobStatus
+from streamer.jobs.states import JobStatus, State
 from streamer.kafka import clients, topics
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ class Board:
         self.cfg, self.topic = cfg, cfg.jobs.status_topic
         self._jobs: dict[str, JobStatus] = {}
         self._seen: dict[str, float] = {}  # when this board last read a status of each job (its own clock)
+        # a cancel read for a job since it was last queued: a worker's own write after it must not hide it
+        self._cancels: dict[str, JobStatus] = {}
         self._changed = threading.Condition()
         self._producer: Producer | None = None
         self._thread: threading.Thread | None = None
@@ -141,8 +143,12 @@ class Board:
             self._jobs.pop(job_id, None)
             return
         try:
-            self._jobs[job_id] = JobStatus.of(orjson.loads(value))
+            status = self._jobs[job_id] = JobStatus.of(orjson.loads(value))
             self._seen[job_id] = time.monotonic()
+            if status.state in (State.CANCELLING, State.CANCELLED):
+                self._cancels[job_id] = status
+            elif status.state == State.QUEUED:  # submitted (again): an earlier cancel is not this run's
+                self._cancels.pop(job_id, None)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("%s: the status of %r cannot be read (%s); it is skipped", self.topic, job_id, exc)
 
@@ -155,6 +161,12 @@ class Board:
         if status is None:
             raise NoSuchJob(job_id, self.topic)
         return status
+
+    def cancel_of(self, job_id: str) -> JobStatus | None:
+        """The cancel read for the job since it was last queued, if any, whatever was written after
+        it (a running job's progress, written by a worker that had not read the cancel yet)."""
+        with self._changed:
+            return self._cancels.get(job_id)
 
     def quiet_s(self, job_id: str) -> float:
         """Seconds since this board last read a status of the job (a running job's worker writes
@@ -190,13 +202,18 @@ class Board:
         return status
 
     def _send(self, job_id: str, value: bytes | None) -> None:
+        self.send(self.topic, job_id, value, what=f"the status of job {job_id!r}")
+
+    def send(self, topic: str, job_id: str, value: bytes | None, *, partition: int = -1, what: str = "") -> None:
+        """A record keyed by a job's id, acknowledged before this returns (BrokerError when not):
+        the board's one producer writes statuses and jobs (its producer id is fetched once)."""
         if self._producer is None:
             self._producer = clients.config_producer(self.cfg, **{"linger.ms": 0})
         failed: list[Any] = []
-        self._producer.produce(self.topic, value, job_id.encode(),
+        self._producer.produce(topic, value, job_id.encode(), partition=partition,  # -1: the key's partition
                                on_delivery=lambda err, _m: failed.append(err) if err else None)
         if self._producer.flush(TIMEOUT_S) or failed:
-            raise BrokerError(f"cannot write the status of job {job_id!r} to {self.topic}: "
+            raise BrokerError(f"cannot write {what or f'job {job_id!r}'} to {topic}: "
                               f"{failed[0] if failed else 'no acknowledgement in %.0f s' % TIMEOUT_S}")
 
     def forget(self, job_id: str) -> None:

@@ -22,7 +22,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from streamer.errors import BrokerError, ConfigError
-from streamer.jobs.board import TIMEOUT_S, Board, JobsSections, ensure_topics
+from streamer.jobs.board import Board, JobsSections, ensure_topics
 from streamer.jobs.spec import JobSource, JobSpec, new_job_id, slot_id
 from streamer.jobs.states import FINAL, JobStatus, State
 from streamer.kafka import clients, topics
@@ -54,7 +54,7 @@ def submit(cfg: JobsSections, spec: JobSpec, board: Board, *, slot: dt.datetime 
         status = replace(status, schedule={"name": spec.name, "schedule": spec.schedule, "timezone": spec.timezone})
     status = board.write(status)
     try:
-        _produce(cfg, status)
+        _produce(cfg, board, status)
     except BrokerError as exc:
         board.write(status.failed(f"not queued: {exc}", int(time.time() * 1000)))
         raise
@@ -95,16 +95,10 @@ def _fixed(source: JobSource, now: dt.datetime) -> JobSource:
                    topic_to=fix(source.topic_to, "job.source.topic.to") or now.astimezone(dt.UTC).isoformat())
 
 
-def _produce(cfg: JobsSections, status: JobStatus) -> None:
-    producer = clients.config_producer(cfg, **{"linger.ms": 0})
-    failed: list[object] = []
+def _produce(cfg: JobsSections, board: Board, status: JobStatus) -> None:
     partition = least_busy(cfg)
-    producer.produce(cfg.jobs.topic, orjson.dumps(status.to_dict()), status.id.encode(),
-                     partition=-1 if partition is None else partition,  # -1: the key's partition
-                     on_delivery=lambda err, _m: failed.append(err) if err else None)
-    if producer.flush(TIMEOUT_S) or failed:
-        raise BrokerError(f"cannot queue job {status.id!r} on {cfg.jobs.topic}: "
-                          f"{failed[0] if failed else 'no acknowledgement in %.0f s' % TIMEOUT_S}")
+    board.send(cfg.jobs.topic, status.id, orjson.dumps(status.to_dict()),
+               partition=-1 if partition is None else partition, what=f"job {status.id!r}")
 
 
 def least_busy(cfg: JobsSections, timeout_s: float = 10.0) -> int | None:

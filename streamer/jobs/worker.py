@@ -146,7 +146,8 @@ class Worker:
     def _take(self, consumer: Consumer) -> Message | None:
         """The best job at the heads of the partitions in hand (priority, then the oldest); the
         other partitions are put back to their heads."""
-        batch = [m for m in consumer.consume(64, 0.5) if not m.error()]
+        first = consumer.consume(1, 0.5)  # returns as soon as a job is there
+        batch = [m for m in (first + consumer.consume(63, 0) if first else []) if not m.error()]
         heads: dict[int, Message] = {}
         for m in batch:
             heads.setdefault(_at(m)[0], m)
@@ -246,11 +247,12 @@ class Worker:
         if run.why_stop is not None:
             return
         latest = self.board.get(run.status.id)
+        asked = self.board.cancel_of(run.status.id)
         why = None
         if run.message[0] in self._lost:
             why = "lost"
-        elif latest is not None and latest.state in (State.CANCELLING, State.CANCELLED):
-            run.status = latest if latest.state == State.CANCELLING else run.status.cancel_asked(self._now_ms())
+        elif asked is not None:
+            run.status = run.status.cancel_asked(self._now_ms())
             why = "cancel"
         elif latest is not None and latest.worker != self.name and latest.attempt > run.status.attempt:
             why = "lost"

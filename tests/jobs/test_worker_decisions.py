@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from streamer.config import JobsConfig
+from streamer.jobs.board import Board as StatusBoard
 from streamer.jobs.spec import parse_spec
 from streamer.jobs.states import Done, JobStatus
 from streamer.jobs.worker import ALIVE_PERIODS, Worker
@@ -93,7 +94,8 @@ class Consumer:
         self.batch, self.seeks = batch, {}
 
     def consume(self, n: int, timeout: float) -> list[Message]:
-        return self.batch
+        taken, self.batch = self.batch[:n], self.batch[n:]
+        return taken
 
     def seek(self, tp: TopicPartition) -> None:
         self.seeks[tp.partition] = tp.offset
@@ -101,7 +103,7 @@ class Consumer:
 
 def test_the_best_job_in_hand_is_taken_and_every_other_partition_is_read_again_from_its_head() -> None:
     batch = [Message(0, 10, 0, 100), Message(0, 11, 9, 50), Message(1, 3, 2, 300), Message(2, 7, 2, 200)]
-    consumer = Consumer(batch)
+    consumer = Consumer(list(batch))
     best = worker(Board(None))._take(consumer)  # type: ignore[arg-type]
     # a partition's head alone is in hand (its order is kept): partition 0 offers priority 0, not 9
     assert best is batch[3]  # priority 2, and submitted before partition 1's priority 2
@@ -143,3 +145,15 @@ def test_a_sweep_expires_queued_jobs_past_their_window_and_forgets_old_finished_
     kept_forever = Kept([old])
     worker(kept_forever)._sweep()  # keep_finished_days 0: nothing forgotten
     assert kept_forever.forgotten == []
+
+
+def test_a_cancel_read_stays_the_job_s_whatever_its_worker_writes_after_it_until_it_is_queued_again() -> None:
+    board = StatusBoard(SimpleNamespace(jobs=JobsConfig(topic="t")))  # type: ignore[arg-type]
+    running = queued().started("w", WHERE, 1)
+    for status in (running, running.cancel_asked(2), running.progressed(5, 10, 1.0, 3)):  # the worker's write last
+        board._take(b"j", orjson.dumps(status.to_dict()))
+    assert board.get("j").state == "running"  # the topic's latest
+    assert board.cancel_of("j") is not None  # the cancel still reaches the worker
+    board._take(b"j", orjson.dumps(running.cancel_asked(2).cancelled(4).to_dict()))
+    board._take(b"j", orjson.dumps(JobStatus.queued("j", SPEC, 5, previous=board.get("j")).to_dict()))
+    assert board.cancel_of("j") is None  # submitted again: that cancel was the earlier run's

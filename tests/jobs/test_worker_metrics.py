@@ -41,6 +41,9 @@ class FakeBoard:
     def get(self, job_id: str) -> JobStatus | None:
         return self.jobs.get(job_id)
 
+    def cancel_of(self, job_id: str) -> JobStatus | None:
+        return None
+
     def all(self) -> list[JobStatus]:
         return list(self.jobs.values())
 
