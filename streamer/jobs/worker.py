@@ -285,6 +285,8 @@ class Worker:
         if lost:
             log.error("worker %s: job %s went to another worker; this run stopped%s", self.name, status.id,
                       f": {run.error}" if run.error else "")
+            if run.message[0] not in self._lost:  # still this member's: its message is read and decided again
+                consumer.seek(TopicPartition(self.cfg.jobs.topic, *run.message))
             return
         if run.why_stop == "shutdown" and (run.error is None and run.outcome is not None and run.outcome.stopped):
             self.board.write(status.released(run.rows, now))

@@ -14,6 +14,7 @@ from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from streamer.config import JobsConfig
+from streamer.errors import StaleCommitError
 from streamer.jobs.spec import JobSpec, parse_spec
 from streamer.jobs.states import Done, JobStatus
 from streamer.jobs.worker import Outcome, Worker, _Run
@@ -54,6 +55,7 @@ class FakeConsumer:
     def __init__(self, on_poll: Callable[[float], None]) -> None:
         self.on_poll = on_poll
         self.committed: list[tuple[int, int]] = []
+        self.seeks: list[tuple[int, int]] = []
 
     def assignment(self) -> list[TopicPartition]:
         return [TopicPartition(TOPIC, 0)]
@@ -64,6 +66,9 @@ class FakeConsumer:
 
     def poll(self, timeout: float) -> None:
         self.on_poll(timeout)
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.partition, tp.offset))
 
     def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
         self.committed += [(tp.partition, tp.offset) for tp in offsets]
@@ -166,3 +171,22 @@ def test_a_busy_worker_counts_its_own_job_running_while_it_runs() -> None:
 
     w._execute(FakeConsumer(poll), WHERE, queued(), stop)
     assert stop.is_set(), "the running job was never counted running"
+
+
+class Refused(Runner):
+    """A run whose commit is refused as stale: another worker committed the job meanwhile."""
+
+    def run(self, job_id: str, spec: JobSpec, stop: threading.Event,
+            progress: Callable[[int, int | None], None]) -> Outcome:
+        self.ended.set()
+        raise StaleCommitError(job_id, "0-of-1", 1, 2, "table streamer.scores")
+
+
+def test_a_run_refused_as_stale_on_a_partition_still_held_reads_its_job_again_and_writes_nothing() -> None:
+    runner = Refused([(0, 1)])
+    board = FakeBoard()
+    w, _ = worker(board, runner, progress_ms=600_000)
+    consumer = FakeConsumer(lambda t: runner.ended.wait(t))
+    w._execute(consumer, WHERE, queued(), threading.Event())
+    assert consumer.committed == [] and consumer.seeks == [WHERE]  # decided again: held while the other runs
+    assert board.jobs["m-1"].state == "running"  # no failure written over the other worker's run

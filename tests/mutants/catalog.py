@@ -730,4 +730,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/jobs/states.py", "JobStatus.finished", "**_counts(done), rows_total=done.rows,",
               "**_counts(done),"),),
     ),
+    Mutant(
+        "96-lost-job-message-skipped",
+        "a worker whose run of a job is refused as stale moves past the job's message: nobody runs the job again",
+        ("tests/jobs/test_worker_metrics.py::"
+         "test_a_run_refused_as_stale_on_a_partition_still_held_reads_its_job_again_and_writes_nothing",),
+        (Edit("streamer/jobs/worker.py", "Worker._end", "consumer.seek(TopicPartition(self.cfg.jobs.topic, *run.message))\n",
+              "pass\n"),),
+    ),
 )
