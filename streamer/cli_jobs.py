@@ -169,8 +169,10 @@ class JobRunner:
             else:
                 summary = lake.run_score(cfg, _where(source), where, run_id=job_id, progress=quiet, stop=stop,
                                          on_rows=progress, key="job.source")
-        except ReplayFinishedError:
-            return Outcome(Done(0, 0, 0, _place(target), _rejects(target)), stopped=False)
+        except ReplayFinishedError as done:  # finished by an earlier run of the job: what its commits hold
+            predictions, rejects, rows = done.committed
+            sink = done.sink or _place(target)
+            return Outcome(Done(rows, predictions, rejects, sink, f"{sink}_rejects"), stopped=False)
         (predictions, rejects), sink = summary.committed_rows, summary.sink
         return Outcome(Done(summary.rows_done, predictions, rejects, sink, f"{sink}_rejects"), summary.counts.stopped)
 
@@ -207,6 +209,3 @@ def _place(target: object) -> str:
     return f"table {target.table}" if target.table else f"parquet {target.parquet}" if target.parquet \
         else f"topic {target.topic}"
 
-
-def _rejects(target: object) -> str:
-    return f"{_place(target)}_rejects"

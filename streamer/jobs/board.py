@@ -57,6 +57,7 @@ class Board:
         self._seen: dict[str, float] = {}  # when this board last read a status of each job (its own clock)
         # a cancel read for a job since it was last queued: a worker's own write after it must not hide it
         self._cancels: dict[str, JobStatus] = {}
+        self._before: dict[str, JobStatus] = {}  # each job's status before its latest one
         self._changed = threading.Condition()
         self._producer: Producer | None = None
         self._thread: threading.Thread | None = None
@@ -67,11 +68,16 @@ class Board:
     # ---- reading --------------------------------------------------------------------------
 
     def load(self, timeout_s: float = TIMEOUT_S) -> Board:
-        """Read the topic from its start to the end offsets of now."""
+        """Read the topic from its start to the end offsets of now (a followed board: wait until
+        the follower has read that far, never reading older records over newer ones)."""
+        if self._thread is not None:
+            self.sync(timeout_s)
+            return self
         consumer = clients.config_consumer(self.cfg, BOARD_GROUP)
         try:
             for m in clients.read_to_end(consumer, self.topic, False, timeout_s):
-                self._take(m.key(), m.value())
+                with self._changed:
+                    self._take(m.key(), m.value())
         except NoSuchTopic:  # no job was ever submitted: an empty board
             pass
         finally:
@@ -140,10 +146,14 @@ class Board:
             return
         job_id = key.decode()
         if value is None:  # a tombstone: the job is forgotten
-            self._jobs.pop(job_id, None)
+            for known in (self._jobs, self._seen, self._cancels, self._before):
+                known.pop(job_id, None)
             return
         try:
-            status = self._jobs[job_id] = JobStatus.of(orjson.loads(value))
+            status = JobStatus.of(orjson.loads(value))
+            if job_id in self._jobs:
+                self._before[job_id] = self._jobs[job_id]
+            self._jobs[job_id] = status
             self._seen[job_id] = time.monotonic()
             if status.state in (State.CANCELLING, State.CANCELLED):
                 self._cancels[job_id] = status
@@ -161,6 +171,12 @@ class Board:
         if status is None:
             raise NoSuchJob(job_id, self.topic)
         return status
+
+    def before(self, job_id: str) -> JobStatus | None:
+        """The job's status before its latest one, as the topic holds them (a cancel written from
+        a stale copy finds here the final status it went over)."""
+        with self._changed:
+            return self._before.get(job_id)
 
     def cancel_of(self, job_id: str) -> JobStatus | None:
         """The cancel read for the job since it was last queued, if any, whatever was written after

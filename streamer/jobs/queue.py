@@ -63,14 +63,17 @@ def submit(cfg: JobsSections, spec: JobSpec, board: Board, *, slot: dt.datetime 
 
 def cancel(board: Board, job_id: str) -> JobStatus:
     """Ask a job to stop: a queued one is cancelled at once, a running one at its next commit. A
-    worker's write that crossed the request is answered by asking again."""
+    worker's write that crossed the request is answered: a progress write by asking again, a final
+    status (the job ended just before) by writing that status back over the request."""
     for _ in range(CANCEL_TRIES):
         status = board.must(job_id)
         if status.state in (State.CANCELLING, State.CANCELLED) or status.final:
             return status
-        board.write(status.cancel_asked(int(time.time() * 1000)))
+        asked = board.write(status.cancel_asked(int(time.time() * 1000)))
         board.load()  # what a worker wrote meanwhile, if anything
-        now = board.must(job_id)
+        now, before = board.must(job_id), board.before(job_id)
+        if now == asked and before is not None and before.final and before.state != State.CANCELLED:
+            return board.write(before)  # the job ended before the request: it stays as it ended
         if now.state in (State.CANCELLING, State.CANCELLED) or now.final:
             return now
     return board.must(job_id)

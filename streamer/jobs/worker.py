@@ -86,6 +86,8 @@ class _Run:
     outcome: Outcome | None = None
     error: BaseException | None = None
     why_stop: str | None = None  # 'cancel', 'expire', 'lost', 'shutdown'
+    # the first report of this run: its rate counts the rows this run scored, not earlier runs' of the job
+    base: tuple[int, float] | None = None
 
 
 class Worker:
@@ -235,6 +237,8 @@ class Worker:
 
     def _work(self, run: _Run) -> None:
         def progress(rows: int, total: int | None) -> None:
+            if run.base is None:
+                run.base = (rows, time.monotonic())
             run.rows, run.total = rows, total
 
         try:
@@ -254,8 +258,9 @@ class Worker:
         elif asked is not None:
             run.status = run.status.cancel_asked(self._now_ms())
             why = "cancel"
-        elif latest is not None and latest.worker != self.name and latest.attempt > run.status.attempt:
-            why = "lost"
+        elif latest is not None and (latest.final or latest.message not in (None, run.message) or
+                                     (latest.worker not in (None, self.name) and latest.attempt > run.status.attempt)):
+            why = "lost"  # ended, or run by another worker (resumed there, or under another submission)
         elif run.status.deadline_ms is not None and self._now_ms() >= run.status.deadline_ms:
             why = "expire"
         elif stop.is_set():
@@ -268,9 +273,8 @@ class Worker:
     def _progress(self, run: _Run) -> None:
         if run.why_stop == "lost":
             return
-        rows, total = run.rows, run.total  # read once: the job's thread moves them on meanwhile
-        elapsed = max(time.monotonic() - run.started, 1e-3)
-        rate = rows / elapsed
+        rows, total, base = run.rows, run.total, run.base  # read once: the job's thread moves them on meanwhile
+        rate = 0.0 if base is None else (rows - base[0]) / max(time.monotonic() - base[1], 1e-3)
         done_before = run.status.rows_done
         run.status = self.board.write(run.status.progressed(rows, total, rate, self._now_ms()))
         eta = None if total is None or rate <= 0 else max(total - rows, 0) / rate

@@ -110,7 +110,7 @@ class IcebergSink(FilesSink):
         resume = Resume(ranges_of(json.loads(saved)["bounds"]), reached, seq)
         if not fresh and resume.done:
             raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
-                                      "pass --force to run it again")
+                                      "pass --force to run it again", self.name, (*_written(head), _rows(resume)))
         self.rejects.refresh()
         rejected = latest(self.rejects, self._attempt, str(shard))
         self._last = None if head is None else head.get(COMMIT)
@@ -253,6 +253,11 @@ def _position(head: Summary | None) -> tuple[dict[Partition, int], int]:
         return {}, 0
     reached = {tp: to for tp, (_, to) in ranges_of(head.get("streamer.reached", "{}")).items()}
     return reached, int(head.get(SEQ, "0")) + 1
+
+
+def _rows(resume: Resume) -> int:
+    """The source positions a run's bounds span."""
+    return sum(e - s for s, e in resume.bounds.values())
 
 
 def _written(head: Summary | None) -> tuple[int, int]:

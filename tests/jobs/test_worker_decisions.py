@@ -13,6 +13,7 @@ from confluent_kafka import TopicPartition
 
 from streamer.config import JobsConfig
 from streamer.jobs.board import Board as StatusBoard
+from streamer.jobs.queue import cancel
 from streamer.jobs.spec import parse_spec
 from streamer.jobs.states import Done, JobStatus
 from streamer.jobs.worker import ALIVE_PERIODS, Worker
@@ -157,3 +158,34 @@ def test_a_cancel_read_stays_the_job_s_whatever_its_worker_writes_after_it_until
     board._take(b"j", orjson.dumps(running.cancel_asked(2).cancelled(4).to_dict()))
     board._take(b"j", orjson.dumps(JobStatus.queued("j", SPEC, 5, previous=board.get("j")).to_dict()))
     assert board.cancel_of("j") is None  # submitted again: that cancel was the earlier run's
+
+
+class Crossed:
+    """A status topic in which the job completes just before a cancel, built from a copy that
+    said running, lands after it."""
+
+    def __init__(self, running: JobStatus, completed: JobStatus) -> None:
+        self.topic = [running]
+        self.completed = completed
+
+    def must(self, job_id: str) -> JobStatus:
+        return self.topic[-1]
+
+    def before(self, job_id: str) -> JobStatus | None:
+        return self.topic[-2] if len(self.topic) > 1 else None
+
+    def write(self, status: JobStatus) -> JobStatus:
+        if status.state == "cancelling" and self.completed not in self.topic:
+            self.topic.append(self.completed)  # the worker's write reached the topic first
+        self.topic.append(status)
+        return status
+
+    def load(self) -> None: ...
+
+
+def test_a_cancel_that_lands_over_a_job_just_completed_puts_the_completed_status_back() -> None:
+    running = queued().started("w", WHERE, 1)
+    completed = running.finished(DONE, 2)
+    board = Crossed(running, completed)
+    assert cancel(board, "j") == completed  # type: ignore[arg-type]
+    assert [str(s.state) for s in board.topic] == ["running", "completed", "cancelling", "completed"]

@@ -146,7 +146,7 @@ def test_a_job_gone_to_another_worker_leaves_no_running_job_on_this_one() -> Non
     consumer: FakeConsumer
 
     def poll(timeout: float) -> None:  # once the job's progress is out, a rebalance takes its partition
-        if sample(registry, "streamer_job_eta_seconds") is not None:
+        if sample(registry, "streamer_job_deadline_timestamp_seconds") is not None:
             w._revoked(consumer, [TopicPartition(TOPIC, 0)])
         runner.ended.wait(timeout)
 

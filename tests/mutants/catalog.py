@@ -738,4 +738,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/jobs/worker.py", "Worker._end", "consumer.seek(TopicPartition(self.cfg.jobs.topic, *run.message))\n",
               "pass\n"),),
     ),
+    Mutant(
+        "97-finished-job-reports-nothing",
+        "a job whose run had finished before its worker died is completed with 0 rows and 0 predictions",
+        ("tests/jobs/test_runner.py::test_a_job_run_again_after_its_last_commit_reports_what_its_commits_hold",),
+        (Edit("streamer/cli_jobs.py", "JobRunner.run", "predictions, rejects, rows = done.committed\n",
+              "predictions, rejects, rows = 0, 0, 0\n"),),
+    ),
+    Mutant(
+        "98-cancel-over-a-completed-job",
+        "a cancel built from a stale copy lands over the job's completed status and stays: the job reads cancelling for good",
+        ("tests/jobs/test_worker_decisions.py::test_a_cancel_that_lands_over_a_job_just_completed_puts_the_completed_status_back",),
+        (Edit("streamer/jobs/queue.py", "cancel", "return board.write(before)", "return now"),),
+    ),
 )
