@@ -1,7 +1,8 @@
 """Submitting and cancelling jobs: the status first, then the job on the jobs topic, on the partition of the least busy worker.
 
-A submission writes the job's ``queued`` status and then its message (keyed by its id; the value
-is that status). A job id that is queued, running, completed or expired is not queued again:
+A submission writes the job's message (keyed by its id; the value is its ``queued`` status) and
+then that status: a submission stopped in between leaves a job that a worker starts (its status
+made from the message), never a status with no message behind it. A job id that is queued, running, completed or expired is not queued again:
 :func:`submit` answers its status as it is, so a schedule's slot or a trigger's snapshot submitted
 twice is one job. A failed or cancelled job is queued again, a retry, and resumes from its last
 commit. The partition is that of the group member with the fewest jobs queued or running (a
@@ -21,7 +22,7 @@ import orjson
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from streamer.errors import BrokerError, ConfigError
+from streamer.errors import ConfigError
 from streamer.jobs.board import Board, JobsSections, ensure_topics
 from streamer.jobs.spec import JobSource, JobSpec, new_job_id, slot_id
 from streamer.jobs.states import FINAL, JobStatus, State
@@ -52,13 +53,13 @@ def submit(cfg: JobsSections, spec: JobSpec, board: Board, *, slot: dt.datetime 
     status = JobStatus.queued(job_id, job, now_ms, previous=previous)
     if slot is not None and spec.schedule is not None and spec.name is not None:
         status = replace(status, schedule={"name": spec.name, "schedule": spec.schedule, "timezone": spec.timezone})
-    status = board.write(status)
-    try:
-        _produce(cfg, board, status)
-    except BrokerError as exc:
-        board.write(status.failed(f"not queued: {exc}", int(time.time() * 1000)))
-        raise
-    return status, True
+    _produce(cfg, board, status)  # the message first: a submit stopped before its status leaves a job, not a ghost
+    return board.write(status), True
+
+
+def requeue(cfg: JobsSections, board: Board, status: JobStatus) -> None:
+    """Put a queued job (a parked one that is due) on the queue again."""
+    _produce(cfg, board, status)
 
 
 def cancel(board: Board, job_id: str) -> JobStatus:

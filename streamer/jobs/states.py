@@ -98,6 +98,7 @@ class JobStatus:
     reason: str | None = None
     events: tuple[str, ...] = ()
     schedule: Mapping[str, str] | None = None  # a slot's: its spec's name, schedule and timezone
+    parked: bool = False  # queued, off the queue until its not_before: a worker queues it again then
 
     @staticmethod
     def queued(job_id: str, spec: JobSpec, now_ms: int, message: tuple[int, int] | None = None,
@@ -134,6 +135,18 @@ class JobStatus:
             raise JobStateError(self.id, str(self.state), "progress")
         return dataclasses.replace(self, rows_done=rows_done, rows_total=rows_total, rows_per_s=rows_per_s,
                                    updated_at_ms=now_ms)
+
+    def park(self, now_ms: int) -> JobStatus:
+        """A queued job not due yet taken off the queue, so that it blocks no job behind it."""
+        if self.state != Q:
+            raise JobStateError(self.id, str(self.state), "parked")
+        at = dt.datetime.fromtimestamp((self.not_before_ms or 0) / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return dataclasses.replace(self, parked=True, updated_at_ms=now_ms,
+                                   events=_more(self.events, now_ms, f"off the queue until its not_before, {at}"))
+
+    def unparked(self, now_ms: int) -> JobStatus:
+        return dataclasses.replace(self, parked=False, updated_at_ms=now_ms,
+                                   events=_more(self.events, now_ms, "due: queued again"))
 
     def released(self, rows_done: int, now_ms: int) -> JobStatus:
         """Its worker stopped (SIGTERM) at a commit and left it to the next: no worker holds it."""

@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from streamer.errors import StaleCommitError, StreamerError
 from streamer.jobs.board import Board, JobsSections, ensure_topics
+from streamer.jobs.queue import requeue
 from streamer.jobs.spec import JobSpec
 from streamer.jobs.states import Done, JobStatus, State
 from streamer.kafka import clients
@@ -171,10 +172,11 @@ class Worker:
         self.board.sync()
         decision, status = self._decide(sent, where)
         log.info("worker %s: job %s at %s: %s", self.name, sent.id, where, decision)
-        if decision == "hold":
-            due = (status.not_before_ms or 0) / 1000 if status.not_before_ms and status.not_before_ms > self._now_ms() \
-                else self.clock() + ALIVE_PERIODS * self.cfg.jobs.progress_ms / 1000
-            self._hold(consumer, where, due)
+        if decision == "hold":  # its worker elsewhere is alive: this partition looks again shortly
+            self._hold(consumer, where, self.clock() + ALIVE_PERIODS * self.cfg.jobs.progress_ms / 1000)
+        elif decision == "park":  # not due: off the queue, so the jobs behind it run; a sweep queues it again
+            self.board.write(status.park(self._now_ms()))
+            self._commit(consumer, where)
         elif decision == "run":
             self._execute(consumer, where, status, stop)
         else:
@@ -191,9 +193,13 @@ class Worker:
         - running or cancelling under another message: a second submission of a running job, skip;
         - running under this message with a live worker elsewhere: hold, look again later;
         - past its window: expire; cancel asked before it ran: cancel;
-        - not yet due (``not_before``): hold its partition until then; else run (or resume).
+        - not yet due (``not_before``): park it (committed past; a sweep queues it again when due);
+        - else run it (or resume it).
         """
-        status = self.board.get(sent.id) or sent
+        known = self.board.get(sent.id)
+        # a failed or cancelled job's newer submission (a retry) is the message's, whatever the board read
+        status = sent if known is None or (known.state in (State.FAILED, State.CANCELLED) and
+                                           sent.submitted_at_ms > known.submitted_at_ms) else known
         now = self._now_ms()
         if status.state in (State.COMPLETED, State.EXPIRED, State.FAILED, State.CANCELLED):
             return "skip", status
@@ -207,7 +213,7 @@ class Worker:
         if status.state == State.CANCELLING and status.attempt == 0:
             return "cancel", status
         if status.not_before_ms is not None and now < status.not_before_ms:
-            return "hold", status
+            return "park", status
         return "run", status
 
     # ---- running one job ------------------------------------------------------------------
@@ -355,6 +361,9 @@ class Worker:
         for status in self.board.all():
             if status.state == State.QUEUED and status.deadline_ms is not None and now >= status.deadline_ms:
                 self.board.write(status.expired(now))
+            elif status.state == State.QUEUED and status.parked and (status.not_before_ms or 0) <= now:
+                requeue(self.cfg, self.board, status)  # two sweeps at once queue it twice: the second is skipped
+                self.board.write(status.unparked(now))
             elif keep_ms and status.final and now - (status.finished_at_ms or status.updated_at_ms) > keep_ms:
                 self.board.forget(status.id)
         self._count()

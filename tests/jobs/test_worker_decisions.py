@@ -57,7 +57,9 @@ CASES = {
     "left by a worker stopped at a commit: resume": (queued().started("w", WHERE, 1).released(9, 2), 0.0, "run"),
     "past its window: expire": (queued(deadline_ms=NOW_MS), 1e9, "expire"),
     "cancel asked before any start: cancel": (queued(state="cancelling"), 1e9, "cancel"),
-    "not yet due: hold": (queued(not_before_ms=NOW_MS + 1), 1e9, "hold"),
+    "not yet due: park": (queued(not_before_ms=NOW_MS + 1), 1e9, "park"),
+    "retried after it failed, the board not read that far: run": (
+        queued(submitted_at_ms=NOW_MS - 9000).started("w", WHERE, 1).failed("x", 2), 1e9, "run"),
 }
 
 
@@ -69,7 +71,7 @@ def test_a_job_s_status_decides_what_its_worker_does(case: str) -> None:
 
 def test_a_message_whose_job_the_board_has_not_read_yet_is_decided_by_the_message() -> None:
     assert worker(Board(None))._decide(queued(), WHERE)[0] == "run"
-    assert worker(Board(None))._decide(queued(not_before_ms=NOW_MS + 5), WHERE)[0] == "hold"
+    assert worker(Board(None))._decide(queued(not_before_ms=NOW_MS + 5), WHERE)[0] == "park"
 
 
 class Message:
@@ -128,6 +130,19 @@ class Kept:
     def forget(self, job_id: str) -> None:
         self.forgotten.append(job_id)
         del self.jobs[job_id]
+
+
+def test_a_sweep_queues_a_parked_job_again_once_it_is_due_and_leaves_one_not_due(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    requeued: list[str] = []
+    monkeypatch.setattr("streamer.jobs.worker.requeue", lambda cfg, board, status: requeued.append(status.id))
+    due = dataclasses.replace(queued(not_before_ms=NOW_MS - 1).park(1), id="due")
+    later = dataclasses.replace(queued(not_before_ms=NOW_MS + 60_000).park(1), id="later")
+    board = Kept([due, later])
+    worker(board)._sweep()
+    assert requeued == ["due"]
+    assert (board.jobs["due"].parked, board.jobs["later"].parked) == (False, True)
+    assert board.jobs["due"].events[-1].endswith("due: queued again")
 
 
 def test_a_sweep_expires_queued_jobs_past_their_window_and_forgets_old_finished_ones() -> None:

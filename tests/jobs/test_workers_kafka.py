@@ -86,6 +86,20 @@ def test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_st
         expired = await_status(config, "late-1", lambda s: s.final)
         assert expired.state == State.EXPIRED and expired.started_at_ms is None, expired
 
+        # A job not due yet waits off the queue: the job submitted after it runs first, and it runs when due.
+        due = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=4)
+        off_peak = _spec(tmp_path, f"source: {{parquet: {source}}}\ntarget: {{table: off_peak}}\n"
+                                   f"not_before: '{due.isoformat()}'\n")
+        assert cli.main(["jobs", "submit", "--config", str(config), str(off_peak), "--id", "off-peak-1"]) == 0
+        now_spec = _spec(tmp_path, f"source: {{parquet: {source}}}\ntarget: {{table: now}}\n")
+        assert cli.main(["jobs", "submit", "--config", str(config), str(now_spec), "--id", "now-1"]) == 0
+        ran = await_status(config, "now-1", lambda s: s.final)
+        assert ran.state == State.COMPLETED and ran.finished_at_ms < due.timestamp() * 1000, ran
+        waited = await_status(config, "off-peak-1", lambda s: s.final)
+        assert waited.state == State.COMPLETED and waited.started_at_ms >= due.timestamp() * 1000, waited
+        assert any("off the queue until its not_before" in e for e in waited.events), waited.events
+        capsys.readouterr()
+
         # A cancel reaches a running job (its first commit held, rows left): it stops at that commit, cancelled.
         gate.unlink()
         big = events_file(tmp_path / "big.parquet", 250_000)  # commits at about 70,000 rows each

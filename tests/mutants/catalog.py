@@ -751,4 +751,10 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/jobs/test_worker_decisions.py::test_a_cancel_that_lands_over_a_job_just_completed_puts_the_completed_status_back",),
         (Edit("streamer/jobs/queue.py", "cancel", "return board.write(before)", "return now"),),
     ),
+    Mutant(
+        "99-job-not-due-holds-its-partition",
+        "a job waiting for its not_before holds its partition: the jobs queued behind it wait as long",
+        (WORKERS + "test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_stops_at_the_next_commit",),
+        (Edit("streamer/jobs/worker.py", "Worker._decide", 'return "park", status', 'return "hold", status'),),
+    ),
 )

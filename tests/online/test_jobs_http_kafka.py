@@ -282,5 +282,5 @@ def test_a_spec_is_queued_once_however_often_it_is_posted(api: Api) -> None:
     before = api.ends()
     code, answer, _ = api.call("POST", "/v1/jobs", yaml.safe_dump(spec).encode(), content_type="application/yaml")
     assert (code, answer["id"], answer["state"]) == (200, "spec-once", "queued")
-    assert api.ends() == before  # not queued again
+    assert api.ends()[0] == before[0]  # not queued again (the worker may park it meanwhile: a status)
     assert api.call("POST", "/v1/jobs/spec-once/cancel")[1]["state"] == "cancelled"
