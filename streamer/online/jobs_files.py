@@ -33,6 +33,7 @@ from streamer.config import LakeConfig
 from streamer.errors import Refused
 from streamer.lake.places import filesystem
 
+BATCH_BYTES = 32 * 1024 * 1024  # lines held before they are written, whatever their count
 BATCH_ROWS = 8192  # JSON lines per Arrow batch written: what an upload holds in memory
 MAX_LINE_BYTES = 16 << 20  # one JSON line, at most
 COPY_BYTES = 1 << 20  # a Parquet body is written in pieces of about this size
@@ -74,18 +75,24 @@ class Upload:
         writer = _LinesWriter(self.fs, self.path)
         lines: list[bytes]
         try:
-            rest, lines = b"", []  # the line under way; the whole lines not yet written
+            # the line under way, in pieces (a long line is joined once); the whole lines not yet written
+            rest: list[bytes] = []
+            held, lines = 0, []
             async for chunk in chunks:
-                parts = (rest + chunk).split(b"\n")
-                rest = parts.pop()
-                if len(rest) > MAX_LINE_BYTES:
+                parts = chunk.split(b"\n")
+                if len(parts) > 1:
+                    parts[0] = b"".join([*rest, parts[0]])
+                    rest = []
+                rest.append(parts.pop())
+                if sum(map(len, rest)) > MAX_LINE_BYTES:
                     raise Refused(400, f"line {writer.lines + len(lines) + len(parts) + 1} is longer than "
                                        f"{MAX_LINE_BYTES} bytes")
                 lines.extend(parts)
-                if len(lines) >= BATCH_ROWS:
+                held += sum(map(len, parts))
+                if len(lines) >= BATCH_ROWS or held >= BATCH_BYTES:  # long lines: a batch by size too
                     await loop.run_in_executor(None, writer.add, lines)
-                    lines = []
-            lines.append(rest)
+                    lines, held = [], 0
+            lines.append(b"".join(rest))
             await loop.run_in_executor(None, writer.add, lines)
         finally:
             await loop.run_in_executor(None, writer.close)
