@@ -148,7 +148,7 @@ class JobRunner:
         self.config = config
 
     def run(self, job_id: str, spec: JobSpec, stop: threading.Event,
-            progress: Callable[[int, int | None], None]) -> Outcome:
+            progress: Callable[[int, int | None], None], abandon: threading.Event | None = None) -> Outcome:
         from streamer.commands import lake
         from streamer.config_file import load_config
         from streamer.kafka.ranges import parse_when
@@ -165,10 +165,10 @@ class JobRunner:
                 summary = lake.run_lake_replay(
                     cfg, parse_when(source.topic_from or "earliest", "job.source.topic.from"),
                     parse_when(source.topic_to or "latest", "job.source.topic.to"), where, run_id=job_id,
-                    progress=quiet, stop=stop, on_rows=progress)
+                    progress=quiet, stop=stop, on_rows=progress, abandon=abandon)
             else:
                 summary = lake.run_score(cfg, _where(source), where, run_id=job_id, progress=quiet, stop=stop,
-                                         on_rows=progress, key="job.source")
+                                         on_rows=progress, key="job.source", abandon=abandon)
         except ReplayFinishedError as done:  # finished by an earlier run of the job: what its commits hold
             predictions, rejects, rows = done.committed
             sink = done.sink or _place(target)

@@ -93,25 +93,27 @@ def run_lake_replay(cfg: Config, start: When, end: When, target: Target, *, run_
                     shard: Shard = Shard(), force: bool = False, batch_size: int | None = None,
                     model_path: Path | None = None, model_version: str | None = None,
                     progress: TextIO | None = None, stop: threading.Event | None = None,
-                    on_rows: Rows | None = None) -> LakeSummary:
+                    on_rows: Rows | None = None, abandon: threading.Event | None = None) -> LakeSummary:
     """Score the range into ``target`` exactly once under ``run_id`` (resumed when it has progress
     there); ``stop`` set ends it early, committed and resumable."""
     job = replay_job(cfg, start, end, target, new_run_id(run_id), shard=shard, force=force, model_path=model_path,
                      model_version=model_version)
-    return _run("replay", job, batch_size, progress, stop, on_rows)
+    return _run("replay", job, batch_size, progress, stop, on_rows, abandon)
 
 
 def run_score(cfg: Config, location: Where, target: Target, *, run_id: str | None = None, force: bool = False,
               batch_size: int | None = None, progress: TextIO | None = None,
-              stop: threading.Event | None = None, on_rows: Rows | None = None, key: str = "--from") -> LakeSummary:
+              stop: threading.Event | None = None, on_rows: Rows | None = None, key: str = "--from",
+              abandon: threading.Event | None = None) -> LakeSummary:
     """Score every row of ``location`` (Parquet files, a dataset, an Iceberg table, the rows one of its
     snapshots appended, a list of files) into ``target``; ``key``: what a refusal of the source names."""
     job = score_job(cfg, location, target, new_run_id(run_id), force=force, batch_size=batch_size, key=key)
-    return _run("score", job, batch_size, progress, stop, on_rows)
+    return _run("score", job, batch_size, progress, stop, on_rows, abandon)
 
 
 def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | None,
-         stop: threading.Event | None, on_rows: Rows | None = None) -> LakeSummary:
+         stop: threading.Event | None, on_rows: Rows | None = None,
+         abandon: threading.Event | None = None) -> LakeSummary:
     """The run, with a progress bar; ``on_rows(done, total)`` after each chunk, counting what
     earlier runs of the id committed."""
     bar = ProgressBar(job.resume.left(), progress or sys.stderr, verb)
@@ -125,7 +127,7 @@ def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | Non
 
     started = time.monotonic()
     lake = LakeRun(job.sink, job.scorer(), job.run_id, batch_size or BATCH_SIZE, update)
-    counts = lake.run(job.source, job.resume, stop)
+    counts = lake.run(job.source, job.resume, stop, abandon)
     bar.close(counts.rows)
     return LakeSummary(verb, job.run_id, job.sink.name, job.resume, counts, time.monotonic() - started,
                        job.sink.committed_rows)

@@ -50,10 +50,11 @@ class Outcome:
 
 class Runner(Protocol):
     """Runs one job under its id (the run id) until its end or until ``stop`` is set (then at its
-    next commit); reports ``(rows done, rows in all or None)`` through ``progress``."""
+    next commit); reports ``(rows done, rows in all or None)`` through ``progress``. ``abandon`` set:
+    the job is another worker's now: end without another commit."""
 
     def run(self, job_id: str, spec: JobSpec, stop: threading.Event,
-            progress: Callable[[int, int | None], None]) -> Outcome: ...
+            progress: Callable[[int, int | None], None], abandon: threading.Event | None = None) -> Outcome: ...
 
 
 class Meters(Protocol):
@@ -81,6 +82,7 @@ class _Run:
     message: tuple[int, int]
     status: JobStatus
     stop: threading.Event = field(default_factory=threading.Event)
+    abandon: threading.Event = field(default_factory=threading.Event)  # lost: end without another commit
     rows: int = 0
     total: int | None = None
     started: float = field(default_factory=time.monotonic)
@@ -248,7 +250,7 @@ class Worker:
             run.rows, run.total = rows, total
 
         try:
-            run.outcome = self.runner.run(run.status.id, run.status.job, run.stop, progress)
+            run.outcome = self.runner.run(run.status.id, run.status.job, run.stop, progress, abandon=run.abandon)
         except BaseException as exc:  # noqa: BLE001 (the main thread writes it as the job's failure)
             run.error = exc
 
@@ -274,6 +276,8 @@ class Worker:
         if why is not None:
             log.info("worker %s: job %s stops at its next commit (%s)", self.name, run.status.id, why)
             run.why_stop = why
+            if why == "lost":  # the job is another worker's: what this run read since its last commit is dropped
+                run.abandon.set()
             run.stop.set()
 
     def _progress(self, run: _Run) -> None:

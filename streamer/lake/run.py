@@ -93,9 +93,11 @@ class LakeRun:
         self.counts = LakeCounts()
         self._on_progress = on_progress
 
-    def run(self, source: Source, resume: Resume, stop: threading.Event | None = None) -> LakeCounts:
+    def run(self, source: Source, resume: Resume, stop: threading.Event | None = None,
+            abandon: threading.Event | None = None) -> LakeCounts:
         """Read ``source`` from ``resume``'s positions to its bounds, committing as files fill;
-        when ``stop`` is set, only to the end of the chunk in hand (``counts.stopped``)."""
+        when ``stop`` is set, only to the end of the chunk in hand (``counts.stopped``). When
+        ``abandon`` is set (the run is another writer's now), it ends without another commit."""
         self.scorer.warm_up()
         covered: Ranges = {}
         since = dict(resume.reached)
@@ -108,6 +110,8 @@ class LakeRun:
                 self.counts.gone += chunk.gone
                 for pos, to in chunk.reached.items():
                     covered[pos] = (since.get(pos, resume.bounds[pos][0]), to)
+                if abandon is not None and abandon.is_set():
+                    break
                 if self.sink.due():
                     covered = self._commit(covered, since)
                 self._on_progress(self.counts)
@@ -117,6 +121,9 @@ class LakeRun:
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()  # a source's consumer or files, before the last commit
+        if abandon is not None and abandon.is_set():  # what was read after the last commit is never visible
+            self.counts.stopped = True
+            return self.counts
         self._commit(covered, since)
         # A stop that came after the last row is a finish.
         self.counts.stopped = stop is not None and stop.is_set() and not Resume(resume.bounds, since, 0).done

@@ -84,7 +84,7 @@ class Runner:
         self.ended = threading.Event()
 
     def run(self, job_id: str, spec: JobSpec, stop: threading.Event,
-            progress: Callable[[int, int | None], None]) -> Outcome:
+            progress: Callable[[int, int | None], None], abandon: threading.Event | None = None) -> Outcome:
         for rows, total in self.reports:
             progress(rows, total)
         if self.until_stopped:
@@ -177,7 +177,7 @@ class Refused(Runner):
     """A run whose commit is refused as stale: another worker committed the job meanwhile."""
 
     def run(self, job_id: str, spec: JobSpec, stop: threading.Event,
-            progress: Callable[[int, int | None], None]) -> Outcome:
+            progress: Callable[[int, int | None], None], abandon: threading.Event | None = None) -> Outcome:
         self.ended.set()
         raise StaleCommitError(job_id, "0-of-1", 1, 2, "table streamer.scores")
 

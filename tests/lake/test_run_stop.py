@@ -77,3 +77,16 @@ def test_a_workers_run_exits_with_a_failure_first_then_a_stop() -> None:
     assert worst_exit([0, 6]) == worst_exit([6, 6]) == 6  # a worker stopped: the run is resumable
     assert worst_exit([6, 3]) == worst_exit([3, 0]) == 3  # a failure is not hidden by a stop
     assert worst_exit([6, -9]) == -9  # a worker killed
+
+
+def test_an_abandoned_run_ends_without_another_commit_and_the_same_run_id_reads_the_rest(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    pq.write_table(many(N), tmp_path / "events.parquet", row_group_size=BATCH)
+    out = tmp_path / "scores"
+    abandoned = run_score(cfg, str(tmp_path / "events.parquet"), Target(parquet=str(out)), run_id="a1",
+                          batch_size=BATCH, progress=io.StringIO(), stop=StopAfter(3), abandon=StopAfter(3))
+    assert abandoned.counts.stopped and abandoned.counts.commits == 0
+    assert not list(out.rglob("*.parquet")), "a run that lost its job to another writer commits nothing more"
+    done = run_score(cfg, str(tmp_path / "events.parquet"), Target(parquet=str(out)), run_id="a1",
+                     batch_size=BATCH, progress=io.StringIO())
+    assert done.counts.rows == N and committed(out) == N

@@ -757,4 +757,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (WORKERS + "test_a_slot_submitted_twice_is_one_job_a_past_window_expires_and_a_cancel_stops_at_the_next_commit",),
         (Edit("streamer/jobs/worker.py", "Worker._decide", 'return "park", status', 'return "hold", status'),),
     ),
+    Mutant(
+        "106-abandoned-run-commits",
+        "a run whose job went to another worker commits what it read: two writers of one shard",
+        ("tests/lake/test_run_stop.py::test_an_abandoned_run_ends_without_another_commit_and_the_same_run_id_reads_the_rest",),
+        (Edit("streamer/lake/run.py", "LakeRun.run",
+              "if abandon is not None and abandon.is_set():  # what was read after the last commit is never visible\n",
+              "if False:\n"),),
+    ),
 )
