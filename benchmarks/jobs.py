@@ -54,35 +54,8 @@ from streamer.dev.broker import kafka_cluster
 from streamer.jobs.board import Board, ensure_topics
 from streamer.jobs.queue import least_busy
 from streamer.jobs.states import JobStatus, State
+from tests.jobs.support import jobs_config
 
-CONFIG = """\
-kafka:
-  bootstrap.servers: {bootstrap}
-  session.timeout.ms: "6000"
-input:
-  topics: [ "bench-jobs-in-{run}" ]
-  group_id: bench-jobs-{run}
-  format: avro
-  schema: {root}/streamer/schemas/feature_event.avsc
-  features_field: features
-model:
-  path: {root}/models/fraud_mlp.onnx
-  name: fraud_mlp
-  version: "1"
-  providers: [cpu]
-output:
-  topic: bench-jobs-out-{run}
-  schema: {root}/streamer/schemas/prediction.avsc
-lake:
-  warehouse: {warehouse}
-  target_file_mb: {file_mb}
-jobs:
-  topic: bench.jobs.{run}
-  status_topic: bench.jobs.status.{run}
-  group_id: bench-workers-{run}
-  partitions: 4
-  progress_ms: 1000
-"""
 WAIT_S = 600.0
 
 
@@ -100,10 +73,7 @@ class Bench:
         self.parts: dict[str, list[tuple[float, ...]]] = {}  # each figure's seconds, by part, per round
 
     def _config(self, bootstrap: str, name: str, file_mb: int) -> Path:
-        path = self.scratch / name
-        path.write_text(CONFIG.format(bootstrap=bootstrap, run=self.run, root=ROOT, warehouse=self.scratch / "lake",
-                                      file_mb=file_mb))
-        return path
+        return jobs_config(self.scratch, bootstrap, target_file_mb=file_mb, progress_ms=1000, run=self.run, name=name)
 
     def streamer(self, *argv: str | Path) -> subprocess.CompletedProcess[str]:
         done = subprocess.run([sys.executable, "-m", "streamer", *map(str, argv)], env=self.env, capture_output=True,

@@ -29,10 +29,12 @@ ROOT = Path(__file__).resolve().parents[2]
 WIDTH = 32
 
 
-def jobs_config(folder: Path, bootstrap: str, *, target_file_mb: int = 128, progress_ms: int = 300) -> Path:
-    """A config with fresh jobs topics and group, its lake in ``folder``; workers fail over in seconds."""
-    run = uuid.uuid4().hex[:8]
-    path = folder / "config.yaml"
+def jobs_config(folder: Path, bootstrap: str, *, target_file_mb: int = 128, progress_ms: int = 300,
+                run: str | None = None, name: str = "config.yaml") -> Path:
+    """A config with fresh jobs topics and group (``run``'s: configs of one run share them), its lake
+    in ``folder``; workers fail over in seconds. benchmarks/jobs.py writes its configs with it too."""
+    run = run or uuid.uuid4().hex[:8]
+    path = folder / name
     path.write_text(f"""\
 kafka:
   bootstrap.servers: {bootstrap}
