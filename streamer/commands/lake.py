@@ -126,6 +126,8 @@ def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | Non
             on_rows(before + c.rows, total)
 
     started = time.monotonic()
+    if on_rows is not None:  # where this run starts: its rate counts its own rows from here
+        on_rows(before, total)
     lake = LakeRun(job.sink, job.scorer(), job.run_id, batch_size or BATCH_SIZE, update)
     counts = lake.run(job.source, job.resume, stop, abandon)
     bar.close(counts.rows)

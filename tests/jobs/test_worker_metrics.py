@@ -190,3 +190,15 @@ def test_a_run_refused_as_stale_on_a_partition_still_held_reads_its_job_again_an
     w._execute(consumer, WHERE, queued(), threading.Event())
     assert consumer.committed == [] and consumer.seeks == [WHERE]  # decided again: held while the other runs
     assert board.jobs["m-1"].state == "running"  # no failure written over the other worker's run
+
+
+def test_a_resumed_job_s_rate_counts_the_rows_of_this_run_alone() -> None:
+    board = FakeBoard()
+    w, registry = worker(board, Runner([(0, 1)]), progress_ms=1000)
+    run = _Run(WHERE, queued().started("w1", WHERE, int(time.time() * 1000)), rows=950_000, total=1_000_000,
+               base=(900_000, time.monotonic() - 10.0))  # resumed at 900,000: 50,000 rows in 10 s
+    w._progress(run)
+    rate = sample(registry, "streamer_job_rows_per_second")
+    assert rate is not None and 4_000 < rate <= 5_000, rate  # not 95,000 rows/s
+    eta = sample(registry, "streamer_job_eta_seconds")
+    assert eta is not None and 10 <= eta < 13, eta  # 50,000 rows left at 5,000 rows/s

@@ -765,4 +765,10 @@ MUTANTS: tuple[Mutant, ...] = (
               "if abandon is not None and abandon.is_set():  # what was read after the last commit is never visible\n",
               "if False:\n"),),
     ),
+    Mutant(
+        "107-resumed-rate-counts-earlier-rows",
+        "a resumed job's rate counts the rows earlier runs scored: its ETA is near zero and the late-job alert stays quiet",
+        ("tests/jobs/test_worker_metrics.py::test_a_resumed_job_s_rate_counts_the_rows_of_this_run_alone",),
+        (Edit("streamer/jobs/worker.py", "Worker._progress", "(rows - base[0])", "rows"),),
+    ),
 )
