@@ -31,7 +31,7 @@ from tests.support.faults import write_config
 
 pytestmark = pytest.mark.kafka
 __all__ = ["prometheus"]  # the fixture, shared with the stream's test
-ROWS = 100_000  # about two seconds of scoring: the job runs across scrapes
+ROWS = 400_000  # a few seconds of scoring: the running job is seen by several scrapes
 
 
 @pytest.fixture
