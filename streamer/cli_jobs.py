@@ -27,9 +27,10 @@ from streamer.cli_signals import stop_event
 from streamer.config import Config
 from streamer.errors import EXIT_FATAL, FileError, ReplayFinishedError
 from streamer.extras import need
-from streamer.jobs.spec import JobSource, JobSpec, parse_spec
+from streamer.jobs.spec import JobSource, JobSpec, JobTarget, parse_spec
 from streamer.jobs.states import Done, State
 from streamer.jobs.worker import Outcome
+from streamer.kafka.ranges import When, parse_when
 from streamer.observe.health import Status
 from streamer.observe.jobs import JobMetrics
 
@@ -151,7 +152,6 @@ class JobRunner:
             progress: Callable[[int, int | None], None], abandon: threading.Event | None = None) -> Outcome:
         from streamer.commands import lake
         from streamer.config_file import load_config
-        from streamer.kafka.ranges import parse_when
 
         cfg = load_config(self.config)
         source, target = spec.source, spec.target
@@ -162,10 +162,8 @@ class JobRunner:
                 return self._replay(cfg, job_id, spec, stop, progress, quiet)
             where = lake.Target(target.table, target.parquet)
             if source.kind == "topic":
-                summary = lake.run_lake_replay(
-                    cfg, parse_when(source.topic_from or "earliest", "job.source.topic.from"),
-                    parse_when(source.topic_to or "latest", "job.source.topic.to"), where, run_id=job_id,
-                    progress=quiet, stop=stop, on_rows=progress, abandon=abandon)
+                summary = lake.run_lake_replay(cfg, *_range(source), where, run_id=job_id, progress=quiet, stop=stop,
+                                               on_rows=progress, abandon=abandon)
             else:
                 summary = lake.run_score(cfg, _where(source), where, run_id=job_id, progress=quiet, stop=stop,
                                          on_rows=progress, key="job.source", abandon=abandon)
@@ -177,16 +175,13 @@ class JobRunner:
         return Outcome(Done(summary.rows_done, predictions, rejects, sink, f"{sink}_rejects"), summary.counts.stopped)
 
     @staticmethod
-    def _replay(cfg: object, job_id: str, spec: JobSpec, stop: threading.Event,
+    def _replay(cfg: Config, job_id: str, spec: JobSpec, stop: threading.Event,
                 progress: Callable[[int, int | None], None], quiet: io.StringIO) -> Outcome:
         from streamer.commands.replay import run_replay
-        from streamer.config import Config
-        from streamer.kafka.ranges import parse_when
 
-        assert isinstance(cfg, Config) and spec.source is not None and spec.target.topic is not None
-        summary = run_replay(cfg, parse_when(spec.source.topic_from or "earliest", "job.source.topic.from"),
-                             parse_when(spec.source.topic_to or "latest", "job.source.topic.to"), run_id=job_id,
-                             output_topic=spec.target.topic, progress=quiet, stop=stop, on_rows=progress)
+        assert spec.source is not None and spec.target.topic is not None
+        summary = run_replay(cfg, *_range(spec.source), run_id=job_id, output_topic=spec.target.topic,
+                             progress=quiet, stop=stop, on_rows=progress)
         st = summary.stats
         return Outcome(Done(st.outputs, st.predictions, sum(st.dead_letters.values()), f"topic {summary.output_topic}",
                             f"topic {summary.dead_letter_topic}"), summary.stopped)
@@ -202,10 +197,13 @@ def _where(source: JobSource) -> Any:
     return source.parquet[0] if len(source.parquet) == 1 else list(source.parquet)
 
 
-def _place(target: object) -> str:
-    from streamer.jobs.spec import JobTarget
+def _range(source: JobSource) -> tuple[When, When]:
+    """A topic source's range, as `streamer replay --from/--to` reads it."""
+    return (parse_when(source.topic_from or "earliest", "job.source.topic.from"),
+            parse_when(source.topic_to or "latest", "job.source.topic.to"))
 
-    assert isinstance(target, JobTarget)
+
+def _place(target: JobTarget) -> str:
     return f"table {target.table}" if target.table else f"parquet {target.parquet}" if target.parquet \
         else f"topic {target.topic}"
 

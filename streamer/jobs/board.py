@@ -62,7 +62,6 @@ class Board:
         self._producer: Producer | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._ends: dict[int, int] = {}  # the end offsets a sync waits for
         self._read: dict[int, int] = {}  # the follower's position per partition
 
     # ---- reading --------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from confluent_kafka.admin import OffsetSpec
 from streamer.errors import ConfigError
 from streamer.jobs.board import Board, JobsSections, ensure_topics
 from streamer.jobs.spec import JobSource, JobSpec, new_job_id, slot_id
-from streamer.jobs.states import FINAL, JobStatus, State
+from streamer.jobs.states import JobStatus, State
 from streamer.kafka import clients, topics
 from streamer.kafka.ranges import parse_when
 
@@ -130,7 +130,3 @@ def least_busy(cfg: JobsSections, timeout_s: float = 10.0) -> int | None:
     lag: Mapping[int, int] = {p: end.get(p, 0) - committed.get(p, 0) for p in parts}
     member = min(members.values(), key=lambda ps: (sum(lag[p] for p in ps), min(ps)))
     return min(member, key=lambda p: (lag[p], p))
-
-
-def is_final(status: JobStatus) -> bool:
-    return status.state in FINAL

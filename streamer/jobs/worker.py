@@ -107,7 +107,6 @@ class Worker:
         self._lost: set[int] = set()
         self._tick = time.monotonic()  # the loop's last turn: /healthz says a silent loop is stuck
         self._ready = False
-        self._consumer: Consumer | None = None
 
     def health(self, stall_s: float) -> Status:
         """/healthz and /readyz: alive while the loop turns (it polls every fraction of a second,
@@ -127,7 +126,6 @@ class Worker:
         ensure_topics(self.cfg)
         self.board.follow()
         consumer = clients.config_consumer(self.cfg, self.cfg.jobs.group_id)
-        self._consumer = consumer
         consumer.subscribe([self.cfg.jobs.topic], on_assign=self._assigned, on_revoke=self._revoked,
                            on_lost=self._revoked)
         log.info("worker %s: taking jobs from %s (group %s)", self.name, self.cfg.jobs.topic, self.cfg.jobs.group_id)
