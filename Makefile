@@ -9,7 +9,7 @@ DEV     := $(VENV)/.installed-dev
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit lint mutants kafka kafka-jars registry prometheus helm-tools vegeta bench chaos images bundle docs clean
+.PHONY: demo test unit lint mutants kafka kafka-jars registry prometheus redis helm-tools vegeta bench chaos images bundle docs clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ prometheus:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus docker-compose; }
 
+# Debian's redis-server: the store of precomputed predictions and features that the tests start
+# (streamer/dev/redis.py), one per session, with a password.
+redis:
+	@command -v redis-server >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server; }
+
 # Helm from its Go module at a pinned version, and deploy/helm/strict (every rendered object
 # decoded strictly against the Kubernetes and KEDA types): the chart's checks in make test.
 # Built with the -X flags of Helm's own Makefile, which `go install` alone leaves out: without them
@@ -73,7 +80,7 @@ $(VEGETA):
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))
 
-test: kafka-jars registry prometheus helm-tools lint
+test: kafka-jars registry prometheus redis helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q
 
 # ruff (pyflakes, isort's import order) on the whole tree, and mypy on streamer/ (pyproject.toml).
@@ -81,12 +88,12 @@ lint: $(DEV)
 	$(VENV)/bin/ruff check streamer tests benchmarks models deploy
 	$(VENV)/bin/mypy
 
-unit: $(DEV) prometheus helm-tools lint
+unit: $(DEV) prometheus redis helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q -m 'not kafka'
 
 # Deliberate bugs (tests/mutants/catalog.py), each planted in a scratch copy: every one must be killed.
 # `$(PY) tests/mutants/run.py --check` only checks that each still lands in its function.
-mutants: $(DEV) kafka-jars prometheus
+mutants: $(DEV) kafka-jars prometheus redis
 	$(PY) tests/mutants/run.py
 
 bench: $(DEV) kafka-jars

@@ -24,9 +24,12 @@ from streamer.config_contract import InputSource, OutputTarget
 from streamer.config_sections import (
     MAX_BATCH_SIZE,
     BatchingConfig,
+    CacheConfig,
     ChallengerConfig,
+    FeaturesConfig,
     Guarantee,
     JobsConfig,
+    KvConfig,
     MetricsConfig,
     OnlineConfig,
     ProcessingConfig,
@@ -34,8 +37,8 @@ from streamer.config_sections import (
 )
 from streamer.errors import ConfigError
 
-__all__ = ["MAX_BATCH_SIZE", "BatchingConfig", "ChallengerConfig", "Guarantee", "MetricsConfig", "OnlineConfig",
-           "ProcessingConfig", "ShadowConfig"]  # sections defined in config_sections.py, used from here
+__all__ = ["MAX_BATCH_SIZE", "BatchingConfig", "CacheConfig", "ChallengerConfig", "FeaturesConfig", "Guarantee",
+           "KvConfig", "MetricsConfig", "OnlineConfig", "ProcessingConfig", "ShadowConfig"]  # sections defined in config_sections.py, used from here
 
 Format = Literal["avro", "avro-confluent", "json", "json-schema-confluent", "protobuf-confluent"]  # input
 OutputFormat = Literal["avro", "avro-confluent", "json"]
@@ -258,6 +261,7 @@ class Config:
     lake: LakeConfig = field(default_factory=LakeConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    kv: KvConfig = field(default_factory=KvConfig)
 
     def __post_init__(self) -> None:
         _check_sections(self)
@@ -279,6 +283,7 @@ class UnscoredConfig:
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    kv: KvConfig = field(default_factory=KvConfig)
 
     def __post_init__(self) -> None:
         _check_sections(self)

@@ -6,7 +6,8 @@ dotted key. Imported through streamer.config, which assembles the whole Config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -116,6 +117,83 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class KvConfig:
+    """The key-value store (Redis) that precomputed predictions and features live in (streamer/stores/)."""
+
+    address: str | None = None  # host:port; cluster: any node's; sentinel: the sentinels', comma-separated. None: no store
+    kind: Literal["node", "cluster", "sentinel"] = "node"  # one server, a Redis Cluster, or a master found by Sentinel
+    master: str = "mymaster"  # sentinel: the master's name
+    db: int = 0  # node and sentinel: the database number
+    username: str | None = None  # an ACL user; None: the default user
+    password: Secret | None = None  # the server's password (AUTH); None: none
+    tls: bool = False  # connect with TLS (rediss)
+    prefix: str = "streamer"  # every key streamer writes starts with it and ':'
+    ttl_s: int = 0  # each precomputed prediction expires this long after its run wrote it; 0: kept until replaced
+    keep_previous_s: int = 600  # a run's keys are removed this long after a newer run replaced it (readers finish)
+    timeout_ms: int = 1000  # each command's socket timeout (connect, read, write)
+    pipeline_rows: int = 1000  # rows written per pipeline (one round trip)
+    commit_rows: int = 100_000  # a run records its progress after this many rows (its resume point)
+
+    def __post_init__(self) -> None:
+        check_types(self, "kv")
+        if self.address is not None:
+            for part in self.address.split(","):
+                host, _, port = part.strip().rpartition(":")
+                if not host or not port.isdigit() or not 0 < int(port) < 65_536:
+                    raise ConfigError("kv.address", f"{part.strip()!r} is not HOST:PORT")
+            if self.kind == "node" and "," in self.address:
+                raise ConfigError("kv.address", "names several servers: set kv.kind to cluster or sentinel")
+        if not self.prefix or any(c in self.prefix for c in " *?[]"):
+            raise ConfigError("kv.prefix", f"must be a non-empty key prefix without spaces or * ? [ ], got {self.prefix!r}")
+        at_least(0, "kv.db", self.db)
+        at_least(0, "kv.ttl_s", self.ttl_s)
+        at_least(0, "kv.keep_previous_s", self.keep_previous_s)
+        above(0, "kv.timeout_ms", self.timeout_ms)
+        above(0, "kv.pipeline_rows", self.pipeline_rows)
+        above(0, "kv.commit_rows", self.commit_rows)
+        if self.password is not None and not self.password.value:
+            raise ConfigError("kv.password", "must not be empty (leave the key out for a server without one)")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """How an online answer uses the precomputed predictions (kv:): ``mode`` of POST /v1/score."""
+
+    mode: Literal["fresh", "cached", "auto"] = "fresh"  # a request's mode when it names none (?mode=)
+    max_age_s: int = 86_400  # auto: a precomputed prediction younger than this answers; older: scored fresh
+
+    def __post_init__(self) -> None:
+        check_types(self, "online.cache")
+        above(0, "online.cache.max_age_s", self.max_age_s)
+
+
+@dataclass(frozen=True, slots=True)
+class FeaturesConfig:
+    """Where an online request's features are fetched by its entity id: Feast's feature server, or
+    a Redis hash per entity (``streamer features load``)."""
+
+    kind: Literal["none", "feast", "redis"] = "none"  # none: a request carries its features
+    url: str | None = None  # feast: the feature server's URL (http://host:6566)
+    features: tuple[str, ...] = ()  # feast: the feature references (view:feature); each feeds the event field named like the feature
+    feature_service: str | None = None  # feast: a feature service instead of ``features``
+    entity_key: str = "entity_id"  # feast: the entity's join key that the request's entity id is
+    prefix: str = "streamer:features"  # redis: each entity's hash is <prefix>:<entity id>, in the kv: store
+    timeout_ms: int = 50  # a fetch past this is abandoned and the answer degraded (reason 'features')
+    defaults: Mapping[str, object] | None = None  # a missing feature takes its default here; without one: 422 naming it
+
+    def __post_init__(self) -> None:
+        check_types(self, "online.features")
+        above(0, "online.features.timeout_ms", self.timeout_ms)
+        if self.kind == "feast":
+            if not self.url:
+                raise ConfigError("online.features.url", "is required for kind 'feast' (the feature server's URL)")
+            if not self.features and not self.feature_service:
+                raise ConfigError("online.features.features", "give the feature references, or a feature_service")
+        if not self.prefix:
+            raise ConfigError("online.features.prefix", "must not be empty")
+
+
+@dataclass(frozen=True, slots=True)
 class OnlineConfig:
     enabled: bool = False  # streamer run serves online beside the stream (streamer serve always does)
     host: str = "127.0.0.1"  # the address the protocol is served on (0.0.0.0 in container deploys)
@@ -126,6 +204,8 @@ class OnlineConfig:
     timeout_ms: int = 1000  # a request's deadline when it sets none, and the latest one it may set
     max_queue_rows: int = 4096  # rows admitted and not yet scored; one more is refused with 503
     max_body_bytes: int = 8_388_608  # a larger request is refused (413, gRPC RESOURCE_EXHAUSTED)
+    cache: CacheConfig = field(default_factory=CacheConfig)  # answers from the precomputed predictions (kv:)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)  # features fetched by entity id
 
     def __post_init__(self) -> None:
         check_types(self, "online")
@@ -171,3 +251,4 @@ class JobsConfig:
         at_least(0, "jobs.keep_finished_days", self.keep_finished_days)
         if self.api_token is not None and not self.api_token.value:
             raise ConfigError("jobs.api_token", "must not be empty (leave the key out to turn the API off)")
+

@@ -1,4 +1,4 @@
-"""The optional extras (lake, eval, online, optimize): whether one is installed, checked before a
+"""The optional extras (lake, eval, online, optimize, kv): whether one is installed, checked before a
 command that needs it does anything, and the one line that says how to install it where streamer runs.
 
 From a source checkout (a clone, installed with ``pip install -e .``) the line is
@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "eval": ("sklearn", "matplotlib", "pyarrow"),
     "online": ("starlette", "uvicorn", "grpc"),
     "optimize": ("onnx", "sympy", "pyarrow"),
+    "kv": ("redis", "aiohttp"),
 }
 SOURCE = Path(__file__).resolve().parent.parent  # the checkout's root, when streamer runs from one
 

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 from streamer.config import Config
 from streamer.config_file import load_config
 from streamer.dev.broker import kafka_cluster
+from streamer.dev.redis import LocalRedis, local_redis
 from streamer.kafka.topics import create_topics
 from streamer.observe.stats import Stats
 from streamer.processor import Processor
@@ -60,6 +61,14 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectSto
     first test that asks for it; tests keep apart by bucket. Fails loudly if none starts."""
     with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as store:
         yield store
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
+    """A real Redis (Debian's redis-server, streamer/dev/redis.py) with a password, for the session;
+    tests keep apart by key prefix (tests/support/redis.py's kv_config). Fails loudly if none starts."""
+    with local_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,77 @@
+"""A Redis client from the ``kv:`` section: one server, a Redis Cluster, or the master Sentinel names.
+
+Every client has ``kv.timeout_ms`` as its connect and socket timeout, so a stalled server is an
+error within it, never a hang. Errors name the store by ``kv.address`` and never carry the
+password. The synchronous client writes a run's predictions (stores/sink.py) and loads features;
+the asyncio one answers online requests (the online server's event loop).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamer.config import KvConfig
+from streamer.errors import ConfigError
+
+
+def _nodes(kv: KvConfig) -> list[tuple[str, int]]:
+    assert kv.address is not None
+    out = []
+    for part in kv.address.split(","):
+        host, _, port = part.strip().rpartition(":")
+        out.append((host, int(port)))
+    return out
+
+
+def _options(kv: KvConfig) -> dict[str, Any]:
+    timeout = kv.timeout_ms / 1000
+    return {"username": kv.username, "password": None if kv.password is None else kv.password.value,
+            "socket_timeout": timeout, "socket_connect_timeout": timeout, "ssl": kv.tls}
+
+
+def connect(kv: KvConfig) -> Any:
+    """A synchronous client (redis.Redis or redis.cluster.RedisCluster) of ``kv``; it connects on its first command."""
+    if kv.address is None:
+        raise ConfigError("kv.address", "is required: the Redis store's HOST:PORT")
+    import redis  # the kv extra's
+    import redis.cluster
+    import redis.sentinel
+
+    nodes, options = _nodes(kv), _options(kv)
+    if kv.kind == "cluster":
+        return redis.cluster.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes],
+                                          **options)
+    if kv.kind == "sentinel":
+        sentinel = redis.sentinel.Sentinel(nodes, sentinel_kwargs={"socket_timeout": options["socket_timeout"]},
+                                           db=kv.db, **options)
+        return sentinel.master_for(kv.master)
+    (host, port), = nodes
+    return redis.Redis(host=host, port=port, db=kv.db, **options)
+
+
+def connect_async(kv: KvConfig) -> Any:
+    """An asyncio client of ``kv`` (redis.asyncio), for the online server's event loop."""
+    if kv.address is None:
+        raise ConfigError("kv.address", "is required: the Redis store's HOST:PORT")
+    import redis.asyncio  # the kv extra's
+    import redis.asyncio.cluster
+    import redis.asyncio.sentinel
+
+    nodes, options = _nodes(kv), _options(kv)
+    if kv.kind == "cluster":
+        return redis.asyncio.cluster.RedisCluster(
+            startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes], **options)
+    if kv.kind == "sentinel":
+        sentinel = redis.asyncio.sentinel.Sentinel(nodes, sentinel_kwargs={"socket_timeout": options["socket_timeout"]},
+                                                   db=kv.db, **options)
+        return sentinel.master_for(kv.master)
+    (host, port), = nodes
+    return redis.asyncio.Redis(host=host, port=port, db=kv.db, **options)
+
+
+def describe_error(kv: KvConfig, exc: BaseException) -> str:
+    """How a message names a store's failure: its address and the error, the password hidden."""
+    text = f"{type(exc).__name__}: {exc}"
+    if kv.password is not None:
+        text = kv.password.hide_in(text)
+    return f"the Redis store at {kv.address}: {text}"
