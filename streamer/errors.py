@@ -269,6 +269,11 @@ class LocalBrokerError(StreamerError):
     """The project's own local Kafka broker could not be resolved, started or reached."""
 
 
+class StoreError(StreamerError):
+    """The key-value store (kv:) or the feature store failed or did not answer within its timeout;
+    the message names the store by its address, never its password."""
+
+
 class OnlineError(StreamerError):
     """An online request that is not answered with scores (streamer/online/)."""
 

@@ -23,10 +23,12 @@ def _nodes(kv: KvConfig) -> list[tuple[str, int]]:
     return out
 
 
-def _options(kv: KvConfig) -> dict[str, Any]:
+def _options(kv: KvConfig, retry: Any) -> dict[str, Any]:
+    """The client's options: its timeouts, and no retries of its own (redis-py retries a timeout
+    three times with back-off by default, which would stretch ``kv.timeout_ms`` to seconds)."""
     timeout = kv.timeout_ms / 1000
     return {"username": kv.username, "password": None if kv.password is None else kv.password.value,
-            "socket_timeout": timeout, "socket_connect_timeout": timeout, "ssl": kv.tls}
+            "socket_timeout": timeout, "socket_connect_timeout": timeout, "ssl": kv.tls, "retry": retry}
 
 
 def connect(kv: KvConfig) -> Any:
@@ -34,10 +36,12 @@ def connect(kv: KvConfig) -> Any:
     if kv.address is None:
         raise ConfigError("kv.address", "is required: the Redis store's HOST:PORT")
     import redis  # the kv extra's
+    import redis.backoff
     import redis.cluster
+    import redis.retry
     import redis.sentinel
 
-    nodes, options = _nodes(kv), _options(kv)
+    nodes, options = _nodes(kv), _options(kv, redis.retry.Retry(redis.backoff.NoBackoff(), 0))
     if kv.kind == "cluster":
         return redis.cluster.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes],
                                           **options)
@@ -55,9 +59,11 @@ def connect_async(kv: KvConfig) -> Any:
         raise ConfigError("kv.address", "is required: the Redis store's HOST:PORT")
     import redis.asyncio  # the kv extra's
     import redis.asyncio.cluster
+    import redis.asyncio.retry
     import redis.asyncio.sentinel
+    import redis.backoff
 
-    nodes, options = _nodes(kv), _options(kv)
+    nodes, options = _nodes(kv), _options(kv, redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0))
     if kv.kind == "cluster":
         return redis.asyncio.cluster.RedisCluster(
             startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes], **options)

@@ -1,0 +1,60 @@
+"""Fetching an entity's features for an online request: the :class:`FeatureSource` protocol, and
+its kind ``redis`` (a hash per entity that ``streamer features load`` writes).
+
+A source answers the event fields it holds for an entity (a missing feature is absent, never
+guessed); what it does not hold is the caller's to default or refuse. A fetch that fails raises
+:class:`StoreError`; its timeout (``online.features.timeout_ms``) is the caller's, around the
+whole fetch, so that one budget covers connecting, asking and reading.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, cast
+
+from streamer.config import FeaturesConfig, KvConfig
+from streamer.errors import StoreError
+from streamer.stores.client import connect_async, describe_error
+from streamer.stores.keys import feature_key
+from streamer.stores.values import Kind, decode_hash
+
+
+class FeatureSource(Protocol):
+    """Where an online request's features come from, by its entity id."""
+
+    name: str  # how messages and metrics name it: 'feast', 'redis'
+
+    async def fetch(self, entity_id: str) -> dict[str, Any]:
+        """The event fields held for ``entity_id`` (none: an empty mapping)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class RedisFeatures:
+    """Features in the kv: store: ``<prefix>:<entity id>`` a hash of event fields, their kinds
+    in the hash ``<prefix>`` itself, field -> ``str`` or ``json`` (written by ``streamer features load``);
+    the kinds are read once."""
+
+    name = "redis"
+
+    def __init__(self, features: FeaturesConfig, kv: KvConfig, client: Any = None) -> None:
+        self.prefix, self.kv = features.prefix, kv
+        self._client = client if client is not None else connect_async(kv)
+        self._kinds: dict[str, Kind] | None = None
+
+    async def fetch(self, entity_id: str) -> dict[str, Any]:
+        try:
+            if self._kinds is None:
+                raw = await self._client.hgetall(self.prefix)
+                self._kinds = {_text(k): cast(Kind, _text(v)) for k, v in raw.items()}
+            fields = await self._client.hgetall(feature_key(self.prefix, entity_id))
+        except Exception as exc:  # redis' errors (timeouts, connection, auth) and the OS's
+            raise StoreError(describe_error(self.kv, exc)) from None
+        return decode_hash(fields, self._kinds)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
