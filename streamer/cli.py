@@ -211,6 +211,10 @@ def _check(config_path: str, timeout_s: float) -> int:
 
 
 def _dev_or_topics(args: argparse.Namespace) -> int:
+    if args.command == "dev" and args.dev_command == "redis":
+        from streamer.commands.devredis import run_dev_redis
+
+        return run_dev_redis(Path(args.data), args.port, sys.stdout, sys.stderr)
     if args.command == "dev":
         from streamer.commands.devkafka import run_dev_kafka
 

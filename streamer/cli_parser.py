@@ -73,13 +73,22 @@ def parser() -> argparse.ArgumentParser:
                       help="a single broker, or a three-node cluster with replication 3 (default 1)")
 
     dev = command("dev", "tools for a development machine")
-    dev_kafka = actions(dev, "dev_command", "TOOL")(
+    dev_tool = actions(dev, "dev_command", "TOOL")
+    dev_kafka = dev_tool(
         "kafka", "run a Kafka broker in the foreground until Ctrl+C",
         "Run the project's Apache Kafka broker (KRaft, one node) in the foreground on "
         "127.0.0.1:PORT until Ctrl+C. Its data stays in the data folder across restarts.")
     dev_kafka.add_argument("--data", default=".cache/dev-kafka",
                            help="its data folder, kept across restarts (default .cache/dev-kafka)")
     dev_kafka.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (default 9092)")
+    dev_redis = dev_tool(
+        "redis", "run a Redis server (Debian's redis-server) in the foreground until Ctrl+C",
+        "Run Debian's redis-server in the foreground on 127.0.0.1:PORT until Ctrl+C, with a password: "
+        "$REDIS_PASSWORD, or a new one printed with the address. Its data stays in the data folder "
+        "across restarts. The kv: store of --to-kv, online answers and features.")
+    dev_redis.add_argument("--data", default=".cache/dev-redis",
+                           help="its data folder, kept across restarts (default .cache/dev-redis)")
+    dev_redis.add_argument("--port", type=int, default=6379, help="port on 127.0.0.1 (default 6379)")
 
     topics = command("topics", "manage the topics a config reads and writes")
     create = actions(topics, "topics_command")(

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import threading
 from pathlib import Path
 from typing import TextIO
 
 from streamer.dev.broker import LocalKafka, ensure_jars, kafka_version
+from streamer.dev.ports import port_free
 from streamer.errors import EXIT_CONFIG, EXIT_FATAL
 
 DEFAULT_DATA = Path(".cache") / "dev-kafka"
@@ -51,17 +51,6 @@ def run_dev_kafka(data: Path, port: int, out: TextIO, err: TextIO) -> int:
         broker.stop()  # SIGTERM, a clean shutdown; the data stays
     print("broker stopped", file=out, flush=True)
     return 0
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Nothing listens on ``host:port`` (connections of a broker just stopped do not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds it
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def controller_port(data: Path) -> int:

@@ -90,6 +90,10 @@ class LocalRedis:
         except OSError:
             return False
 
+    def exit_code(self) -> int | None:
+        """The server's exit code once it has exited; None while it runs (or before it starts)."""
+        return None if self._proc is None else self._proc.poll()
+
     def pause(self) -> None:
         """Stall the server (SIGSTOP): it accepts connections and answers nothing."""
         assert self._proc is not None
