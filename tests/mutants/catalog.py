@@ -771,4 +771,18 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/jobs/test_worker_metrics.py::test_a_resumed_job_s_rate_counts_the_rows_of_this_run_alone",),
         (Edit("streamer/jobs/worker.py", "Worker._progress", "(rows - base[0])", "rows"),),
     ),
+    Mutant(
+        "150-dev-redis-forgets-its-data",
+        "streamer dev redis runs without persistence: a restart loses the precomputed predictions and features",
+        ("tests/commands/test_devredis.py::test_a_printed_password_guards_it_the_data_survives_a_restart_and_signals_stop_it",),
+        (Edit("streamer/commands/devredis.py", "run_dev_redis", "persist=True", "persist=False"),),
+    ),
+    Mutant(
+        "151-dev-redis-prints-a-given-password",
+        "streamer dev redis prints the password it was given in $REDIS_PASSWORD: a secret in a terminal's scrollback and logs",
+        ("tests/commands/test_devredis.py::test_a_printed_password_guards_it_the_data_survives_a_restart_and_signals_stop_it",),
+        (Edit("streamer/commands/devredis.py", "run_dev_redis",
+              'shown = f"the password from ${PASSWORD_ENV}" if given else f"password {password}"',
+              'shown = f"password {password}"'),),
+    ),
 )
