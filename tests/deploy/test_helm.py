@@ -81,12 +81,21 @@ JOBS = ["--set", "jobs.enabled=true", "--set", "jobs.imageTag=0.1.0-lake",
         "--set-json", 'jobs.triggered=[{"name": "new-transactions", "spec": {"trigger": {"table": "transactions"},'
         ' "target": {"table": "transaction_scores"}}}]',
         "--set", "online.enabled=true", "--set", "jobs.apiToken.secret=jobs-api", "--set", "serviceMonitor.enabled=true"]
+# The key-value store for every workload that scores: the processors, the online server (answers
+# from the store, features from its hashes), the jobs (one writing into the store) and a backfill,
+# the password from a Secret (tests/deploy/test_helm_kv.py).
+KV = [*JOBS, *BACKFILL, "--set", "kv.address=redis-master.data:6379", "--set", "kv.passwordSecret.name=redis",
+      "--set", "kv.passwordSecret.key=redis-password", "--set", "kv.ttlSeconds=172800", "--set", "kv.prefix=fraud",
+      "--set", "online.cache.mode=auto", "--set", "online.features.kind=redis", "--set", "online.features.timeoutMs=30",
+      "--set-json", 'jobs.scheduled[2]={"name": "precompute", "schedule": "0 3 * * *",'
+      ' "spec": {"source": {"table": "customers"}, "target": {"kv": "fraud"}}}']
 VARIANTS = {"default": [], "keda with auth, gpu, servicemonitor, exactly-once, registry, secrets, "
             "pull secrets, model and schema volumes": FULL,
             "backfill into an iceberg table on s3": BACKFILL,
             "backfill into parquet on a claim, gpu": PARQUET,
             "online server scaled by keda's prometheus scaler, beside the full variant": ONLINE,
-            "jobs: workers, schedules, a trigger and the jobs api": JOBS}
+            "jobs: workers, schedules, a trigger and the jobs api": JOBS,
+            "the key-value store for every workload, its password from a secret": KV}
 
 
 def tool(path: Path) -> str:
@@ -256,7 +265,8 @@ def test_the_rendered_config_loads_with_streamers_own_loader(values: list[str], 
     docs = objects(render(*values, *local))
     path = tmp_path / "config.yaml"
     path.write_text(docs["ConfigMap/scorer-config"]["data"]["config.yaml"])
-    cfg = load_config(path, env={"POD_NAME": "scorer-0", "SCHEMA_REGISTRY_AUTH": "u:p", "KAFKA_SASL_PASSWORD": "pw"})
+    cfg = load_config(path, env={"POD_NAME": "scorer-0", "SCHEMA_REGISTRY_AUTH": "u:p", "KAFKA_SASL_PASSWORD": "pw",
+                                         "KV_PASSWORD": "kv-pw"})
     assert cfg.input.group_id == "streamer-fraud"
     assert cfg.model.drift_profile == profile and cfg.model.drift_window_rows == 5000
     assert [(c.name, c.version) for c in cfg.shadow.challengers] == [("next", "2")]
@@ -280,7 +290,8 @@ def test_the_lag_exporter_reads_the_rendered_config_with_its_pods_env_and_no_mod
     env = {e["name"]: "user:secret" for e in container["env"]}
     cfg = load_part(path, LagConfig, env=env)
     assert cfg.input.group_id == "streamer-fraud" and cfg.input.topics == ("features",)
-    with pytest.raises(ConfigError, match=r"no (schema|model) file at /app/"):  # the processors' loader needs them
+    # The processors' loader needs the model, the schemas (and the store's password, not the exporter's).
+    with pytest.raises(ConfigError, match=r"no (schema|model) file at /app/|KV_PASSWORD is not set"):
         load_config(path, env=env)
 
 

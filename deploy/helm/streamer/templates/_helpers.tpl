@@ -187,6 +187,9 @@ shadow:
   {{- end }}
   flip_threshold: {{ $.Values.shadow.flipThreshold | float64 }}
 {{- end }}
+{{- with include "streamer.kv.section" . }}
+{{ . }}
+{{- end }}
 {{- end -}}
 
 {{/* What every pod that scores runs as: non-root, the files' group */}}
@@ -377,4 +380,5 @@ online:
   timeout_ms: {{ $o.timeoutMs | int }}
   max_queue_rows: {{ $o.maxQueueRows | int }}
   max_body_bytes: {{ $o.maxBodyBytes | int64 }}
+  {{- include "streamer.online.stores" . | nindent 2 }}
 {{- end -}}

@@ -49,6 +49,7 @@ env:
         fieldPath: metadata.name
   {{- with include "streamer.secretEnv" . | trim }}{{ . | nindent 2 }}{{ end }}
   {{- with include "streamer.secretEnvFrom" .Values.jobs.secretEnv | trim }}{{ . | nindent 2 }}{{ end }}
+  {{- with include "streamer.kv.env" . | trim }}{{ . | nindent 2 }}{{ end }}
 {{- end -}}
 
 {{/* jobs.volume as a list of volumes, and of mounts; called with (dict "root" $ "what" "volumes"|"mounts") */}}
