@@ -303,11 +303,13 @@ class Refused(OnlineError):
     ready, shed, or expired: retry after ``retry_after_s``) or 500 (the model failed). The jobs
     API (online/jobs_http.py) answers with it too: 400 (a body that cannot be read), 404 (an
     unknown job), 409 (a job's results before it completed, an id used already), 413 (a file past
-    ``jobs.max_upload_bytes``), 415 (another content type)."""
+    ``jobs.max_upload_bytes``), 415 (another content type). ``why``: a 503's cause where the
+    answer may degrade on it (admission's ``deadline``, ``queue``, ``stopping``, or ``expired``)."""
 
-    def __init__(self, status: int, reason: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, status: int, reason: str, retry_after_s: float | None = None, *,
+                 why: str | None = None) -> None:
         super().__init__(reason)
-        self.status, self.retry_after_s = status, retry_after_s
+        self.status, self.retry_after_s, self.why = status, retry_after_s, why
 
     @property
     def headers(self) -> dict[str, str]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, cast
 
-from streamer.config import FeaturesConfig, KvConfig
-from streamer.errors import StoreError
+from streamer.config import Config, FeaturesConfig, KvConfig
+from streamer.errors import ConfigError, StoreError
 from streamer.stores.client import connect_async, describe_error
 from streamer.stores.keys import feature_key
 from streamer.stores.values import Kind, decode_hash
@@ -58,3 +58,13 @@ class RedisFeatures:
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def feature_source(cfg: Config) -> FeatureSource | None:
+    """The feature source ``online.features`` names (None for kind ``none``: requests carry their features)."""
+    f = cfg.online.features
+    if f.kind == "none":
+        return None
+    if f.kind == "redis":
+        return RedisFeatures(f, cfg.kv)
+    raise ConfigError("online.features.kind", f"kind {f.kind!r} has no source in this build")
