@@ -3,6 +3,7 @@
     make vegeta && python benchmarks/online.py [--model heavy|demo] [--seconds S] [--rows R]
     make vegeta && python benchmarks/online.py --beside-stream [--events N] [--rate R]
     make vegeta && python benchmarks/online.py --stacks            # uvicorn against granian (the bench extra)
+    make vegeta && python benchmarks/online.py --store             # entity-only requests, features in Redis
 
 For each server setting (dynamic batching: ``batching.max_size`` rows, ``online.max_wait_ms``; and
 ``online.max_size: 1``, one model call per request), a fresh `streamer serve` process:
@@ -23,8 +24,10 @@ and under granian, each at saturation, twice: the measurement the server stack w
 ``--beside-stream``: on a broker started here, `streamer run` scores ``--events`` demo events from
 a topic, alone, then again (a fresh topic and group) with ``online.enabled`` while vegeta sends
 ``--rate`` requests/s in an open loop: the stream's events/s in both runs (from the run's start
-to its last prediction on the output topic), and the online p50/p99 and shed count beside it. A
-benchmark, not a test: comparable within one run on one machine.
+to its last prediction on the output topic), and the online p50/p99 and shed count beside it.
+
+``--store``: the feature fetch in the path, and the same load with the store stalled
+(benchmarks/online_store.py). A benchmark, not a test: comparable within one run on one machine.
 """
 
 from __future__ import annotations
@@ -241,6 +244,11 @@ def main() -> None:
     ap.add_argument("--rates", default="", help="more open-loop rates after 50%% of saturation, e.g. 500,1000,4000")
     ap.add_argument("--events", type=int, default=200_000, help="--beside-stream: the stream's events")
     ap.add_argument("--rate", type=int, default=500, help="--beside-stream: online requests per second")
+    ap.add_argument("--store", action="store_true", help="entity-only requests, features fetched from Redis, "
+                                                          "then the store stalled (benchmarks/online_store.py)")
+    import online_store  # benchmarks/: beside this file
+
+    online_store.add_flags(ap)
     args = ap.parse_args()
     if not VEGETA.exists():
         raise SystemExit(f"no {VEGETA}: run make vegeta")
@@ -249,6 +257,9 @@ def main() -> None:
         return
     if args.stacks:
         stacks(args)
+        return
+    if args.store:
+        online_store.main(args)
         return
     results: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
