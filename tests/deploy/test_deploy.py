@@ -167,13 +167,14 @@ def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
 
 
 COMPOSE = ROOT / "deploy" / "compose" / "compose.yaml"
+KV_PASSWORD = "compose-kv-password"  # what `config` interpolates for KV_PASSWORD
 
 
 def compose_config() -> dict[str, Any]:
     """The stack as a real Compose implementation resolves it (Debian's docker-compose: `config`
     validates the file against the Compose schema and needs no engine)."""
     proc = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config"], capture_output=True, text=True,
-                          check=False, env={**os.environ, "GRAFANA_ADMIN_PASSWORD": "x"})
+                          check=False, env={**os.environ, "GRAFANA_ADMIN_PASSWORD": "x", "KV_PASSWORD": KV_PASSWORD})
     assert proc.returncode == 0, proc.stderr
     return yaml.safe_load(proc.stdout)
 
@@ -206,7 +207,7 @@ def test_the_compose_stack_is_valid_and_wires_what_the_repository_ships() -> Non
     # One online server: `streamer serve` of the scorers' config, from an image with the online
     # extra, its ports published, healthy once ready (after the model's warm-up).
     server = services["online"]
-    assert server["command"][:3] == ["serve", "--config", "/app/deploy/config/deploy.yaml"]
+    assert server["command"][:3] == ["serve", "--config", "/app/deploy/config/stack.yaml"]
     assert server["build"]["args"] == {"EXTRAS": "online"} and server["image"] != services["scorer-1"]["image"]
     assert (Path(server["build"]["context"]) / server["build"]["dockerfile"]).resolve() == DOCKERFILES["cpu"]
     assert "optional-dependencies" in PYPROJECT["project"] and "online" in PYPROJECT["project"]["optional-dependencies"]
