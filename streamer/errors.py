@@ -299,8 +299,9 @@ class Expired(OnlineError):
 class Refused(OnlineError):
     """An online request not answered, as the transports answer it (online/plane.py): ``status``
     400 (the protocol or the model's inputs refuse it), 404 (another model), 413 (more rows than
-    the queue holds, or a body past its limit), 422 (an event that cannot be scored), 503 (not
-    ready, shed, or expired: retry after ``retry_after_s``) or 500 (the model failed). The jobs
+    the queue holds, or a body past its limit), 422 (an event that cannot be scored), 409 (an
+    answer from the precomputed predictions on a server without a store), 503 (not ready, shed,
+    expired, or the store failing: retry after ``retry_after_s``) or 500 (the model failed). The jobs
     API (online/jobs_http.py) answers with it too: 400 (a body that cannot be read), 404 (an
     unknown job), 409 (a job's results before it completed, an id used already), 413 (a file past
     ``jobs.max_upload_bytes``), 415 (another content type). ``why``: a 503's cause where the

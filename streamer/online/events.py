@@ -9,7 +9,7 @@ outputs, ``output.include``, the model's name, version and digest, ``degraded`` 
 ``degraded_reason``, ``source`` and ``parameters`` (the hops' milliseconds: ``features_ms``,
 ``queue_ms``, ``model_ms``, ``encode_ms``; ``store_ms`` where the store was asked).
 
-``?mode=`` (default ``online.cache.mode``): ``fresh`` scores now (``source: "scored"``);
+``?mode=`` (default ``online.cache.mode``): ``fresh`` scores the event (``source: "scored"``);
 ``cached`` answers the entity's precomputed prediction (online/cache.py; 404 when it has none,
 503 when the store fails); ``auto`` answers it when younger than ``online.cache.max_age_s``, and
 scores fresh otherwise (or when the store fails). A body may carry only its entity id when
@@ -228,7 +228,7 @@ class ScoreRoute:
         return self._answer(fields)
 
     def _parameters(self, hops: _Hops) -> dict[str, float]:
-        """The hops' milliseconds; the encode hop taken now (from the model call's end)."""
+        """The hops' milliseconds; the encode hop taken here (from the model call's end)."""
         params = {"features_ms": ms(hops.features), "queue_ms": ms(hops.queue), "model_ms": ms(hops.model),
                   "encode_ms": self.plane.encoded(hops.done_at)}
         if hops.store is not None:
