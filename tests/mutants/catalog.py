@@ -771,4 +771,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/jobs/test_worker_metrics.py::test_a_resumed_job_s_rate_counts_the_rows_of_this_run_alone",),
         (Edit("streamer/jobs/worker.py", "Worker._progress", "(rows - base[0])", "rows"),),
     ),
+    Mutant(
+        "108-store-client-retries",
+        "the store's client retries a timed-out command with back-off: a stalled Redis holds an answer for seconds, not kv.timeout_ms",
+        ("tests/stores/test_client.py::test_a_stalled_server_is_an_error_within_the_timeout_and_the_error_hides_the_password",
+         "tests/stores/test_reads.py::test_a_stalled_store_is_a_store_error_within_the_timeout"),
+        (Edit("streamer/stores/client.py", "_options", ', "retry": retry}', "}"),),
+    ),
 )
