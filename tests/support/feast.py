@@ -74,7 +74,7 @@ def entity_rows(count: int = 200, width: int = 32, seed: int = 7) -> pa.Table:
                            pa.float64()),
         "country": [rnd.choice(["FR", "DE", "07", "1e3", "US"]) for _ in range(count)],
         "visits": pa.array([rnd.randrange(0, 1000) for _ in range(count)], pa.int64()),
-        TIMESTAMP: pa.array([1_764_900_000_000_000 + i for i in range(count)], pa.timestamp("us", tz="UTC")),
+        TIMESTAMP: pa.array([1_764_900_000_000_000 + 1000 * i for i in range(count)], pa.timestamp("us", tz="UTC")),
     })
 
 
