@@ -28,8 +28,6 @@ from streamer.lake.places import filesystem, identifier, open_catalog
 from streamer.observe.bar import ProgressBar
 from streamer.stores.loader import FeatureLoader, LoadCounts
 
-KEY = "--from"
-
 
 @dataclass(frozen=True, slots=True)
 class OnlinePart:
@@ -74,7 +72,7 @@ def batches(lake: LakeConfig, location: str, rows: int) -> tuple[int, Iterator[t
         fs, path = filesystem(lake, location)
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
-            raise ConfigError(KEY, f"no file or folder at {location}")
+            raise ConfigError("--from", f"no file or folder at {location}")
         if info.type == pafs.FileType.File:
             files = [path]
         else:
@@ -82,7 +80,7 @@ def batches(lake: LakeConfig, location: str, rows: int) -> tuple[int, Iterator[t
             files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")
                            and not any(part.startswith(("_", ".")) for part in f.path[len(path):].split("/")))
             if not files:
-                raise ConfigError(KEY, f"no Parquet files under {location}")
+                raise ConfigError("--from", f"no Parquet files under {location}")
         total = 0
         for f in files:
             with fs.open_input_file(f) as stream:
@@ -90,11 +88,11 @@ def batches(lake: LakeConfig, location: str, rows: int) -> tuple[int, Iterator[t
         return total, _files(fs, files, rows)
     from pyiceberg.exceptions import NoSuchTableError
 
-    name = identifier(lake, location, KEY)
+    name = identifier(lake, location, "--from")
     try:
         table = open_catalog(lake).load_table(name)
     except NoSuchTableError as exc:
-        raise ConfigError(KEY, f"{location!r} is no file or folder here, nor a table of the catalog ({exc})") from exc
+        raise ConfigError("--from", f"{location!r} is no file or folder here, nor a table of the catalog ({exc})") from exc
     snap = table.current_snapshot()
     if snap is None:
         return 0, iter(())

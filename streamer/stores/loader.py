@@ -50,7 +50,7 @@ def kind_of_column(kind: pa.DataType) -> Kind:
     return "str" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else "json"
 
 
-def writable(batch: pa.RecordBatch, source: str, key: str = "--from") -> pa.RecordBatch:
+def writable(batch: pa.RecordBatch, source: str) -> pa.RecordBatch:
     """``batch`` with timestamps as integers of milliseconds and decimals as floats; a binary column
     is refused (ConfigError naming it): a feature is a number, a string or a list of them."""
     cols = []
@@ -61,7 +61,7 @@ def writable(batch: pa.RecordBatch, source: str, key: str = "--from") -> pa.Reco
             col = col.cast(pa.float64())
         elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type) or \
                 pa.types.is_fixed_size_binary(col.type):
-            raise ConfigError(key, f"column {name!r} of {source} holds bytes ({col.type}): a feature is a number, "
+            raise ConfigError("--from", f"column {name!r} of {source} holds bytes ({col.type}): a feature is a number, "
                                    "a string, a boolean or a list of them")
         cols.append(col)
     return pa.RecordBatch.from_arrays(cols, names=batch.schema.names)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from streamer import extras
 from streamer.cli import main
 from streamer.commands.features import load_features
 from streamer.config import Config, FeaturesConfig, KvConfig, LakeConfig, OnlineConfig, Secret
 from streamer.config_check import Location
 from streamer.config_file import load_config
 from streamer.dev.redis import LocalRedis
-from streamer.errors import EXIT_CONFIG, EXIT_STOPPED, ConfigError
+from streamer.errors import EXIT_CONFIG, EXIT_STOPPED, ConfigError, MissingExtra
 from streamer.stores.feast import FeastFeatures
 from streamer.stores.features import RedisFeatures, feature_source
 from streamer.stores.keys import feature_key
@@ -173,8 +176,6 @@ def test_the_configured_feature_source_and_what_cannot_work(redis_server: LocalR
     assert feature_source(cfg) is None
 
     def with_features(kv: KvConfig = KvConfig(), **features: Any) -> Config:
-        from dataclasses import replace
-
         return replace(cfg, kv=kv, online=OnlineConfig(features=FeaturesConfig(**features)))
 
     with pytest.raises(ConfigError, match="kv.address.*online.features.kind redis"):
@@ -185,6 +186,15 @@ def test_the_configured_feature_source_and_what_cannot_work(redis_server: LocalR
     assert isinstance(redis, RedisFeatures) and isinstance(feast, FeastFeatures)
     assert feast.url == "http://127.0.0.1:6566/get-online-features"
     asyncio.run(redis.close())
+
+
+def test_a_feature_source_without_the_kv_extra_is_refused_naming_the_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec", lambda name: None if name == "aiohttp" else real(name))
+    cfg = replace(load_config(EXAMPLE), online=OnlineConfig(features=FeaturesConfig(
+        kind="feast", url="http://127.0.0.1:6566", features=("v:f",))))
+    with pytest.raises(MissingExtra, match=r"^online.features.kind feast needs the kv extra \(aiohttp not installed\)"):
+        feature_source(cfg)
 
 
 def test_the_summary_names_ten_skipped_rows_and_counts_the_rest(redis_server: LocalRedis, tmp_path: Path) -> None:
