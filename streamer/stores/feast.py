@@ -24,10 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from streamer.config import FeaturesConfig
 from streamer.errors import StoreError
 
 PATH = "/get-online-features"
+JSON = {"Content-Type": "application/json"}
 
 
 class FeastFeatures:
@@ -53,20 +56,20 @@ class FeastFeatures:
         return self._session
 
     async def fetch(self, entity_id: str) -> dict[str, Any]:
-        body = {**self._what, "entities": {self.entity_key: [entity_id]}}
+        body = orjson.dumps({**self._what, "entities": {self.entity_key: [entity_id]}})
         try:
-            async with self._client().post(self.url, json=body) as answer:
-                text = await answer.text()
+            async with self._client().post(self.url, data=body, headers=JSON) as answer:
+                body_bytes = await answer.read()
                 if answer.status != 200:
                     raise StoreError(f"the Feast feature server at {self.url}: HTTP {answer.status}: "
-                                     f"{_short(text)}")
-                decoded = await answer.json(content_type=None)
+                                     f"{_short(body_bytes.decode(errors='replace'))}")
+            decoded = orjson.loads(body_bytes)
         except StoreError:
             raise
         except TimeoutError:  # aiohttp's own timeout (the backstop), not the caller's
             raise StoreError(f"the Feast feature server at {self.url}: no answer within "
                              f"{self._backstop_s:g} s") from None
-        except Exception as exc:  # aiohttp's connection errors, a body that is not JSON
+        except Exception as exc:  # aiohttp's connection errors, a body that is not JSON (orjson's)
             raise StoreError(f"the Feast feature server at {self.url}: {type(exc).__name__}: {exc}") from None
         return read_answer(decoded, self.entity_key, self.url)
 
