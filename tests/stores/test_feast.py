@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
-from dataclasses import replace
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -19,9 +18,7 @@ from tests.support.feast import LocalFeast
 
 
 def feast_config(server: LocalFeast, **overrides: Any) -> FeaturesConfig:
-    repo = server.repo
-    return replace(FeaturesConfig(kind="feast", url=repo.url, features=repo.refs, entity_key=repo.entity_key,
-                                  timeout_ms=500), **overrides)
+    return server.repo.features_config(**overrides)
 
 
 def fetch_all(features: FeaturesConfig, ids: list[str]) -> list[dict[str, Any]]:

@@ -23,12 +23,14 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from streamer.config import FeaturesConfig
 from streamer.dev.redis import LocalRedis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +94,12 @@ class FeatureRepo:
     @property
     def refs(self) -> tuple[str, ...]:
         return tuple(f"{self.view}:{name}" for name in self.names)
+
+    def features_config(self, **overrides: Any) -> FeaturesConfig:
+        """An ``online.features`` of kind feast asking for every feature of the view (``overrides``:
+        other keys, ``feature_service=repo.service, features=()`` for the service)."""
+        return replace(FeaturesConfig(kind="feast", url=self.url, features=self.refs, entity_key=self.entity_key,
+                                      timeout_ms=500), **overrides)
 
 
 class LocalFeast:
