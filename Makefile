@@ -9,7 +9,7 @@ DEV     := $(VENV)/.installed-dev
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit lint mutants kafka kafka-jars registry prometheus redis helm-tools vegeta bench chaos images bundle docs clean
+.PHONY: demo test unit lint mutants kafka kafka-jars registry prometheus redis feast helm-tools vegeta bench chaos images bundle docs clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,19 @@ redis:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server; }
 
+# Feast's feature server in an environment of its own, .cache/feast (feast[redis], pinned): Feast
+# pins prometheus-client below this project's pin, so it never shares .venv; it runs as its own
+# process (`feast serve`), as in production. The tests start it on a feature repo whose online
+# store is the tests' Redis (tests/support/feast.py).
+FEAST_VERSION := 0.67.0
+FEAST         := .cache/feast/.installed-$(FEAST_VERSION)
+feast: $(FEAST)
+$(FEAST):
+	$(PYTHON) -m venv .cache/feast
+	.cache/feast/bin/python -m pip install -q --upgrade pip
+	.cache/feast/bin/python -m pip install -q 'feast[redis]==$(FEAST_VERSION)'
+	touch $(FEAST)
+
 # Helm from its Go module at a pinned version, and deploy/helm/strict (every rendered object
 # decoded strictly against the Kubernetes and KEDA types): the chart's checks in make test.
 # Built with the -X flags of Helm's own Makefile, which `go install` alone leaves out: without them
@@ -80,7 +93,7 @@ $(VEGETA):
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))
 
-test: kafka-jars registry prometheus redis helm-tools lint
+test: kafka-jars registry prometheus redis feast helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q
 
 # ruff (pyflakes, isort's import order) on the whole tree, and mypy on streamer/ (pyproject.toml).
@@ -88,12 +101,12 @@ lint: $(DEV)
 	$(VENV)/bin/ruff check streamer tests benchmarks models deploy
 	$(VENV)/bin/mypy
 
-unit: $(DEV) prometheus redis helm-tools lint
+unit: $(DEV) prometheus redis feast helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q -m 'not kafka'
 
 # Deliberate bugs (tests/mutants/catalog.py), each planted in a scratch copy: every one must be killed.
 # `$(PY) tests/mutants/run.py --check` only checks that each still lands in its function.
-mutants: $(DEV) kafka-jars prometheus redis
+mutants: $(DEV) kafka-jars prometheus redis feast
 	$(PY) tests/mutants/run.py
 
 bench: $(DEV) kafka-jars

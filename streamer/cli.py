@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from streamer import cli_jobs
 
             return cli_jobs.worker(args)
+        if args.command == "features":
+            return cli_batch.features(args)
         if args.command in ("produce", "tail"):
             return cli_batch.files(args)
         if args.command == "check":

@@ -1,4 +1,4 @@
-"""The batch commands on the command line (replay, score, evaluate, dlq, produce, tail): each one's
+"""The batch commands on the command line (replay, score, evaluate, dlq, produce, tail, features load): each one's
 extra checked first, its stop wired to the signals, its summary printed and its exit code chosen.
 
 As in cli.py, each command's module is imported when its command runs.
@@ -161,4 +161,24 @@ def files(args: argparse.Namespace) -> int:
         print("\n".join(done.lines(cfg.input.format)))
         return EXIT_STOPPED if done.stopped else 0
     tail(load_config(args.config), sys.stdout, args.limit, args.topic)  # decodes with the prediction schema
+    return 0
+
+
+def features(args: argparse.Namespace) -> int:
+    need("kv", "features load")
+    need("lake", "features load")  # Arrow reads the rows
+    stop = stop_event()
+    from streamer.commands.features import OnlinePart, load_features
+    from streamer.config_file import load_part, load_unscored
+
+    cfg = load_unscored(args.config)  # the model's file need not be here
+    prefix = args.prefix or load_part(args.config, OnlinePart).online.features.prefix
+    summary = load_features(cfg.kv, cfg.lake, args.from_, prefix, cfg.input.entity_field, stop=stop)
+    print("\n".join(summary.lines()))
+    if summary.stopped:
+        return EXIT_STOPPED
+    if summary.all_skipped:
+        print(f"streamer: no row of {args.from_} has an entity id in its column {cfg.input.entity_field!r} "
+              "(input.entity_field)", file=sys.stderr)
+        return EXIT_CONFIG
     return 0

@@ -225,6 +225,18 @@ def parser() -> argparse.ArgumentParser:
                  "answered, new ones refused, exit 0.")
     sv.add_argument("--config", required=True, help=CONFIG)
 
+    ft = command("features", "features that online requests fetch by entity id")
+    load = actions(ft, "features_command")(
+        "load", "write rows of Parquet files or an Iceberg table as a Redis hash per entity",
+        "Write each row of Parquet files or an Iceberg table as the Redis hash <prefix>:<entity id> of the "
+        "kv: store (input.entity_field is the entity column; every other column a field), which "
+        "online.features.kind redis reads. Reads batch by batch through Arrow; rows without an entity id are "
+        "skipped and named. SIGTERM or Ctrl+C stops it between two pipelines, exit 6; run it again to load every row.")
+    load.add_argument("--config", required=True, help=CONFIG)
+    load.add_argument("--from", dest="from_", required=True, metavar="PATH|TABLE",
+                      help="a Parquet file, a folder of them (local or s3://), or an Iceberg table's name")
+    load.add_argument("--prefix", help="the hashes' key prefix (default online.features.prefix)")
+
     ev = command("evaluate", "prove a candidate model against the champion on a replayed range",
                  " Reads the range once, in its own consumer group, and scores every batch with the config's "
                  "model (the champion) and the candidate. Writes both predictions side by side (champion_* and "

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
@@ -23,6 +24,7 @@ from streamer.kafka.topics import create_topics
 from streamer.observe.stats import Stats
 from streamer.processor import Processor
 from tests.support import faults
+from tests.support.feast import LocalFeast, entity_rows, local_feast
 from tests.support.objectstore import ObjectStore, seaweedfs
 from tests.support.schema_registry import SchemaRegistry
 from tests.support.schema_registry import schema_registry as running_registry
@@ -68,6 +70,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedi
     """A real Redis (Debian's redis-server, streamer/dev/redis.py) with a password, for the session;
     tests keep apart by key prefix (tests/support/redis.py's kv_config). Fails loudly if none starts."""
     with local_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def feast_server(redis_server: LocalRedis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFeast]:
+    """Feast's feature server (`feast serve`, from .cache/feast) on tests/support/feast.py's
+    entity_rows, materialized into the session's Redis: started once, its cost paid once."""
+    folder = tmp_path_factory.mktemp("feast")
+    pq.write_table(entity_rows(), folder / "rows.parquet")
+    with local_feast(folder / "repo", folder / "rows.parquet", redis_server) as server:
         yield server
 
 

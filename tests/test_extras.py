@@ -48,6 +48,7 @@ COMMANDS: dict[str, list[tuple[str, list[str]]]] = {  # extra -> (what the line 
     "online": [("serve", ["serve", "--config", EXAMPLE_CONFIG]),
                ("online.enabled", ["run", "--config", "ONLINE"])],
     "optimize": [("model optimize", ["model", "optimize", MODEL, "--out", "optimized.onnx"])],
+    "kv": [("features load", ["features", "load", "--config", EXAMPLE_CONFIG, "--from", "rows.parquet"])],
 }
 
 

@@ -1,5 +1,6 @@
-"""Fetching an entity's features for an online request: the :class:`FeatureSource` protocol, and
-its kind ``redis`` (a hash per entity that ``streamer features load`` writes).
+"""Fetching an entity's features for an online request: the :class:`FeatureSource` protocol, its
+kind ``redis`` (a hash per entity that ``streamer features load`` writes), and :func:`feature_source`,
+which builds the configured kind (``feast``: stores/feast.py) after checking that it can work.
 
 A source answers the event fields it holds for an entity (a missing feature is absent, never
 guessed); what it does not hold is the caller's to default or refuse. A fetch that fails raises
@@ -13,7 +14,9 @@ from typing import Any, Protocol, cast
 
 from streamer.config import Config, FeaturesConfig, KvConfig
 from streamer.errors import ConfigError, StoreError
+from streamer.extras import need
 from streamer.stores.client import connect_async, describe_error
+from streamer.stores.feast import FeastFeatures
 from streamer.stores.keys import feature_key
 from streamer.stores.values import Kind, decode_hash
 
@@ -28,6 +31,29 @@ class FeatureSource(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def check_features(cfg: Config) -> None:
+    """Refuse, naming the key, an ``online.features`` that cannot work: the kv extra not installed
+    (MissingExtra), the redis kind without a ``kv:`` store to read. Start-up calls it before serving."""
+    features = cfg.online.features
+    if features.kind == "none":
+        return
+    need("kv", f"online.features.kind {features.kind}")
+    if features.kind == "redis" and cfg.kv.address is None:
+        raise ConfigError("kv.address", "is required by online.features.kind redis: the Redis store whose "
+                                        f"hashes {features.prefix}:<entity id> hold the features")
+
+
+def feature_source(cfg: Config) -> FeatureSource | None:
+    """The configured source of features (checked by :func:`check_features`); None for kind none."""
+    check_features(cfg)
+    features = cfg.online.features
+    if features.kind == "redis":
+        return RedisFeatures(features, cfg.kv)
+    if features.kind == "feast":
+        return FeastFeatures(features)
+    return None
 
 
 class RedisFeatures:
@@ -58,13 +84,3 @@ class RedisFeatures:
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
-
-
-def feature_source(cfg: Config) -> FeatureSource | None:
-    """The feature source ``online.features`` names (None for kind ``none``: requests carry their features)."""
-    f = cfg.online.features
-    if f.kind == "none":
-        return None
-    if f.kind == "redis":
-        return RedisFeatures(f, cfg.kv)
-    raise ConfigError("online.features.kind", f"kind {f.kind!r} has no source in this build")

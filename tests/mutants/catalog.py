@@ -813,4 +813,26 @@ MUTANTS: tuple[Mutant, ...] = (
               "fetched = await asyncio.wait_for(self.source.fetch(entity_id), budget)",
               "fetched = await self.source.fetch(entity_id)"),),
     ),
+    Mutant(
+        "108-store-client-retries",
+        "the store's client retries a timed-out command with back-off: a stalled Redis holds an answer for seconds, not kv.timeout_ms",
+        ("tests/stores/test_client.py::test_a_stalled_server_is_an_error_within_the_timeout_and_the_error_hides_the_password",
+         "tests/stores/test_reads.py::test_a_stalled_store_is_a_store_error_within_the_timeout"),
+        (Edit("streamer/stores/client.py", "_options", ', "retry": retry}', "}"),),
+    ),
+    Mutant(
+        "160-feast-status-ignored",
+        "a Feast feature whose status is not PRESENT (OUTSIDE_MAX_AGE, NOT_FOUND) is read as a value: a stale feature scores",
+        ("tests/stores/test_feast.py::test_a_feature_of_any_status_but_present_is_absent_even_with_a_value",),
+        (Edit("streamer/stores/feast.py", "read_answer", 'if status == "PRESENT" and value is not None:',
+              "if value is not None:"),),
+    ),
+    Mutant(
+        "161-feature-kinds-not-written",
+        "features load writes no kinds hash: a reader decodes a string of digits (\"07\") as a number",
+        ("tests/stores/test_loader.py::"
+         "test_a_folder_loaded_reads_back_as_its_rows_strings_kept_strings_and_skipped_rows_named",),
+        (Edit("streamer/stores/loader.py", "FeatureLoader.write", "pipe.hset(self.prefix, mapping=dict(new))",
+              "pass"),),
+    ),
 )
