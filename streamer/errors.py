@@ -299,15 +299,18 @@ class Expired(OnlineError):
 class Refused(OnlineError):
     """An online request not answered, as the transports answer it (online/plane.py): ``status``
     400 (the protocol or the model's inputs refuse it), 404 (another model), 413 (more rows than
-    the queue holds, or a body past its limit), 422 (an event that cannot be scored), 503 (not
-    ready, shed, or expired: retry after ``retry_after_s``) or 500 (the model failed). The jobs
+    the queue holds, or a body past its limit), 422 (an event that cannot be scored), 409 (an
+    answer from the precomputed predictions on a server without a store), 503 (not ready, shed,
+    expired, or the store failing: retry after ``retry_after_s``) or 500 (the model failed). The jobs
     API (online/jobs_http.py) answers with it too: 400 (a body that cannot be read), 404 (an
     unknown job), 409 (a job's results before it completed, an id used already), 413 (a file past
-    ``jobs.max_upload_bytes``), 415 (another content type)."""
+    ``jobs.max_upload_bytes``), 415 (another content type). ``why``: a 503's cause where the
+    answer may degrade on it (admission's ``deadline``, ``queue``, ``stopping``, or ``expired``)."""
 
-    def __init__(self, status: int, reason: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, status: int, reason: str, retry_after_s: float | None = None, *,
+                 why: str | None = None) -> None:
         super().__init__(reason)
-        self.status, self.retry_after_s = status, retry_after_s
+        self.status, self.retry_after_s, self.why = status, retry_after_s, why
 
     @property
     def headers(self) -> dict[str, str]:

@@ -154,6 +154,17 @@ ONLINE: list[tuple[str, str, str, list[tuple[str, str]]]] = [
      "Rows admitted and not yet scored, per instance (the autoscaler's metric). A queue above a "
      "batch makes each request wait a model call longer.", "short",
      [q("sum by (instance) (streamer_online_queued_rows{SEL})", "{{instance}}")]),
+    ("Online: degraded answers by reason",
+     "Share of the answers (/v1/score and /v1/predictions) flagged degraded, by reason: breaker (the "
+     "model's breaker is open), deadline (it could not be met), features (the feature fetch failed "
+     "or passed online.features.timeout_ms). Above 5% for 10 minutes: the StreamerOnlineDegraded alert.",
+     "percentunit",
+     [q("sum by (reason) (rate(streamer_online_degraded_total{SEL}[RATE])) / ignoring (reason) group_left "
+        "clamp_min(sum(rate(streamer_online_answers_total{SEL}[RATE])), 1e-9)", "{{reason}}")]),
+    ("Online: hops",
+     "The 99th percentile of each hop of an online answer: features (the fetch), queue (admitted to "
+     "its batch's model call), model (the call), encode (the call's end to the answer built).", "s",
+     quantiles("streamer_online_hop_seconds", by="le, hop", qs=(0.99,), legend=" {{hop}}")),
 ]
 
 

@@ -52,11 +52,14 @@ Score = Callable[[Columns, list[str]], Scored]  # a batch's feature columns and 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A request's rows of the batch that scored them (its pieces joined, when it was cut), and
-    its time from admission to the model call."""
+    """A request's rows of the batch that scored them (its pieces joined, when it was cut), its
+    time from admission to the model call, the call's seconds, and when the call ended (the
+    dispatcher's clock)."""
 
     scored: Scored
     queued_s: float
+    model_s: float = 0.0
+    done_at: float = 0.0
 
     @property
     def outputs(self) -> dict[str, np.ndarray]:
@@ -143,14 +146,14 @@ class Dispatcher:
         try:
             future = self.submit(features, deadline, asyncio.get_running_loop(), name)
         except Shed as exc:
-            raise Refused(503, f"shed: {exc}", exc.retry_after_s) from None
+            raise Refused(503, f"shed: {exc}", exc.retry_after_s, why=exc.why) from None
         except BadRequest as exc:
             raise Refused(400, str(exc)) from None
         try:
             answer: Answer = await future
             return answer
         except Expired as exc:
-            raise Refused(503, f"expired: {exc}", 1.0) from None
+            raise Refused(503, f"expired: {exc}", 1.0, why="expired") from None
         except Exception as exc:  # noqa: BLE001 - the model's failure is the answer
             raise Refused(500, f"the model failed: {exc}") from None
 
@@ -249,7 +252,8 @@ class Dispatcher:
                     piece.pending.failed = True
                     settle.append((piece.pending, exc))
             return
-        self.admission.called(self._clock() - started)
+        ended = self._clock()
+        self.admission.called(ended - started)
         self.metrics.batch_rows.observe(len(features))
         at = 0
         for piece in live:
@@ -276,7 +280,7 @@ class Dispatcher:
                     settle.append((p, InferenceError(f"its rows were scored by models that answer differently: "
                                                      f"{exc}")))
                     continue
-            settle.append((p, Answer(mine, started - p.admitted)))
+            settle.append((p, Answer(mine, started - p.admitted, ended - started, ended)))
 
     @staticmethod
     def _settle(settle: list[tuple[_Pending, Answer | BaseException]]) -> None:

@@ -99,7 +99,8 @@ class GrpcTransport:
                 deadline = plane.deadline(started, request.parameters, bound_s=context.time_remaining())
             except BadRequest as exc:
                 raise plane.refused(message.model_name, message.model_version, 400, str(exc)) from None
-            response = infer_response(await plane.infer(request, deadline))
+            answered = await plane.infer(request, deadline)
+            response = infer_response(answered, lambda: plane.encoded(answered.done_at))
             code = "OK"
             return response
         except Refused as exc:
@@ -116,19 +117,25 @@ def infer_request(message: Any) -> InferRequest:
                         tuple(o.name for o in message.outputs), id=message.id or None, parameters=params)
 
 
-def infer_response(response: InferResponse) -> Any:
-    """The plane's answer as a ``ModelInferResponse``: raw output contents, typed parameters."""
+def infer_response(response: InferResponse, encode_ms: Callable[[], float] | None = None) -> Any:
+    """The plane's answer as a ``ModelInferResponse``: raw output contents, typed parameters (a
+    number as ``double_param``); ``encode_ms``: the encode hop, asked once the outputs are in."""
     out = MESSAGE("ModelInferResponse")(model_name=response.model, model_version=response.version,
                                         id=response.id or "")
-    for key, value in response.parameters.items():
-        if isinstance(value, bool):
-            out.parameters[key].bool_param = value
-        else:
-            out.parameters[key].string_param = value
     for name, array in response.outputs.items():
         kind, raw = to_raw(array)
         out.outputs.add(name=name, datatype=kind, shape=list(array.shape))
         out.raw_output_contents.append(raw)
+    params = dict(response.parameters)
+    if encode_ms is not None:
+        params["encode_ms"] = encode_ms()
+    for key, value in params.items():
+        if isinstance(value, bool):
+            out.parameters[key].bool_param = value
+        elif isinstance(value, float):
+            out.parameters[key].double_param = value
+        else:
+            out.parameters[key].string_param = value
     return out
 
 

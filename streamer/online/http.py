@@ -72,7 +72,7 @@ class HttpTransport:
             except BadRequest as exc:
                 raise plane.refused(model, version, 400, str(exc)) from None
             response = await plane.infer(request, deadline)
-            content, headers = encode_response(response, request)
+            content, headers = encode_response(response, request, lambda: plane.encoded(response.done_at))
             status = 200
         except Refused as exc:
             status, content, headers = exc.status, error_body(str(exc)), {**JSON, **exc.headers}

@@ -7,6 +7,11 @@ model's columns, its rows batched and scored by the dispatcher, the outputs it a
 every way it is not answered, one :class:`Refused` with its status. Each request is metered
 once, where it ends (:meth:`DataPlane.ended`): by transport and status, and its seconds.
 
+Every answer carries its hops in its parameters, in milliseconds: ``queue_ms`` (from admission
+to its batch's model call), ``model_ms`` (the call) and ``encode_ms`` (from the call's end to the
+answer's body, taken just before the body's last serialization); each is observed on
+``streamer_online_hop_seconds{hop}``.
+
 Refusals: 400 (the protocol or the model's inputs refuse the request, or an output it asks for
 is unknown), 404 (another model or version), 413 (more rows than the queue holds), 503 with
 Retry-After (not ready, shed at admission, expired while it waited), 500 (the model failed).
@@ -60,14 +65,16 @@ class InferRequest:
 @dataclass(frozen=True, slots=True)
 class InferResponse:
     """An inference answer as each transport encodes it: the served model's name, the version that
-    scored, the outputs by name, the request's id, and the parameters (the model file's digest,
-    whether the fallback answered, and why)."""
+    scored, the outputs by name, the request's id, the parameters (the model file's digest,
+    whether the fallback answered, and why; the hops' milliseconds), and when its model call
+    ended (the plane's clock: the encode hop starts there)."""
 
     model: str
     version: str
     outputs: Mapping[str, np.ndarray]
     id: str | None
-    parameters: dict[str, str | bool]
+    parameters: dict[str, str | bool | float]
+    done_at: float | None = None
 
 
 class OnlineModel(Protocol):
@@ -174,7 +181,8 @@ class DataPlane:
             if unknown:
                 raise Refused(400, f"no output {unknown[0]!r}: the model answers {', '.join(outputs)}")
             outputs = {k: v for k, v in outputs.items() if k in request.outputs}
-        return InferResponse(model.name, scored.model.version, outputs, request.id, parameters(scored))
+        return InferResponse(model.name, scored.model.version, outputs, request.id,
+                             {**parameters(scored), **self.hops(answer)}, answer.done_at)
 
     async def score(self, features: Columns, deadline: float, name: str | None = None) -> Answer:
         """Rows already in the model's columns (an event's: ``/v1/score``) answered by ``deadline``,
@@ -182,6 +190,22 @@ class DataPlane:
         if not self.model.ready():
             raise _not_ready()
         return await self.dispatcher.answer(features, deadline, name)
+
+    def hops(self, answer: Answer) -> dict[str, float]:
+        """An answer's queue and model hops, observed, as its parameters (milliseconds)."""
+        hops = self.metrics.hops
+        hops["queue"].observe(answer.queued_s)
+        hops["model"].observe(answer.model_s)
+        return {"queue_ms": ms(answer.queued_s), "model_ms": ms(answer.model_s)}
+
+    def encoded(self, done_at: float | None) -> float:
+        """The encode hop of an answer whose model call ended at ``done_at``, observed: its
+        milliseconds (0, not observed, for an answer no model call made)."""
+        if done_at is None:
+            return 0.0
+        seconds = max(self.clock() - done_at, 0.0)
+        self.metrics.hops["encode"].observe(seconds)
+        return ms(seconds)
 
     def ended(self, transport: str, code: str, started: float) -> None:
         """Meter a request where it ends: its transport (http, grpc, score), its status (HTTP's
@@ -194,10 +218,15 @@ class DataPlane:
         meters[1].observe(self.clock() - started)
 
 
-def parameters(scored: Scored) -> dict[str, str | bool]:
+def ms(seconds: float) -> float:
+    """Seconds as the answers' parameters carry them: milliseconds, to the microsecond."""
+    return round(seconds * 1000, 3)
+
+
+def parameters(scored: Scored) -> dict[str, str | bool | float]:
     """An answer's protocol parameters: the model file's digest, whether the fallback answered,
     and why."""
-    params: dict[str, str | bool] = {"model_digest": scored.model.digest, "degraded": scored.degraded is not None}
+    params: dict[str, str | bool | float] = {"model_digest": scored.model.digest, "degraded": scored.degraded is not None}
     if scored.degraded is not None:
         params["degraded_reason"] = scored.degraded
     return params

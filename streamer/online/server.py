@@ -27,14 +27,18 @@ from streamer.errors import ConfigError
 from streamer.extras import need
 from streamer.observe.drift import DriftGauges
 from streamer.observe.metrics import GroupRegistry
+from streamer.online.cache import Cache, predictions_route
 from streamer.online.dispatch import Dispatcher
-from streamer.online.events import score_route
+from streamer.online.entity import EntityFeatures
+from streamer.online.events import ScoreRoute
 from streamer.online.grpc_service import GrpcTransport
 from streamer.online.http import HttpTransport
 from streamer.online.meters import OnlineMetrics
 from streamer.online.plane import DataPlane
 from streamer.online.served import ServedModel
 from streamer.pipeline.serving import Serving
+from streamer.stores.features import FeatureSource, feature_source
+from streamer.stores.precomputed import PredictionStore
 
 if TYPE_CHECKING:
     from streamer.online.jobs_http import JobsApi
@@ -71,6 +75,30 @@ def _jobs_api(cfg: Config, serving: Serving) -> JobsApi | None:
     return JobsApi(cfg, serving.runner.contract)
 
 
+def _cache(cfg: Config, meters: OnlineMetrics) -> Cache | None:
+    """The precomputed predictions (kv:) the server answers from; None without ``kv.address``
+    (ConfigError when ``online.cache.mode`` needs them)."""
+    if cfg.kv.address is None:
+        if cfg.online.cache.mode != "fresh":
+            raise ConfigError("online.cache.mode", f"{cfg.online.cache.mode!r} answers from the precomputed "
+                                                   "predictions: set kv.address (the store), or use fresh")
+        return None
+    need("kv", "kv.address (precomputed predictions online)")
+    return Cache(PredictionStore(cfg.kv), cfg.kv, meters)
+
+
+def _entity(cfg: Config, serving: Serving, source: FeatureSource | None) -> EntityFeatures | None:
+    """Entity-only requests' features (``online.features``; ``source``: one given instead)."""
+    if source is None:
+        if cfg.online.features.kind == "none":
+            return None
+        need("kv", "online.features.kind (features fetched by entity id)")
+        source = feature_source(cfg)
+        if source is None:
+            return None
+    return EntityFeatures(source, cfg.online.features, serving.runner.contract)
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: the server's stop is this module's, and exits 0."""
 
@@ -82,9 +110,11 @@ class _Uvicorn(uvicorn.Server):
 class OnlineServer:
     """Serves ``serving``'s model under the config's ``online`` section."""
 
-    def __init__(self, cfg: Config, serving: Serving, beside_stream: bool = False) -> None:
+    def __init__(self, cfg: Config, serving: Serving, beside_stream: bool = False,
+                 features: FeatureSource | None = None) -> None:
         """``beside_stream``: the serving is a running stream's, whose loop reloads it between its
-        batches (the online side only scores, first)."""
+        batches (the online side only scores, first); ``features``: the source of entity-only
+        requests' features (default: ``online.features``')."""
         o = cfg.online
         self.cfg, self.serving = cfg, serving
         # the group label, as the stream's series: one dashboard selects both
@@ -101,6 +131,8 @@ class OnlineServer:
                                      o.max_queue_rows, between=(lambda: None) if beside_stream else serving.poll,
                                      metrics=meters)
         self.plane = DataPlane(self.model, self.dispatcher, timeout_ms=o.timeout_ms)
+        self.cache = _cache(cfg, meters)
+        self.entity = _entity(cfg, serving, features)
         self.ready = self.model.readiness  # set when the model has warmed up and the listeners are open
         self.jobs = _jobs_api(cfg, serving)
         self._stop_asked = threading.Event()  # a stop asked, before the loop runs or after it ended too
@@ -128,11 +160,12 @@ class OnlineServer:
                 pass
 
     def http_app(self) -> Any:
-        """The HTTP application: the protocol's routes, ``/v1/score`` and, with ``jobs.api_token``,
-        ``/v1/jobs`` (online/jobs_http.py), on this server's data plane."""
+        """The HTTP application: the protocol's routes, ``/v1/score``, ``/v1/predictions`` and, with
+        ``jobs.api_token``, ``/v1/jobs`` (online/jobs_http.py), on this server's data plane."""
         http = HttpTransport(self.plane, max_body_bytes=self.cfg.online.max_body_bytes)
         jobs = [] if self.jobs is None else self.jobs.routes()
-        return http.app(more=[score_route(self.cfg, self.serving, self.plane), *jobs])
+        score = ScoreRoute(self.cfg, self.serving, self.plane, self.cache, self.entity)
+        return http.app(more=[score.route(), predictions_route(self.cache, self.plane), *jobs])
 
     def run(self, install_signals: bool = True) -> int:
         """Serve until stopped, then answer what was admitted (for up to ``DRAIN_S``; rows left
@@ -203,4 +236,14 @@ class OnlineServer:
         if rpc is not None:
             await rpc.stop(1.0)
         await http_task
+        await self._close_stores()
         return 0
+
+    async def _close_stores(self) -> None:
+        """Close the store's and the feature source's clients (their failures are logged: the server stops anyway)."""
+        closing = [] if self.cache is None else [self.cache.close()]
+        if self.entity is not None:
+            closing.append(self.entity.source.close())
+        for result in await asyncio.gather(*closing, return_exceptions=True):
+            if isinstance(result, Exception):
+                log.warning("online: closing a store's client: %s", result)

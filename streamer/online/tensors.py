@@ -18,6 +18,7 @@ Worked example: ``{"inputs": [{"name": "features", "shape": [2, 32], "datatype":
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -152,9 +153,11 @@ def _split_bytes(raw: bytes, name: str) -> list[bytes]:
     return out
 
 
-def encode_response(response: InferResponse, request: InferRequest) -> tuple[bytes, dict[str, str]]:
+def encode_response(response: InferResponse, request: InferRequest,
+                    encode_ms: Callable[[], float] | None = None) -> tuple[bytes, dict[str, str]]:
     """The response body and its headers: JSON, with the binary outputs' bytes after it where
-    ``request`` asks."""
+    ``request`` asks; ``encode_ms``: the encode hop's milliseconds, asked once the outputs are
+    encoded, into ``parameters.encode_ms``."""
     blobs: list[bytes] = []
     tensors = []
     for name, array in response.outputs.items():
@@ -170,8 +173,10 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
     doc: dict[str, Any] = {"model_name": response.model, "model_version": response.version, "outputs": tensors}
     if response.id is not None:
         doc["id"] = response.id
-    if response.parameters:
-        doc["parameters"] = response.parameters
+    if response.parameters or encode_ms is not None:
+        doc["parameters"] = dict(response.parameters)
+        if encode_ms is not None:
+            doc["parameters"]["encode_ms"] = encode_ms()
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:
         return head, {"content-type": "application/json"}

@@ -66,6 +66,11 @@ class Breaker:
             self.state = BreakerState.HALF_OPEN
         return self.state is not BreakerState.OPEN
 
+    def is_open(self) -> bool:
+        """Whether the next batch would go to the fallback: open, and no probe due yet (asked
+        without moving the state: an online answer decides before it scores)."""
+        return self.state is BreakerState.OPEN and self._clock() < self._probe_at
+
     def succeeded(self) -> None:
         if self.state is not BreakerState.CLOSED:
             log.warning("model breaker closed: the model answers again")

@@ -3,7 +3,9 @@
 Every client has ``kv.timeout_ms`` as its connect and socket timeout, so a stalled server is an
 error within it, never a hang. Errors name the store by ``kv.address`` and never carry the
 password. The synchronous client writes a run's predictions (stores/sink.py) and loads features;
-the asyncio one answers online requests (the online server's event loop).
+the asyncio one answers online requests (the online server's event loop); on one server, a
+request past its :data:`POOL_CONNECTIONS` connections waits for one (within ``kv.timeout_ms``)
+rather than failing at once.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 
 from streamer.config import KvConfig
 from streamer.errors import ConfigError
+
+POOL_CONNECTIONS = 100  # an asyncio client's connections to one server (online lookups in flight)
 
 
 def _nodes(kv: KvConfig) -> list[tuple[str, int]]:
@@ -72,7 +76,13 @@ def connect_async(kv: KvConfig) -> Any:
                                                    db=kv.db, **options)
         return sentinel.master_for(kv.master)
     (host, port), = nodes
-    return redis.asyncio.Redis(host=host, port=port, db=kv.db, **options)
+    # A burst of requests waits for a free connection (within kv.timeout_ms) instead of failing
+    # at once past the pool's size (redis-py's default pool raises "Too many connections").
+    ssl = options.pop("ssl")
+    pool = redis.asyncio.BlockingConnectionPool(
+        max_connections=POOL_CONNECTIONS, timeout=kv.timeout_ms / 1000, host=host, port=port, db=kv.db,
+        connection_class=redis.asyncio.SSLConnection if ssl else redis.asyncio.Connection, **options)
+    return redis.asyncio.Redis.from_pool(pool)
 
 
 def describe_error(kv: KvConfig, exc: BaseException) -> str:

@@ -75,3 +75,29 @@ def test_a_wrong_expectation_fails_so_the_tests_above_can_fail(tmp_path: Path) -
     result = promtool_test(tmp_path, [{"interval": "1m", "input_series": inputs, "alert_rule_test": [
         {"eval_time": "10m", "alertname": "StreamerJobWillMissWindow", "exp_alerts": [{"exp_labels": wrong}]}]}])
     assert result.returncode == 1, result.stdout + result.stderr
+
+
+ONLINE = {"job": "streamer-online", "group": "streamer-fraud"}
+
+
+def online_series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
+    text = ", ".join(f'{k}="{v}"' for k, v in {**ONLINE, "instance": "s1:8000", **labels}.items())
+    return {"series": f"{name}{{{text}}}", "values": values}
+
+
+def test_online_answers_degraded_above_five_percent_for_ten_minutes_alert(tmp_path: Path) -> None:
+    # Per minute: 600 answers, 60 of them degraded (10%) by breaker from minute 0; from minute 30
+    # 6 (1%), and the alert resolves. Another group, "quiet", degrades 3% all along: never.
+    inputs = [online_series("streamer_online_answers_total", {"source": "scored"}, "0+600x60"),
+              online_series("streamer_online_degraded_total", {"reason": "breaker"}, "0+60x30 1800+6x30"),
+              online_series("streamer_online_degraded_total", {"reason": "features"}, "0x60"),
+              online_series("streamer_online_answers_total", {"source": "scored", "group": "quiet"}, "0+600x60"),
+              online_series("streamer_online_degraded_total", {"reason": "deadline", "group": "quiet"}, "0+18x60")]
+    fired = {"exp_labels": {"severity": "warning", "group": "streamer-fraud"},
+             "exp_annotations": {"summary": "Group streamer-fraud: 10% of online answers are degraded for 10 minutes "
+                                            "(the dashboard's degraded answers by reason: breaker, deadline or features)"}}
+    result = promtool_test(tmp_path, [{"interval": "1m", "input_series": inputs, "alert_rule_test": [
+        {"eval_time": "8m", "alertname": "StreamerOnlineDegraded", "exp_alerts": []},
+        {"eval_time": "20m", "alertname": "StreamerOnlineDegraded", "exp_alerts": [fired]},
+        {"eval_time": "50m", "alertname": "StreamerOnlineDegraded", "exp_alerts": []}]}])
+    assert result.returncode == 0, result.stdout + result.stderr

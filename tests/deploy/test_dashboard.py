@@ -127,6 +127,10 @@ def test_the_online_row_shows_requests_by_code_p99_shed_by_reason_and_queued_row
         exprs["Online: latency"]
     assert "sum by (reason) (rate(streamer_online_shed_total{" in exprs["Online: shed requests by reason"]
     assert "streamer_online_queued_rows{" in exprs["Online: queued rows"]
+    degraded = exprs["Online: degraded answers by reason"]  # a share of the answers, by reason
+    assert "sum by (reason) (rate(streamer_online_degraded_total{" in degraded
+    assert "/ ignoring (reason) group_left clamp_min(sum(rate(streamer_online_answers_total{" in degraded
+    assert "sum by (le, hop) (rate(streamer_online_hop_seconds_bucket{" in exprs["Online: hops"]
     assert len({p["id"] for p in panels}) == len(panels)  # Grafana keys panels by id
 
 

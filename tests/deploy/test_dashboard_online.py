@@ -6,6 +6,7 @@ series. The other rows are evaluated beside a stream in tests/integration/test_o
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -16,13 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from streamer.config import OnlineConfig
 from streamer.wiring.lake import lake_house
+from tests.deploy.test_alerts import ALERTS
 from tests.deploy.test_dashboard import DASHBOARD
 from tests.online.doubler import TIMEOUT_S, free_port, running
 from tests.online.test_served import example
 from tests.support import prometheus as prometheus_server
+
+COMPARISON = re.compile(r"\s*(>|<|>=|<=|==|!=)\s*[-+0-9.eE]+\s*$")  # an alert's threshold
 
 
 def online_queries(prefix: str = "Online: ") -> list[tuple[str, str]]:
@@ -74,9 +79,16 @@ def query(url: str, expr: str) -> list[Any]:
     return json.loads(body)["data"]["result"] if code == 200 else []
 
 
-def test_every_online_query_returns_data_from_a_real_prometheus(server: str, prometheus: str) -> None:
+def online_alerts() -> list[dict[str, str]]:
+    return next(g for g in yaml.safe_load(ALERTS.read_text())["groups"] if g["name"] == "streamer-online")["rules"]
+
+
+def test_every_online_query_and_alert_returns_data_from_a_real_prometheus(server: str, prometheus: str) -> None:
     queries = online_queries()
-    assert len(queries) >= 4
+    assert len(queries) >= 6
+    alerts = online_alerts()
+    assert [a["alert"] for a in alerts] == ["StreamerOnlineDegraded"]
+    queries += [(f"alert {a['alert']}", COMPARISON.sub("", a["expr"])) for a in alerts]
     model = example().model.name
     infer = {"inputs": [{"name": "features", "shape": [1, 32], "datatype": "FP32", "data": [0.5] * 32}]}
     deadline = time.monotonic() + 60

@@ -23,6 +23,8 @@ APPENDS = "tests/lake/test_appends.py::"
 WORKERS = "tests/jobs/test_workers_kafka.py::"
 JOBS_HTTP = "streamer/online/jobs_http.py"
 JOBS_HTTP_TEST = "tests/online/test_jobs_http_kafka.py::"
+STORE_ANSWERS = "tests/online/test_store_answers_redis.py::"
+DEGRADE = "tests/online/test_degrade_redis.py::"
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
@@ -251,7 +253,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "24-score-503-without-retry-after",
         "a refused /v1/score answer (503) carries no Retry-After",
         ("tests/online/test_score_route.py::test_a_bad_event_is_422_naming_the_field_and_a_bad_body_400",),
-        (Edit("streamer/online/events.py", "score_route",
+        (Edit("streamer/online/events.py", "ScoreRoute.score",
               "response = json_error(exc.status, str(exc), exc.headers)\n",
               "response = json_error(exc.status, str(exc))\n"),),
     ),
@@ -792,5 +794,31 @@ MUTANTS: tuple[Mutant, ...] = (
          "test_a_folder_loaded_reads_back_as_its_rows_strings_kept_strings_and_skipped_rows_named",),
         (Edit("streamer/stores/loader.py", "FeatureLoader.write", "pipe.hset(self.prefix, mapping=dict(new))",
               "pass"),),
+    ),
+    Mutant(
+        "130-auto-ignores-max-age",
+        "mode auto answers a precomputed prediction however old: online.cache.max_age_s is never read",
+        (STORE_ANSWERS + "test_cached_auto_and_fresh_say_their_source",),
+        (Edit("streamer/online/events.py", "ScoreRoute._cached",
+              'if mode == "auto" and found.age_s(int(time.time() * 1000)) > self.cfg.online.cache.max_age_s:',
+              "if False:"),),
+    ),
+    Mutant(
+        "131-degraded-answer-without-the-flag",
+        "a precomputed prediction standing in for a fresh score answers degraded: false (the reason alone set)",
+        (DEGRADE + "test_an_open_breaker_answers_the_precomputed_prediction_flagged_breaker",
+         DEGRADE + "test_a_feature_fetch_past_its_timeout_answers_degraded_features_within_the_deadline"),
+        (Edit("streamer/online/cache.py", "Cache.answer",
+              'fields["degraded"], fields["degraded_reason"] = True, degraded',
+              'fields["degraded_reason"] = degraded'),),
+    ),
+    Mutant(
+        "132-feature-fetch-without-timeout",
+        "the feature fetch waits for the source however long it takes: online.features.timeout_ms is never applied",
+        (DEGRADE + "test_a_feature_fetch_past_its_timeout_answers_degraded_features_within_the_deadline",
+         "tests/online/test_entity.py::test_a_fetch_past_its_timeout_is_a_store_error_naming_the_timeout"),
+        (Edit("streamer/online/entity.py", "EntityFeatures.complete",
+              "fetched = await asyncio.wait_for(self.source.fetch(entity_id), budget)",
+              "fetched = await self.source.fetch(entity_id)"),),
     ),
 )

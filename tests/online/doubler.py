@@ -77,9 +77,10 @@ def plane(model: Doubler, dispatcher: Dispatcher, **kw: Any) -> DataPlane:
 
 
 @contextlib.contextmanager
-def running(cfg: Config, serving: Serving) -> Iterator[OnlineServer]:
-    """An online server of ``serving`` under ``cfg`` in a thread, ready; stopped, and its thread ended, after."""
-    server = OnlineServer(cfg, serving)
+def running(cfg: Config, serving: Serving, **kw: Any) -> Iterator[OnlineServer]:
+    """An online server of ``serving`` under ``cfg`` in a thread, ready; stopped, and its thread
+    ended, after; ``kw``: the server's other arguments (a feature source)."""
+    server = OnlineServer(cfg, serving, **kw)
     thread = threading.Thread(target=server.run, args=(False,), daemon=True)
     thread.start()
     try:

@@ -62,6 +62,9 @@ def test_health_metadata_and_inference_over_grpc(served: tuple[str, Doubler, Dis
     response = result.get_response()
     assert response.id == "g-1" and response.model_version == "7"
     assert response.parameters["model_digest"].string_param == "abc123"
+    hops = {k: response.parameters[k].WhichOneof("parameter_choice") for k in ("queue_ms", "model_ms", "encode_ms")}
+    assert hops == dict.fromkeys(hops, "double_param")  # each hop's milliseconds, a number
+    assert response.parameters["queue_ms"].double_param >= 0
     model.is_ready = False
     assert not c.is_server_ready(client_timeout=TIMEOUT_S)
     model.is_ready = True

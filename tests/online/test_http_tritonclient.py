@@ -58,7 +58,10 @@ def test_health_metadata_and_an_inference_with_the_clients_defaults(served: tupl
     np.testing.assert_array_equal(result.as_numpy("y"), x * 2)
     response = result.get_response()
     assert response["id"] == "r-1" and response["model_version"] == "7"
-    assert response["parameters"] == {"model_digest": "abc123", "degraded": False}
+    params = response["parameters"]
+    hops = {k: params.pop(k) for k in ("queue_ms", "model_ms", "encode_ms")}  # each hop's milliseconds
+    assert params == {"model_digest": "abc123", "degraded": False}
+    assert all(isinstance(v, float) and v >= 0 for v in hops.values()), hops
     json_input = httpclient.InferInput("x", [1, 2], "FP32")
     json_input.set_data_from_numpy(x[:1], binary_data=False)
     asked = [httpclient.InferRequestedOutput("y", binary_data=False)]

@@ -64,11 +64,17 @@ def test_one_request_through_either_transport_is_one_request_with_one_answer(dis
     answers = [infer(p, r) for r in (over_http, over_grpc)]
     for answer in answers:
         assert (answer.model, answer.version, answer.id) == ("doubler", "7", "r-1")
-        assert answer.parameters == {"model_digest": "abc123", "degraded": False}
+        params = dict(answer.parameters)
+        hops = {k: params.pop(k) for k in ("queue_ms", "model_ms")}  # the hops: a float each, in ms
+        assert params == {"model_digest": "abc123", "degraded": False}
+        assert all(isinstance(v, float) and v >= 0 for v in hops.values()), hops
         np.testing.assert_array_equal(answer.outputs["y"], X * 2)
-    body, _ = encode_response(answers[0], over_http)
-    message = MESSAGE("ModelInferResponse").FromString(infer_response(answers[1]).SerializeToString())
+    body, _ = encode_response(answers[0], over_http, lambda: 1.5)
+    message = MESSAGE("ModelInferResponse").FromString(infer_response(answers[1], lambda: 2.5).SerializeToString())
     doc = orjson.loads(body)
+    assert (doc["parameters"]["encode_ms"], message.parameters["encode_ms"].double_param) == (1.5, 2.5)
+    assert doc["parameters"]["queue_ms"] == answers[0].parameters["queue_ms"]
+    assert message.parameters["model_ms"].double_param == answers[1].parameters["model_ms"]
     assert (doc["model_name"], doc["model_version"], doc["id"]) == (message.model_name, message.model_version,
                                                                    message.id)
     assert doc["outputs"][0]["data"] == np.frombuffer(message.raw_output_contents[0], "<f4").tolist()
