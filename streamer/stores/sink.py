@@ -2,7 +2,7 @@
 
 Each prediction is a hash ``P:run:<run>:<entity id>`` of the prediction fields (stores/values.py:
 a string as is, anything else as JSON; timestamps as epoch milliseconds; a null field is left
-out), written ``kv.pipeline_rows`` to a pipeline; ``kv.ttl_s`` > 0 sets its expiry. A run writes
+out), ``kv.pipeline_rows`` rows to a round trip (stores/bulk.py); ``kv.ttl_s`` > 0 sets its expiry. A run writes
 under its own key space, which no reader resolves until the run is complete, so what it writes
 needs no other hiding. Rows without an entity id, and the rows the run could not score, are
 entries of the stream ``P:rejects:<run>``.
@@ -44,6 +44,7 @@ from streamer.kafka.ranges import Ranges
 from streamer.lake.columns import as_json
 from streamer.lake.sink import Resume, Shard, ranges_of, ranges_text
 from streamer.pipeline.records import Partition
+from streamer.stores.bulk import Command, send
 from streamer.stores.client import connect, describe_error
 from streamer.stores.keys import KeySpace
 from streamer.stores.precomputed import KINDS
@@ -179,25 +180,28 @@ class KvSink:
                 k: str(first[k]) for k in ("model_name", "model_version") if first.get(k) is not None})
             self._modelled = True
         entities = table.column("entity_id").to_pylist()
-        columns = [(name, _encoded(table.column(name))) for name in table.column_names]
-        pipe, queued, written, missing = self._client.pipeline(transaction=False), 0, 0, []
+        columns = [(name.encode(), _encoded(table.column(name))) for name in table.column_names]
+        expiry = [b"EXPIRE", str(self.kv.ttl_s).encode()] if self.kv.ttl_s else [b"PERSIST"] if self._force else None
+        commands: list[Command] = []
+        queued, missing = 0, []
         for i, entity in enumerate(entities):
             if not entity:
                 missing.append(i)
                 continue
-            key = self.keys.entity(self._run, entity)
-            pipe.hset(key, mapping={name: values[i] for name, values in columns if values[i] is not None})
-            if self.kv.ttl_s:
-                pipe.expire(key, self.kv.ttl_s)
-            elif self._force:  # a forced run's earlier rows may have had their expiry set
-                pipe.persist(key)
+            key = self.keys.entity(self._run, entity).encode()
+            command = [b"HSET", key]
+            for name, values in columns:
+                if values[i] is not None:
+                    command += (name, values[i])
+            commands.append(command)
+            if expiry is not None:  # a forced run's earlier rows may have had their expiry set: PERSIST
+                commands.append([expiry[0], key, *expiry[1:]])
             queued += 1
-            if queued == self.kv.pipeline_rows:
-                pipe.execute()
-                written, queued = written + queued, 0
-        if queued:
-            pipe.execute()
-        self._add(written + queued, 0)
+            if queued % self.kv.pipeline_rows == 0:
+                send(self._client, commands)
+                commands = []
+        send(self._client, commands)
+        self._add(queued, 0)
         if missing:
             rows = table.take(missing).to_pylist()
             self._write_rejects([{
@@ -325,14 +329,14 @@ def _progress_text(bounds: Ranges, reached: Mapping[Partition, int], seq: int, w
                        "seq": seq, "written": list(written), "rejects": last_reject}, separators=(",", ":"))
 
 
-def _encoded(column: pa.ChunkedArray) -> list[Any]:
+def _encoded(column: pa.ChunkedArray) -> list[bytes | None]:
     """A column's values as a hash holds them (None: null, left out)."""
     kind = column.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return column.to_pylist()
+        return [None if v is None else v.encode() for v in column.to_pylist()]
     if pa.types.is_timestamp(kind):  # epoch milliseconds, as a prediction record's
         ms = column.cast(pa.timestamp("ms", kind.tz), safe=False).cast(pa.int64()).to_pylist()
-        return [None if v is None else str(v) for v in ms]
+        return [None if v is None else str(v).encode() for v in ms]
     if pa.types.is_map(kind):
         return [None if v is None else orjson.dumps(dict(v)) for v in column.to_pylist()]
     return [None if v is None else orjson.dumps(v) for v in column.to_pylist()]
