@@ -141,7 +141,7 @@ class KvSink:
                               f"{self.name}, not {self._shard.count}: resume it with the same count")
 
     def _forget(self, record: Mapping[str, str]) -> None:
-        """``--force``: the shard's progress and rejects go, the run is no longer complete, and
+        """``--force``: the shard's progress and rejects go, the run is incomplete again, and
         nothing of it expires (a run replaced earlier had its expiry set)."""
         current = self._client.get(self.keys.current)
         if current is not None and _text(current) == self._run:
@@ -191,8 +191,9 @@ class KvSink:
             key = self.keys.entity(self._run, entity).encode()
             command = [b"HSET", key]
             for name, values in columns:
-                if values[i] is not None:
-                    command += (name, values[i])
+                value = values[i]
+                if value is not None:
+                    command += (name, value)
             commands.append(command)
             if expiry is not None:  # a forced run's earlier rows may have had their expiry set: PERSIST
                 commands.append([expiry[0], key, *expiry[1:]])
