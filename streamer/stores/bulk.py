@@ -1,15 +1,17 @@
 """Many commands in one round trip: the Redis protocol (RESP) packed straight from bytes, for a run's writes.
 
 redis-py's pipeline checks and encodes every argument in Python, which makes writing a
-prediction's hash (some 30 arguments) the cost of a precompute. Here a batch of commands, each a
-list of ``bytes`` arguments, is packed into one buffer, sent on one of the client's connections
-and its replies read in order: about three times the rows per second. A Redis Cluster spreads a
-batch's keys over its nodes, so there the batch is redis-py's cluster pipeline, which routes each
-command to its slot's node. An error reply raises (the client's ``ResponseError``); the connection
+prediction's hash (some 30 arguments) the cost of a precompute. Here a prediction's ``HSET`` is
+packed from its columns: each column's ``name value`` pairs are packed once, as a list, and a
+row's command is the join of its pairs. A batch of commands is sent as one buffer on one of the
+client's connections and its replies read in order. A Redis Cluster spreads a batch's keys over
+its nodes, so there the commands are argument lists for redis-py's cluster pipeline, which routes
+each to its slot's node. An error reply raises (the client's ``ResponseError``); the connection
 is then closed, never reused with replies left unread.
 
 Worked example: ``pack([b"HSET", b"k", b"f", b"v"])`` is
-``b"*4\\r\\n$4\\r\\nHSET\\r\\n$1\\r\\nk\\r\\n$1\\r\\nf\\r\\n$1\\r\\nv\\r\\n"``.
+``b"*4\\r\\n$4\\r\\nHSET\\r\\n$1\\r\\nk\\r\\n$1\\r\\nf\\r\\n$1\\r\\nv\\r\\n"``, and so is
+``hsets(client, [b"k"], [(b"f", [b"v"])], [])[0]`` for a client of one server.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-Command = list[bytes]
+Command = list[bytes]  # a command's arguments
+Column = tuple[bytes, list[bytes | None]]  # a field's name and its value in each row (None: left out)
+
+
+def packs(client: Any) -> bool:
+    """Whether ``client`` takes packed commands: one server's (or Sentinel's master's), not a cluster's."""
+    return getattr(client, "connection_pool", None) is not None
 
 
 def pack(args: Sequence[bytes]) -> bytes:
@@ -25,19 +33,47 @@ def pack(args: Sequence[bytes]) -> bytes:
     return b"".join([b"*%d\r\n" % len(args), *[b"$%d\r\n%b\r\n" % (len(arg), arg) for arg in args]])
 
 
-def send(client: Any, commands: Sequence[Command]) -> list[Any]:
-    """``commands`` sent in one round trip (a cluster's: one per node); their replies, in order."""
+def hsets(client: Any, keys: Sequence[bytes], columns: Sequence[Column], after: Sequence[bytes]) -> list[Any]:
+    """An ``HSET`` of each row's non-null fields under its key, each followed by the command
+    ``after`` names with the key after its first word (``[b"EXPIRE", b"60"]``: ``EXPIRE key 60``):
+    packed for a client that :func:`packs`, argument lists for a cluster's."""
+    out: list[Any] = []
+    if not packs(client):
+        for i, key in enumerate(keys):
+            command = [b"HSET", key]
+            for name, values in columns:
+                value = values[i]
+                if value is not None:
+                    command += (name, value)
+            out.append(command)
+            if after:
+                out.append([after[0], key, *after[1:]])
+        return out
+    pairs = [[None if v is None else b"$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(name), name, len(v), v) for v in values]
+             for name, values in columns]
+    for key, row in zip(keys, zip(*pairs, strict=True), strict=True):
+        present = [p for p in row if p is not None]
+        head = b"*%d\r\n$4\r\nHSET\r\n$%d\r\n%b\r\n" % (2 + 2 * len(present), len(key), key)
+        out.append(head + b"".join(present))
+        if after:
+            out.append(pack([after[0], key, *after[1:]]))
+    return out
+
+
+def send(client: Any, commands: Sequence[Any]) -> list[Any]:
+    """``commands`` (packed bytes, or argument lists) sent in one round trip (a cluster's: one per
+    node); their replies, in order."""
     if not commands:
         return []
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:  # a RedisCluster: its pipeline routes each command to its slot's node
+    if not packs(client):  # a RedisCluster: its pipeline routes each command to its slot's node
         pipe = client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
         return list(pipe.execute())
+    pool = client.connection_pool
     conn = pool.get_connection()
     try:
-        conn.send_packed_command([b"".join(map(pack, commands))])
+        conn.send_packed_command([b"".join(c if isinstance(c, bytes) else pack(c) for c in commands)])
         return [conn.read_response() for _ in commands]
     except BaseException:
         conn.disconnect()  # replies may be left unread: the connection is never reused

@@ -44,7 +44,7 @@ from streamer.kafka.ranges import Ranges
 from streamer.lake.columns import as_json
 from streamer.lake.sink import Resume, Shard, ranges_of, ranges_text
 from streamer.pipeline.records import Partition
-from streamer.stores.bulk import Command, send
+from streamer.stores.bulk import hsets, send
 from streamer.stores.client import connect, describe_error
 from streamer.stores.keys import KeySpace
 from streamer.stores.precomputed import KINDS
@@ -95,7 +95,7 @@ class KvSink:
         with self._calls():
             record = self._record()
             if force:
-                self._forget(record)
+                self._forget()
                 record = self._record()
             self._same_shards(record)
             saved, fresh = record.get(self._field), False
@@ -140,7 +140,7 @@ class KvSink:
                               f"run {self._run!r} was planned in {' and '.join(sorted(counts))} shards in "
                               f"{self.name}, not {self._shard.count}: resume it with the same count")
 
-    def _forget(self, record: Mapping[str, str]) -> None:
+    def _forget(self) -> None:
         """``--force``: the shard's progress and rejects go, the run is incomplete again, and
         nothing of it expires (a run replaced earlier had its expiry set)."""
         current = self._client.get(self.keys.current)
@@ -180,37 +180,27 @@ class KvSink:
                 k: str(first[k]) for k in ("model_name", "model_version") if first.get(k) is not None})
             self._modelled = True
         entities = table.column("entity_id").to_pylist()
+        missing = [i for i, entity in enumerate(entities) if not entity]
+        if missing:  # a row without an entity id cannot be kept by it
+            self._unkept(table.take(missing).to_pylist())
+            table = table.filter(pa.array([bool(entity) for entity in entities]))
+        keys = [self.keys.entity(self._run, entity).encode() for entity in entities if entity]
         columns = [(name.encode(), _encoded(table.column(name))) for name in table.column_names]
-        expiry = [b"EXPIRE", str(self.kv.ttl_s).encode()] if self.kv.ttl_s else [b"PERSIST"] if self._force else None
-        commands: list[Command] = []
-        queued, missing = 0, []
-        for i, entity in enumerate(entities):
-            if not entity:
-                missing.append(i)
-                continue
-            key = self.keys.entity(self._run, entity).encode()
-            command = [b"HSET", key]
-            for name, values in columns:
-                value = values[i]
-                if value is not None:
-                    command += (name, value)
-            commands.append(command)
-            if expiry is not None:  # a forced run's earlier rows may have had their expiry set: PERSIST
-                commands.append([expiry[0], key, *expiry[1:]])
-            queued += 1
-            if queued % self.kv.pipeline_rows == 0:
-                send(self._client, commands)
-                commands = []
-        send(self._client, commands)
-        self._add(queued, 0)
-        if missing:
-            rows = table.take(missing).to_pylist()
-            self._write_rejects([{
-                "source_topic": r.get("source_topic"), "source_partition": r.get("source_partition"),
-                "source_offset": r.get("source_offset"), "error": "ValidationError", "stage": "validate",
-                "reason": f"no entity id: the event's {self.entity_field!r} is missing or empty, and a "
-                          "precomputed prediction is kept by it",
-                "original": as_json(r)} for r in rows])
+        after = [b"EXPIRE", str(self.kv.ttl_s).encode()] if self.kv.ttl_s else [b"PERSIST"] if self._force else []
+        commands = hsets(self._client, keys, columns, after)  # PERSIST: a forced run's rows may have an expiry
+        step = self.kv.pipeline_rows * (2 if after else 1)
+        for start in range(0, len(commands), step):
+            send(self._client, commands[start:start + step])
+        self._add(len(keys), 0)
+
+    def _unkept(self, rows: list[dict[str, Any]]) -> None:
+        """Rows without an entity id, as rejects naming the entity field."""
+        self._write_rejects([{
+            "source_topic": r.get("source_topic"), "source_partition": r.get("source_partition"),
+            "source_offset": r.get("source_offset"), "error": "ValidationError", "stage": "validate",
+            "reason": f"no entity id: the event's {self.entity_field!r} is missing or empty, and a "
+                      "precomputed prediction is kept by it",
+            "original": as_json(r)} for r in rows])
 
     def _write_rejects(self, items: list[dict[str, Any]]) -> None:
         pipe = self._client.pipeline(transaction=False)
