@@ -49,8 +49,7 @@ def hsets(client: Any, keys: Sequence[bytes], columns: Sequence[Column], after: 
             if after:
                 out.append([after[0], key, *after[1:]])
         return out
-    pairs = [[None if v is None else b"$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(name), name, len(v), v) for v in values]
-             for name, values in columns]
+    pairs = [_pairs(name, values) for name, values in columns]
     for key, row in zip(keys, zip(*pairs, strict=True), strict=True):
         present = [p for p in row if p is not None]
         head = b"*%d\r\n$4\r\nHSET\r\n$%d\r\n%b\r\n" % (2 + 2 * len(present), len(key), key)
@@ -58,6 +57,14 @@ def hsets(client: Any, keys: Sequence[bytes], columns: Sequence[Column], after: 
         if after:
             out.append(pack([after[0], key, *after[1:]]))
     return out
+
+
+def _pairs(name: bytes, values: list[bytes | None]) -> list[bytes | None]:
+    """A column's ``name value`` pairs packed, one per row (a column of one value: packed once)."""
+    if values and values[0] is not None and values.count(values[0]) == len(values):
+        v = values[0]
+        return [b"$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(name), name, len(v), v)] * len(values)
+    return [None if v is None else b"$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(name), name, len(v), v) for v in values]
 
 
 def send(client: Any, commands: Sequence[Any]) -> list[Any]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamer.config import KvConfig
 from streamer.errors import (
@@ -323,8 +324,11 @@ def _progress_text(bounds: Ranges, reached: Mapping[Partition, int], seq: int, w
 def _encoded(column: pa.ChunkedArray) -> list[bytes | None]:
     """A column's values as a hash holds them (None: null, left out)."""
     kind = column.type
+    if len(column) > 1 and not column.null_count and not pa.types.is_nested(kind) and \
+            pc.count_distinct(column).as_py() == 1:  # the model's name, the run: one value for every row
+        return _encoded(column.slice(0, 1)) * len(column)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return [None if v is None else v.encode() for v in column.to_pylist()]
+        return column.cast(pa.binary()).to_pylist()
     if pa.types.is_timestamp(kind):  # epoch milliseconds, as a prediction record's
         ms = column.cast(pa.timestamp("ms", kind.tz), safe=False).cast(pa.int64()).to_pylist()
         return [None if v is None else str(v).encode() for v in ms]
