@@ -9,8 +9,8 @@
     temporary warehouse folder, the embedded SQLite catalog, the default ``lake.target_file_mb``).
 Rates are the runs' own, as their summary line prints them: from the run's start (the model warmed
 up, the file opened) to its last commit (Redis: to the switch). CPU per row is this process's CPU
-time over the whole call (every thread) divided by the rows; the Redis server's CPU is its own
-process's and is not in it. Each figure runs ``--repeat`` times in a shuffled order each round, each
+time over the whole call (every thread) divided by the rows; the Redis server's CPU (its own
+process's, from ``INFO cpu``) is printed apart. Each figure runs ``--repeat`` times in a shuffled order each round, each
 run under a fresh key prefix or table; medians and minima are printed, with p/i. One run of each
 on 2,000 rows comes first, outside the figures: the first run of a process pays its imports and
 the catalog's creation.
@@ -69,11 +69,22 @@ def rate_of(summary: LakeSummary, n: int) -> float:
     return counts.rows / summary.seconds
 
 
+SERVER_CPU: list[float] = []  # (p)'s Redis server CPU time per row, in microseconds, each run
+
+
+def server_cpu(kv: KvConfig) -> float:
+    """The Redis server's CPU seconds so far (INFO cpu: its user and system time)."""
+    info = connect(kv).info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def into_kv(cfg: Config, server: LocalRedis, parquet: Path, n: int) -> float:
     """(p): the file into Redis under a fresh prefix; checks that readers were switched to the run."""
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     kv = KvConfig(address=server.address, password=Secret(server.password), prefix=prefix)
+    before = server_cpu(kv)
     summary = run_score(replace(cfg, kv=kv), str(parquet), Target(kv=""), run_id="p", progress=io.StringIO())
+    SERVER_CPU.append((server_cpu(kv) - before) / n * 1e6)
     assert connect(kv).get(KeySpace(prefix).current) == b"p", "readers were not switched to the run"
     return rate_of(summary, n)
 
@@ -100,6 +111,7 @@ def main() -> None:
         small = folder / "warm-up.parquet"
         write_rows(small, 2000)
         into_kv(cfg, server, small, 2000)
+        SERVER_CPU.clear()
         into_table(cfg, folder / "lake", small, 2000)
         runs: dict[str, Callable[[], float]] = {
             "p": lambda: into_kv(cfg, server, parquet, args.rows),
@@ -118,6 +130,8 @@ def main() -> None:
     for k in sorted(rates):
         print(f"({k}) {names[k]:<19} median {med[k]:>10,.0f}   min {min(rates[k]):>10,.0f} rows/s"
               f"   {np.median(cpu[k]):6.1f} us CPU/row")
+    if SERVER_CPU:
+        print(f"(p)'s Redis server: median {np.median(SERVER_CPU):.1f} us CPU/row (its own process, not in the above)")
     if "p" in med and "i" in med:
         print(f"p/i {med['p'] / med['i']:.2f}   per round: "
               + " ".join(f"{p / i:.2f}" for p, i in zip(rates["p"], rates["i"], strict=True)))

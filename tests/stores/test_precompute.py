@@ -182,8 +182,9 @@ def test_a_precompute_killed_mid_way_resumes_and_readers_only_ever_see_a_complet
 def test_to_kv_without_an_address_names_the_key_and_a_job_target_kv_takes_a_prefix(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = jobs_config(tmp_path, "127.0.0.1:9")
-    code = cli.main(["score", "--config", str(config), "--from", str(tmp_path / "x.parquet"), "--to-kv"])
-    assert code == 2 and "kv.address" in capsys.readouterr().err
+    for command in (["score", "--from", str(tmp_path / "x.parquet")], ["replay", "--from", "earliest"]):
+        code = cli.main([*command, "--config", str(config), "--to-kv", "scores"])
+        assert code == 2 and "kv.address" in capsys.readouterr().err  # before the model loads or Kafka is asked
     for bad in ("a b", "p*", 5, ["p"]):
         with pytest.raises(ConfigError, match="job.target.kv"):
             parse_spec({"source": {"parquet": "x.parquet"}, "target": {"kv": bad}})
