@@ -270,7 +270,7 @@ class KvSink:
             if ttl != -1:
                 continue  # expiring already
             pipe, queued = self._client.pipeline(transaction=False), 0
-            for key in self._client.scan_iter(match=self.keys.entities(run), count=1000):
+            for key in self._client.scan_iter(match=self.keys.entities(run), count=10_000):
                 pipe.expire(key, keep, lt=True)  # a key of a shorter ttl_s keeps its own
                 queued += 1
                 if queued == self.kv.pipeline_rows:

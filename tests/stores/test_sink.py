@@ -86,10 +86,10 @@ def test_readers_switch_when_the_last_shard_finishes_and_the_replaced_run_expire
     assert lookup(kv, "u1-3").fields["scores"] == [0.75, 0.25]
     assert r.zrange(keys.runs, 0, -1) == [b"r1", b"r2"]
     assert r.hget(keys.run("r2"), "finished_at") is not None and r.hget(keys.run("r2"), "model_name") == b"m"
-    replaced = [keys.run("r1"), *r.scan_iter(match=keys.entities("r1"))]
+    replaced = [keys.run("r1"), *r.scan_iter(match=keys.entities("r1"), count=10_000)]
     assert len(replaced) == 9
     assert all(0 < r.ttl(k) <= 300 for k in replaced)  # a reader that resolved r1 a moment ago still finds it
-    assert all(r.ttl(k) == -1 for k in [keys.run("r2"), *r.scan_iter(match=keys.entities("r2"))])
+    assert all(r.ttl(k) == -1 for k in [keys.run("r2"), *r.scan_iter(match=keys.entities("r2"), count=10_000)])
 
 
 def test_a_resumed_shard_starts_after_its_last_commit_and_a_finished_run_is_refused(redis_server: LocalRedis) -> None:
