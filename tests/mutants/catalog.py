@@ -25,6 +25,9 @@ JOBS_HTTP = "streamer/online/jobs_http.py"
 JOBS_HTTP_TEST = "tests/online/test_jobs_http_kafka.py::"
 STORE_ANSWERS = "tests/online/test_store_answers_redis.py::"
 DEGRADE = "tests/online/test_degrade_redis.py::"
+KV_SINK = "streamer/stores/sink.py"
+KV_TESTS = "tests/stores/test_sink.py::"
+KV_KILLED = "tests/stores/test_precompute.py::test_a_precompute_killed_mid_way_resumes_and_readers_only_ever_see_a_complete_run"
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
@@ -820,5 +823,25 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/online/entity.py", "EntityFeatures.complete",
               "fetched = await asyncio.wait_for(self.source.fetch(entity_id), budget)",
               "fetched = await self.source.fetch(entity_id)"),),
+    ),
+    Mutant(
+        "471-kv-switch-before-the-last-shard",
+        "a precompute switches the readers to its run when one shard finishes: they read a partial run",
+        (KV_TESTS + "test_readers_switch_when_the_last_shard_finishes_and_the_replaced_run_expires",),
+        (Edit(KV_SINK, "KvSink.finish", "if FINISHED in record or not _complete(record):", "if FINISHED in record:"),),
+    ),
+    Mutant(
+        "472-kv-replaced-run-kept",
+        "after the switch the replaced run's keys never expire: every run stays in the store for good",
+        (KV_TESTS + "test_readers_switch_when_the_last_shard_finishes_and_the_replaced_run_expires", KV_KILLED),
+        (Edit(KV_SINK, "KvSink.finish", "self._expire_replaced()\n", "\n"),),
+    ),
+    Mutant(
+        "473-kv-resume-from-the-start",
+        "a resumed precompute ignores its recorded progress and scores its whole plan again",
+        (KV_TESTS + "test_a_resumed_shard_starts_after_its_last_commit_and_a_finished_run_is_refused", KV_KILLED),
+        (Edit(KV_SINK, "KvSink.resume",
+              'self._reached = {tp: to for tp, (_, to) in ranges_of(json.dumps(progress["reached"])).items()}',
+              "self._reached = {}"),),
     ),
 )
