@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cli_batch.dlq(args)
         if args.command == "lag-exporter":
             return _lag_exporter(args)
-        if args.command == "replay" and not (args.to_table or args.to_parquet):
+        if args.command == "replay" and not (args.to_table or args.to_parquet or args.to_kv is not None):
             return cli_batch.replay(args)
         if args.command in ("replay", "score"):
             return cli_batch.lake(args)

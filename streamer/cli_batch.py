@@ -46,15 +46,20 @@ def dlq(args: argparse.Namespace) -> int:
 
 def lake(args: argparse.Namespace) -> int:
     if args.command == "replay" and args.at_least_once:
-        raise ConfigError("--at-least-once", "is for a replay to a topic: --to-table and --to-parquet "
+        raise ConfigError("--at-least-once", "is for a replay to a topic: --to-table, --to-parquet and --to-kv "
                                              "write exactly once per run")
-    need("lake", "score" if args.command == "score" else "--to-table" if args.to_table else "--to-parquet")
+    need("lake", "score" if args.command == "score" else "--to-table" if args.to_table else
+         "--to-parquet" if args.to_parquet else "--to-kv")
+    if args.to_kv is not None:
+        need("kv", "--to-kv")
     stop = stop_event()  # a signal while the model loads stops the run at its first chunk
     from streamer.commands import lake
     from streamer.config_file import load_config
 
     cfg = load_config(args.config)
-    target = lake.Target(args.to_table, args.to_parquet)
+    if args.to_kv is not None and cfg.kv.address is None:  # before the model loads
+        raise ConfigError("kv.address", "is required by --to-kv: the Redis store's HOST:PORT")
+    target = lake.Target(args.to_table, args.to_parquet, args.to_kv)
     if args.command == "score":
         summary = lake.run_score(cfg, args.from_, target, run_id=args.run_id, force=args.force,
                                  batch_size=args.batch_size, stop=stop)
@@ -81,7 +86,7 @@ def lake(args: argparse.Namespace) -> int:
     if summary.counts.stopped:
         return EXIT_STOPPED
     if summary.all_rejected:
-        print(f"streamer: every row of {summary.verb} {summary.run_id} was rejected (see {summary.sink}_rejects "
+        print(f"streamer: every row of {summary.verb} {summary.run_id} was rejected (see {summary.rejects_at} "
               f"for the reasons); fix the model or the schemas, then run it again with --force", file=sys.stderr)
         return EXIT_CONFIG
     return 0

@@ -1,8 +1,8 @@
 """The jobs' commands on the command line: `streamer jobs ...` and `streamer worker`, and the runner that gives a worker's jobs to the batch commands.
 
 A worker's :class:`JobRunner` runs each job as the command of its source and target would:
-``score`` for Parquet files and tables, ``replay --to-table/--to-parquet`` for a topic's range into
-the lake, ``replay`` for a topic's range into a topic (exactly once), each under the job's id as
+``score`` for Parquet files and tables, ``replay --to-table/--to-parquet/--to-kv`` for a topic's range into
+the lake or the key-value store, ``replay`` for a topic's range into a topic (exactly once), each under the job's id as
 its run id. A job whose run finished already (its worker died after the last commit) is complete.
 """
 
@@ -33,6 +33,7 @@ from streamer.jobs.worker import Outcome
 from streamer.kafka.ranges import When, parse_when
 from streamer.observe.health import Status
 from streamer.observe.jobs import JobMetrics
+from streamer.stores.keys import KeySpace
 
 
 def read_spec(path: str) -> JobSpec:
@@ -160,7 +161,9 @@ class JobRunner:
         try:
             if target.topic is not None:
                 return self._replay(cfg, job_id, spec, stop, progress, quiet)
-            where = lake.Target(target.table, target.parquet)
+            if target.kv is not None:
+                need("kv", "a job's target kv")
+            where = lake.Target(target.table, target.parquet, target.kv)
             if source.kind == "topic":
                 summary = lake.run_lake_replay(cfg, *_range(source), where, run_id=job_id, progress=quiet, stop=stop,
                                                on_rows=progress, abandon=abandon)
@@ -170,9 +173,10 @@ class JobRunner:
         except ReplayFinishedError as done:  # finished by an earlier run of the job: what its commits hold
             predictions, rejects, rows = done.committed
             sink = done.sink or _place(target)
-            return Outcome(Done(rows, predictions, rejects, sink, f"{sink}_rejects"), stopped=False)
+            return Outcome(Done(rows, predictions, rejects, sink, _rejects_at(cfg, target, sink, job_id)),
+                           stopped=False)
         (predictions, rejects), sink = summary.committed_rows, summary.sink
-        return Outcome(Done(summary.rows_done, predictions, rejects, sink, f"{sink}_rejects"), summary.counts.stopped)
+        return Outcome(Done(summary.rows_done, predictions, rejects, sink, summary.rejects_at), summary.counts.stopped)
 
     @staticmethod
     def _replay(cfg: Config, job_id: str, spec: JobSpec, stop: threading.Event,
@@ -205,5 +209,12 @@ def _range(source: JobSource) -> tuple[When, When]:
 
 def _place(target: JobTarget) -> str:
     return f"table {target.table}" if target.table else f"parquet {target.parquet}" if target.parquet \
-        else f"topic {target.topic}"
+        else f"kv {target.kv}" if target.kv is not None else f"topic {target.topic}"
+
+
+def _rejects_at(cfg: Config, target: JobTarget, sink: str, job_id: str) -> str:
+    """Where a finished job's rejects are: its table's or dataset's ``_rejects``, or its kv run's stream."""
+    if target.kv is None:
+        return f"{sink}_rejects"
+    return f"{sink} stream {KeySpace(target.kv or cfg.kv.prefix).rejects(job_id)}"
 

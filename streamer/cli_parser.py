@@ -53,6 +53,9 @@ def lake_targets(cmd: argparse.ArgumentParser) -> None:
                        help="an Apache Iceberg table of lake.catalog (made on first use, partitioned by day)")
     where.add_argument("--to-parquet", metavar="PATH",
                        help="a Parquet dataset, Hive-partitioned by event date (a folder or s3://bucket/prefix)")
+    where.add_argument("--to-kv", metavar="PREFIX", nargs="?", const="",
+                       help="the key-value store of kv.address (Redis): a hash per entity under PREFIX (default "
+                            "kv.prefix), switched to when the run completes")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -136,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
                  " The range is bounded by the Kafka record timestamp (not the event's event_time), "
                  "or by offsets. Predictions go to <output.topic>.backfill unless --output-topic says "
                  "otherwise, or into the lake: an Apache Iceberg table (--to-table) or a Parquet dataset "
-                 "(--to-parquet), exactly once per run. A run can be resumed by its id; SIGTERM or Ctrl+C stops it "
+                 "(--to-parquet), or into the key-value store (--to-kv), exactly once per run. A run can be resumed by its id; SIGTERM or Ctrl+C stops it "
                  "after the open batch, committed, and exits 6.")
     rp.add_argument("--config", required=True, help=CONFIG)
     rp.add_argument("--from", dest="from_", required=True, metavar="WHEN",

@@ -1,4 +1,4 @@
-"""`streamer replay --to-table/--to-parquet` and `streamer score`: a topic's range or a table, scored into the lake.
+"""`streamer replay --to-table/--to-parquet/--to-kv` and `streamer score`: a topic's range or a table, scored into the lake or the key-value store.
 
 Both take a run from wiring/lake.py (the model side without Kafka's, the sink with the run's plan
 and progress, the source) and run lake/run.py's loop, with a progress bar and a summary. A
@@ -28,6 +28,7 @@ from streamer.lake.run import LakeCounts, LakeRun
 from streamer.lake.sink import Resume, Shard
 from streamer.lake.table import Where
 from streamer.observe.bar import ProgressBar
+from streamer.stores.sink import KvSink
 from streamer.wiring.lake import BATCH_SIZE, LakeJob, Target, replay_job, score_job
 
 Rows = Callable[[int, int], None]  # (rows done, rows in all): a run's progress, for a job's status
@@ -44,6 +45,7 @@ class LakeSummary:
     counts: LakeCounts
     seconds: float
     committed_rows: tuple[int, int] = (0, 0)  # (predictions, rejects) the commits of its id hold, earlier runs' too
+    rejects_at: str = ""  # where its rejects are: '<sink>_rejects', or a kv run's stream
 
     @property
     def rows_done(self) -> int:
@@ -131,8 +133,10 @@ def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | Non
     lake = LakeRun(job.sink, job.scorer(), job.run_id, batch_size or BATCH_SIZE, update)
     counts = lake.run(job.source, job.resume, stop, abandon)
     bar.close(counts.rows)
+    rejects_at = (f"{job.sink.name} stream {job.sink.keys.rejects(job.run_id)}" if isinstance(job.sink, KvSink)
+                  else f"{job.sink.name}_rejects")
     return LakeSummary(verb, job.run_id, job.sink.name, job.resume, counts, time.monotonic() - started,
-                       job.sink.committed_rows)
+                       job.sink.committed_rows, rejects_at)
 
 
 def supervise_replay(argv: list[str], cfg: Config, workers: int, run_id: str | None, start: str) -> int:

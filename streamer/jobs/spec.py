@@ -66,13 +66,17 @@ class JobSource:
 
 @dataclass(frozen=True, slots=True)
 class JobTarget:
-    """Where a job's predictions go: an Iceberg table, a Parquet dataset, or a topic."""
+    """Where a job's predictions go: an Iceberg table, a Parquet dataset, a topic, or the key-value
+    store under a key prefix (``kv``; empty: the worker config's ``kv.prefix``)."""
 
     table: str | None = None
     parquet: str | None = None
     topic: str | None = None
+    kv: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        if self.kv is not None:
+            return {"kv": self.kv}
         return {k: v for k, v in (("table", self.table), ("parquet", self.parquet), ("topic", self.topic)) if v}
 
 
@@ -273,7 +277,12 @@ def _source(raw: Any) -> JobSource:
 
 
 def _target(raw: Any, source: JobSource | None) -> JobTarget:
-    kind, value = _one(raw, "target", ("table", "parquet", "topic"))
+    kind, value = _one(raw, "target", ("table", "parquet", "topic", "kv"))
+    if kind == "kv":  # a key prefix; empty (or none): the worker config's kv.prefix
+        if value is not None and (not isinstance(value, str) or any(c in value for c in " *?[]")):
+            raise ConfigError("job.target.kv", f"must be a key prefix without spaces or * ? [ ] (empty: the "
+                                               f"config's kv.prefix), got {value!r}")
+        return JobTarget(kv=value or "")
     if not isinstance(value, str) or not value:
         raise ConfigError(f"job.target.{kind}", f"must be a name or path, got {value!r}")
     if kind == "topic" and source is not None and source.kind != "topic":

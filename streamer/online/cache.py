@@ -1,9 +1,10 @@
 """Precomputed predictions online: the store's lookup under the request's deadline, the answer of a
 precomputed prediction, and ``GET /v1/predictions/{entity_id}``.
 
-A lookup (stores/precomputed.py) is bounded by ``kv.timeout_ms`` and by the request's remaining
-deadline, less :data:`MARGIN_S` for the answer itself: a stalled store is a :class:`StoreError`
-in time, never a late answer. A precomputed answer is the prediction record's fields as the run
+A lookup (stores/precomputed.py) is bounded by ``kv.timeout_ms`` and by :data:`SHARE` of the
+request's remaining deadline less :data:`MARGIN_S`, the rest left for the answer itself (a burst
+of lookups that fail together is a burst of answers to write at once): a stalled store is a
+:class:`StoreError` in time, never a late answer. A precomputed answer is the prediction record's fields as the run
 wrote them, with ``source: "precomputed"``, its ``run_id`` and ``age_s`` (seconds since it was
 scored); a degraded one has ``degraded: true`` and ``degraded_reason``.
 
@@ -36,7 +37,7 @@ from streamer.online.meters import OnlineMetrics
 from streamer.online.plane import DataPlane
 from streamer.stores.precomputed import Precomputed, PredictionStore
 
-MARGIN_S = 0.005  # what a lookup leaves of the deadline for the answer built after it
+SHARE, MARGIN_S = 0.9, 0.005  # a lookup takes at most 90% of the time left, less 5 ms: the rest is the answer's
 NO_STORE = "no precomputed predictions are served: kv.address is not set (the store they are read from)"
 
 
@@ -51,8 +52,8 @@ class Cache:
     async def lookup(self, entity_id: str, deadline: float) -> Precomputed | None:
         """The entity's precomputed prediction (None: the current run has none); :class:`StoreError`
         when the store fails, or does not answer within ``kv.timeout_ms`` or before ``deadline``
-        (the clock's time, less :data:`MARGIN_S`)."""
-        budget = min(self._timeout_s, deadline - MARGIN_S - self.clock())
+        (the clock's time: :data:`SHARE` of the time left, less :data:`MARGIN_S`)."""
+        budget = min(self._timeout_s, SHARE * (deadline - self.clock()) - MARGIN_S)
         if budget <= 0:
             raise StoreError("no time is left before the request's deadline to ask the store")
         try:

@@ -4,8 +4,8 @@ A replay into the lake reads ``[from, to)`` of the input topics with the stream'
 validation; ``streamer score`` (and a job) reads a table's rows through the same contract: Parquet
 files, an Iceberg table, or the rows one of its snapshots appended, whose table and snapshot each
 commit records (the target's snapshot summary, or the Parquet dataset's commit log). Either is scored by
-one model's serving (breaker, fallback, the version label) into an Iceberg table or a Parquet
-dataset, which is also the run's checkpoint: the plan and progress are read from it here, before
+one model's serving (breaker, fallback, the version label) into an Iceberg table, a Parquet
+dataset or the key-value store (stores/sink.py), which is also the run's checkpoint: the plan and progress are read from it here, before
 the run starts.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from streamer.config import Config, LakeConfig, ShadowConfig
+from streamer.config import Config, KvConfig, LakeConfig, ShadowConfig
 from streamer.errors import ConfigError
 from streamer.formats.configured import input_codec
 from streamer.kafka.ranges import When
@@ -32,6 +32,7 @@ from streamer.lake.topic import TopicSource, replay_plan
 from streamer.model.runner import ModelRunner
 from streamer.pipeline.stages import Stages
 from streamer.pipeline.validate import EventValidator
+from streamer.stores.sink import KvSink
 from streamer.wiring.model import ModelHouse, model_house
 
 BATCH_SIZE = 8192  # rows per model call: nobody waits on a backfill's latency
@@ -39,14 +40,16 @@ BATCH_SIZE = 8192  # rows per model call: nobody waits on a backfill's latency
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where a run writes: an Iceberg table's name, or a Parquet dataset's folder or URL."""
+    """Where a run writes: an Iceberg table's name, a Parquet dataset's folder or URL, or the
+    key-value store's key prefix (``kv``; empty: ``kv.prefix``)."""
 
     table: str | None = None
     parquet: str | None = None
+    kv: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.table is None) == (self.parquet is None):
-            raise ConfigError("--to-table", "give one of --to-table NAME or --to-parquet PATH")
+        if sum(t is not None for t in (self.table, self.parquet, self.kv)) != 1:
+            raise ConfigError("--to-table", "give one of --to-table NAME, --to-parquet PATH or --to-kv [PREFIX]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +88,14 @@ def lake_house(cfg: Config, model_path: Path | None = None, model_version: str |
     return LakeHouse(cfg, model, PredictionColumns(prediction_arrow_schema(model.schema_out), cfg.output.include))
 
 
-def open_sink(lake: LakeConfig, target: Target, schema: pa.Schema, summary: Mapping[str, str] | None = None) -> Sink:
-    """The sink of ``target``, for rows of ``schema``; ``summary``: what each of its commits records."""
+def open_sink(lake: LakeConfig, target: Target, schema: pa.Schema, summary: Mapping[str, str] | None = None, *,
+              kv: KvConfig | None = None, entity_field: str = "entity_id") -> Sink:
+    """The sink of ``target``, for rows of ``schema``; ``summary``: what each of its commits records
+    (a table's or a dataset's); ``kv``: the store of a ``kv`` target, whose rows are kept by ``entity_field``."""
+    if target.kv is not None:
+        if kv is None or kv.address is None:
+            raise ConfigError("kv.address", "is required by --to-kv: the Redis store's HOST:PORT")
+        return KvSink(kv, target.kv or kv.prefix, schema, entity_field)
     if target.table is not None:
         return IcebergSink(lake, target.table, schema, summary)
     assert target.parquet is not None
@@ -100,7 +109,7 @@ def replay_job(cfg: Config, start: When, end: When, target: Target, run_id: str,
     cfg = replace(cfg, input=replace(cfg.input, group_id=f"{cfg.input.group_id}.replay.{run_id}"))
     house = lake_house(cfg, model_path, model_version)
     cfg, model = house.cfg, house.model
-    sink = open_sink(cfg.lake, target, house.columns.schema)
+    sink = open_sink(cfg.lake, target, house.columns.schema, kv=cfg.kv, entity_field=cfg.input.entity_field)
     resume = sink.resume(run_id, shard, replay_plan(cfg, start, end, shard), force)
     stages = Stages.serving(input_codec(cfg.input, model.schema_in), model.encoder, cfg, model.runner)
     return LakeJob(run_id, house, sink, resume, TopicSource(cfg, stages))
@@ -116,5 +125,6 @@ def score_job(cfg: Config, location: Where, target: Target, run_id: str, *, forc
     source = TableSource(cfg.lake, location, validator, contract.stack, batch_size or BATCH_SIZE,
                          ArrowFields.compile(cfg.input, contract, cfg.output.include), key)
     source.check(contract)  # before the sink is opened: a refused source writes nothing
-    sink = open_sink(cfg.lake, target, house.columns.schema, source.summary)
+    sink = open_sink(cfg.lake, target, house.columns.schema, source.summary, kv=cfg.kv,
+                     entity_field=cfg.input.entity_field)
     return LakeJob(run_id, house, sink, sink.resume(run_id, Shard(), source.plan(), force), source)

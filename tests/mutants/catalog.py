@@ -25,6 +25,9 @@ JOBS_HTTP = "streamer/online/jobs_http.py"
 JOBS_HTTP_TEST = "tests/online/test_jobs_http_kafka.py::"
 STORE_ANSWERS = "tests/online/test_store_answers_redis.py::"
 DEGRADE = "tests/online/test_degrade_redis.py::"
+KV_SINK = "streamer/stores/sink.py"
+KV_TESTS = "tests/stores/test_sink.py::"
+KV_KILLED = "tests/stores/test_precompute.py::test_a_precompute_killed_mid_way_resumes_and_readers_only_ever_see_a_complete_run"
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
@@ -774,18 +777,26 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/jobs/worker.py", "Worker._progress", "(rows - base[0])", "rows"),),
     ),
     Mutant(
-        "150-dev-redis-forgets-its-data",
-        "streamer dev redis runs without persistence: a restart loses the precomputed predictions and features",
-        ("tests/commands/test_devredis.py::test_a_printed_password_guards_it_the_data_survives_a_restart_and_signals_stop_it",),
-        (Edit("streamer/commands/devredis.py", "run_dev_redis", "persist=True", "persist=False"),),
+        "108-store-client-retries",
+        "the store's client retries a timed-out command with back-off: a stalled Redis holds an answer for seconds, not kv.timeout_ms",
+        ("tests/stores/test_client.py::test_a_stalled_server_is_an_error_within_the_timeout_and_the_error_hides_the_password",
+         "tests/stores/test_reads.py::test_a_stalled_store_is_a_store_error_within_the_timeout"),
+        (Edit("streamer/stores/client.py", "_options", ', "retry": retry}', "}"),),
     ),
     Mutant(
-        "151-dev-redis-prints-a-given-password",
-        "streamer dev redis prints the password it was given in $REDIS_PASSWORD: a secret in a terminal's scrollback and logs",
-        ("tests/commands/test_devredis.py::test_a_printed_password_guards_it_the_data_survives_a_restart_and_signals_stop_it",),
-        (Edit("streamer/commands/devredis.py", "run_dev_redis",
-              'shown = f"the password from ${PASSWORD_ENV}" if given else f"password {password}"',
-              'shown = f"password {password}"'),),
+        "160-feast-status-ignored",
+        "a Feast feature whose status is not PRESENT (OUTSIDE_MAX_AGE, NOT_FOUND) is read as a value: a stale feature scores",
+        ("tests/stores/test_feast.py::test_a_feature_of_any_status_but_present_is_absent_even_with_a_value",),
+        (Edit("streamer/stores/feast.py", "read_answer", 'if status == "PRESENT" and value is not None:',
+              "if value is not None:"),),
+    ),
+    Mutant(
+        "161-feature-kinds-not-written",
+        "features load writes no kinds hash: a reader decodes a string of digits (\"07\") as a number",
+        ("tests/stores/test_loader.py::"
+         "test_a_folder_loaded_reads_back_as_its_rows_strings_kept_strings_and_skipped_rows_named",),
+        (Edit("streamer/stores/loader.py", "FeatureLoader.write", "pipe.hset(self.prefix, mapping=dict(new))",
+              "pass"),),
     ),
     Mutant(
         "130-auto-ignores-max-age",
@@ -814,25 +825,37 @@ MUTANTS: tuple[Mutant, ...] = (
               "fetched = await self.source.fetch(entity_id)"),),
     ),
     Mutant(
-        "108-store-client-retries",
-        "the store's client retries a timed-out command with back-off: a stalled Redis holds an answer for seconds, not kv.timeout_ms",
-        ("tests/stores/test_client.py::test_a_stalled_server_is_an_error_within_the_timeout_and_the_error_hides_the_password",
-         "tests/stores/test_reads.py::test_a_stalled_store_is_a_store_error_within_the_timeout"),
-        (Edit("streamer/stores/client.py", "_options", ', "retry": retry}', "}"),),
+        "471-kv-switch-before-the-last-shard",
+        "a precompute switches the readers to its run when one shard finishes: they read a partial run",
+        (KV_TESTS + "test_readers_switch_when_the_last_shard_finishes_and_the_replaced_run_expires",),
+        (Edit(KV_SINK, "KvSink.finish", "if FINISHED in record or not _complete(record):", "if FINISHED in record:"),),
     ),
     Mutant(
-        "160-feast-status-ignored",
-        "a Feast feature whose status is not PRESENT (OUTSIDE_MAX_AGE, NOT_FOUND) is read as a value: a stale feature scores",
-        ("tests/stores/test_feast.py::test_a_feature_of_any_status_but_present_is_absent_even_with_a_value",),
-        (Edit("streamer/stores/feast.py", "read_answer", 'if status == "PRESENT" and value is not None:',
-              "if value is not None:"),),
+        "472-kv-replaced-run-kept",
+        "after the switch the replaced run's keys never expire: every run stays in the store for good",
+        (KV_TESTS + "test_readers_switch_when_the_last_shard_finishes_and_the_replaced_run_expires", KV_KILLED),
+        (Edit(KV_SINK, "KvSink.finish", "self._expire_replaced()\n", "\n"),),
     ),
     Mutant(
-        "161-feature-kinds-not-written",
-        "features load writes no kinds hash: a reader decodes a string of digits (\"07\") as a number",
-        ("tests/stores/test_loader.py::"
-         "test_a_folder_loaded_reads_back_as_its_rows_strings_kept_strings_and_skipped_rows_named",),
-        (Edit("streamer/stores/loader.py", "FeatureLoader.write", "pipe.hset(self.prefix, mapping=dict(new))",
-              "pass"),),
+        "473-kv-resume-from-the-start",
+        "a resumed precompute ignores its recorded progress and scores its whole plan again",
+        (KV_TESTS + "test_a_resumed_shard_starts_after_its_last_commit_and_a_finished_run_is_refused", KV_KILLED),
+        (Edit(KV_SINK, "KvSink.resume",
+              'self._reached = {tp: to for tp, (_, to) in ranges_of(json.dumps(progress["reached"])).items()}',
+              "self._reached = {}"),),
+    ),
+    Mutant(
+        "150-dev-redis-forgets-its-data",
+        "streamer dev redis runs without persistence: a restart loses the precomputed predictions and features",
+        ("tests/commands/test_devredis.py::test_a_printed_password_guards_it_the_data_survives_a_restart_and_signals_stop_it",),
+        (Edit("streamer/commands/devredis.py", "run_dev_redis", "persist=True", "persist=False"),),
+    ),
+    Mutant(
+        "151-dev-redis-prints-a-given-password",
+        "streamer dev redis prints the password it was given in $REDIS_PASSWORD: a secret in a terminal's scrollback and logs",
+        ("tests/commands/test_devredis.py::test_a_printed_password_guards_it_the_data_survives_a_restart_and_signals_stop_it",),
+        (Edit("streamer/commands/devredis.py", "run_dev_redis",
+              'shown = f"the password from ${PASSWORD_ENV}" if given else f"password {password}"',
+              'shown = f"password {password}"'),),
     ),
 )

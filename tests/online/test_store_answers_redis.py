@@ -10,8 +10,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from streamer.config import Config, OnlineConfig
+from streamer.config import CacheConfig, Config, OnlineConfig
 from streamer.dev.redis import LocalRedis
+from streamer.errors import ConfigError
+from streamer.online.server import OnlineServer
 from streamer.wiring.lake import lake_house
 from tests.online.doubler import running
 from tests.online.store_server import (
@@ -148,3 +150,10 @@ def test_without_a_store_the_store_s_routes_are_409(redis_server: LocalRedis) ->
                                                     "(the store they are read from)")
         status, error, _ = exchange(f"{base}/v1/score?mode=auto", event("young"))
         assert status == 409 and error["error"].startswith("mode 'auto': no precomputed predictions are served")
+
+
+def test_a_default_mode_from_the_store_without_a_store_is_refused_at_start() -> None:
+    cfg = replace(example(), online=OnlineConfig(grpc_port=0, cache=CacheConfig(mode="cached")))
+    with pytest.raises(ConfigError) as refused:
+        OnlineServer(cfg, lake_house(cfg).model.serving)
+    assert refused.value.key == "online.cache.mode" and "set kv.address" in str(refused.value)
