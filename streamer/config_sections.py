@@ -161,10 +161,14 @@ class CacheConfig:
 
     mode: Literal["fresh", "cached", "auto"] = "fresh"  # a request's mode when it names none (?mode=)
     max_age_s: int = 86_400  # auto: a precomputed prediction younger than this answers; older: scored fresh
+    skip_ms: int = 1000  # after a failed lookup, lookups are skipped this long (degraded answers go on without one)
+    max_in_flight: int = 64  # lookups waiting on the store at once; one more is skipped
 
     def __post_init__(self) -> None:
         check_types(self, "online.cache")
         above(0, "online.cache.max_age_s", self.max_age_s)
+        at_least(0, "online.cache.skip_ms", self.skip_ms)
+        above(0, "online.cache.max_in_flight", self.max_in_flight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,10 +184,14 @@ class FeaturesConfig:
     prefix: str = "streamer:features"  # redis: each entity's hash is <prefix>:<entity id>, in the kv: store
     timeout_ms: int = 50  # a fetch past this is abandoned and the answer degraded (reason 'features')
     defaults: Mapping[str, object] | None = None  # a missing feature takes its default here; without one: 422 naming it
+    skip_ms: int = 1000  # after a failed fetch, fetches are skipped this long (answers degrade at once), then one probes
+    max_in_flight: int = 64  # fetches waiting on the store at once; one more is skipped (and degrades)
 
     def __post_init__(self) -> None:
         check_types(self, "online.features")
         above(0, "online.features.timeout_ms", self.timeout_ms)
+        at_least(0, "online.features.skip_ms", self.skip_ms)
+        above(0, "online.features.max_in_flight", self.max_in_flight)
         if self.kind == "feast":
             if not self.url:
                 raise ConfigError("online.features.url", "is required for kind 'feast' (the feature server's URL)")

@@ -30,8 +30,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from streamer.config import KvConfig
+from streamer.config import CacheConfig, KvConfig
 from streamer.errors import BadRequest, Refused, StoreError
+from streamer.online.guard import Guard, Late
 from streamer.online.http import TIMEOUT_HEADER, asked_s, json_error
 from streamer.online.meters import OnlineMetrics
 from streamer.online.plane import DataPlane
@@ -44,10 +45,11 @@ NO_STORE = "no precomputed predictions are served: kv.address is not set (the st
 class Cache:
     """The precomputed predictions a server answers from, and their lookups' bounds."""
 
-    def __init__(self, store: PredictionStore, kv: KvConfig, metrics: OnlineMetrics,
+    def __init__(self, store: PredictionStore, kv: KvConfig, cache: CacheConfig, metrics: OnlineMetrics,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store, self.metrics, self.clock = store, metrics, clock
         self._timeout_s = kv.timeout_ms / 1000
+        self.guard = Guard(f"the Redis store at {kv.address}", cache.skip_ms, cache.max_in_flight, clock)
 
     async def lookup(self, entity_id: str, deadline: float) -> Precomputed | None:
         """The entity's precomputed prediction (None: the current run has none); :class:`StoreError`
@@ -56,11 +58,18 @@ class Cache:
         budget = min(self._timeout_s, SHARE * (deadline - self.clock()) - MARGIN_S)
         if budget <= 0:
             raise StoreError("no time is left before the request's deadline to ask the store")
-        try:
-            return await asyncio.wait_for(self.store.get(entity_id), budget)
-        except TimeoutError:
-            raise StoreError(f"the store did not answer within {budget * 1000:.0f} ms "
-                             "(kv.timeout_ms, or the request's deadline)") from None
+        late = budget < self._timeout_s
+        why = "the request's deadline" if late else "kv.timeout_ms"
+
+        async def get() -> Precomputed | None:
+            try:
+                return await asyncio.wait_for(self.store.get(entity_id), budget)
+            except TimeoutError:
+                raise (Late if late else StoreError)(
+                    f"the store did not answer within {budget * 1000:.0f} ms "
+                    f"({why})") from None
+
+        return await self.guard.ask(get)
 
     def answer(self, found: Precomputed, degraded: str | None = None,
                parameters: dict[str, float] | None = None) -> dict[str, Any]:

@@ -7,8 +7,10 @@ feature array ``input.features_field``), the source's fields for the entity are 
 own (the body wins, field by field at the top level); a field still missing takes its
 ``online.features.defaults`` value. A field the model needs (no ``fill``) that is still missing
 is a 422 naming it, and so is an entity the source holds nothing for. A fetch that fails or
-passes its timeout is a :class:`StoreError`: the caller degrades (online/events.py). The merged
-event then goes through the same validator as any event.
+passes its timeout is a :class:`StoreError`: the caller degrades (online/events.py); after one,
+fetches are skipped for ``online.features.skip_ms`` (online/guard.py), so a stalled store costs
+the requests that come meanwhile nothing. The merged event then goes through the same validator
+as any event.
 
 Worked example: the source holds ``{"amount": 12.5, "country": "FR"}`` for ``u1``; the body
 ``{"entity_id": "u1", "amount": 99.0}`` is scored as ``{"entity_id": "u1", "amount": 99.0,
@@ -25,6 +27,7 @@ from typing import Any
 from streamer.config import FeaturesConfig
 from streamer.errors import Refused, StoreError
 from streamer.model.contract import Contract, field_value
+from streamer.online.guard import Guard, Late
 from streamer.stores.features import FeatureSource
 
 
@@ -38,6 +41,7 @@ class EntityFeatures:
         self.paths = tuple(dict.fromkeys(path for _, _, path in fields))
         self.required = {path for plan, _, path in fields if plan.fill is None}
         self.timeout_s = cfg.timeout_ms / 1000
+        self.guard = Guard(f"the {source.name} feature store", cfg.skip_ms, cfg.max_in_flight, clock)
         self.defaults = dict(cfg.defaults or {})
 
     def missing(self, payload: dict[str, Any]) -> list[str]:
@@ -52,11 +56,18 @@ class EntityFeatures:
         name = self.source.name
         if budget <= 0:
             raise StoreError(f"no time is left before the request's deadline to fetch its features from {name}")
-        try:
-            fetched = await asyncio.wait_for(self.source.fetch(entity_id), budget)
-        except TimeoutError:
-            raise StoreError(f"the {name} feature store did not answer within {budget * 1000:.0f} ms "
-                             "(online.features.timeout_ms, or the request's deadline)") from None
+        late = budget < self.timeout_s
+        why = "the request's deadline" if late else "online.features.timeout_ms"
+
+        async def fetch() -> dict[str, Any]:
+            try:
+                return await asyncio.wait_for(self.source.fetch(entity_id), budget)
+            except TimeoutError:
+                raise (Late if late else StoreError)(
+                    f"the {name} feature store did not answer within {budget * 1000:.0f} ms "
+                    f"({why})") from None
+
+        fetched = await self.guard.ask(fetch)
         merged = {**fetched, **payload}
         for path in self.missing(merged):
             if self.defaults.get(path) is not None:

@@ -84,7 +84,7 @@ def _cache(cfg: Config, meters: OnlineMetrics) -> Cache | None:
                                                    "predictions: set kv.address (the store), or use fresh")
         return None
     need("kv", "kv.address (precomputed predictions online)")
-    return Cache(PredictionStore(cfg.kv), cfg.kv, meters)
+    return Cache(PredictionStore(cfg.kv), cfg.kv, cfg.online.cache, meters)
 
 
 def _entity(cfg: Config, serving: Serving, source: FeatureSource | None) -> EntityFeatures | None:
@@ -185,6 +185,7 @@ class OnlineServer:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self.stop)
         self.dispatcher.start()
+        await self._warm_stores()
         web = _Uvicorn(uvicorn.Config(self.http_app(), host=o.host, port=o.http_port, log_level="warning",
                                       lifespan="off"))
         async def listen() -> None:
@@ -238,6 +239,17 @@ class OnlineServer:
         await http_task
         await self._close_stores()
         return 0
+
+    async def _warm_stores(self) -> None:
+        """Open the stores' connections (as many as may wait on each at once) before the first
+        request; a store that fails here is logged, and the server starts anyway: its answers degrade."""
+        o = self.cfg.online
+        warming = [] if self.cache is None else [self.cache.store.warm(o.cache.max_in_flight)]
+        if self.entity is not None:
+            warming.append(self.entity.source.warm(o.features.max_in_flight))
+        for result in await asyncio.gather(*warming, return_exceptions=True):
+            if isinstance(result, Exception):
+                log.warning("online: a store did not answer at start-up: %s", result)
 
     async def _close_stores(self) -> None:
         """Close the store's and the feature source's clients (their failures are logged: the server stops anyway)."""

@@ -10,6 +10,7 @@ rather than failing at once.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from streamer.config import KvConfig
@@ -83,6 +84,13 @@ def connect_async(kv: KvConfig) -> Any:
         max_connections=POOL_CONNECTIONS, timeout=kv.timeout_ms / 1000, host=host, port=port, db=kv.db,
         connection_class=redis.asyncio.SSLConnection if ssl else redis.asyncio.Connection, **options)
     return redis.asyncio.Redis.from_pool(pool)
+
+
+async def warm(client: Any, connections: int) -> None:
+    """Open ``connections`` of an asyncio client's pool ahead of the first requests (each a PING at
+    once): a connection opened under load waits on a busy event loop, and can pass its timeout
+    while the server is well. Raises what the client raises (the caller logs it)."""
+    await asyncio.gather(*(client.ping() for _ in range(connections)))
 
 
 def describe_error(kv: KvConfig, exc: BaseException) -> str:

@@ -73,6 +73,9 @@ class FeastFeatures:
             raise StoreError(f"the Feast feature server at {self.url}: {type(exc).__name__}: {exc}") from None
         return read_answer(decoded, self.entity_key, self.url)
 
+    async def warm(self, connections: int) -> None:
+        """Nothing ahead: the feature server's connections are kept alive by the session once made."""
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 from streamer.config import Config, FeaturesConfig, KvConfig
 from streamer.errors import ConfigError, StoreError
 from streamer.extras import need
-from streamer.stores.client import connect_async, describe_error
+from streamer.stores.client import connect_async, describe_error, warm
 from streamer.stores.feast import FeastFeatures
 from streamer.stores.keys import feature_key
 from streamer.stores.values import Kind, decode_hash
@@ -28,6 +28,10 @@ class FeatureSource(Protocol):
 
     async def fetch(self, entity_id: str) -> dict[str, Any]:
         """The event fields held for ``entity_id`` (none: an empty mapping)."""
+        ...
+
+    async def warm(self, connections: int) -> None:
+        """Open its connections before the first fetches (a failure goes up: the caller logs it)."""
         ...
 
     async def close(self) -> None: ...
@@ -77,6 +81,12 @@ class RedisFeatures:
         except Exception as exc:  # redis' errors (timeouts, connection, auth) and the OS's
             raise StoreError(describe_error(self.kv, exc)) from None
         return decode_hash(fields, self._kinds)
+
+    async def warm(self, connections: int) -> None:
+        try:
+            await warm(self._client, connections)
+        except Exception as exc:  # redis' errors (timeouts, connection, auth) and the OS's
+            raise StoreError(describe_error(self.kv, exc)) from None
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -18,7 +18,7 @@ import orjson
 
 from streamer.config import KvConfig
 from streamer.errors import StoreError
-from streamer.stores.client import connect_async, describe_error
+from streamer.stores.client import connect_async, describe_error, warm
 from streamer.stores.keys import KeySpace
 from streamer.stores.values import Kind, decode_hash
 
@@ -68,6 +68,10 @@ class PredictionStore:
             return None
         fields = decode_hash(raw, await self._kinds_of(run))
         return Precomputed(entity_id, fields, run, int(fields.get("scored_at") or 0))
+
+    async def warm(self, connections: int) -> None:
+        """Open the client's connections before the first lookups (stores/client.py's warm)."""
+        await self._call(warm(self._client, connections))
 
     async def close(self) -> None:
         await self._client.aclose()

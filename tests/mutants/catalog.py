@@ -821,8 +821,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (DEGRADE + "test_a_feature_fetch_past_its_timeout_answers_degraded_features_within_the_deadline",
          "tests/online/test_entity.py::test_a_fetch_past_its_timeout_is_a_store_error_naming_the_timeout"),
         (Edit("streamer/online/entity.py", "EntityFeatures.complete",
-              "fetched = await asyncio.wait_for(self.source.fetch(entity_id), budget)",
-              "fetched = await self.source.fetch(entity_id)"),),
+              "return await asyncio.wait_for(self.source.fetch(entity_id), budget)",
+              "return await self.source.fetch(entity_id)"),),
     ),
     Mutant(
         "471-kv-switch-before-the-last-shard",
@@ -857,5 +857,15 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/commands/devredis.py", "run_dev_redis",
               'shown = f"the password from ${PASSWORD_ENV}" if given else f"password {password}"',
               'shown = f"password {password}"'),),
+    ),
+    Mutant(
+        "109-store-guard-never-opens",
+        "a failed store stays asked: under a stall every request waits its whole timeout and holds a connection",
+        ("tests/online/test_guard.py::test_a_failure_skips_the_store_for_skip_ms_then_one_probe_closes_it_or_opens_it_again",
+         "tests/online/test_degrade_redis.py::"
+         "test_a_stalled_store_under_load_answers_every_request_degraded_or_refused_within_its_deadline"),
+        (Edit("streamer/online/guard.py", "Guard.ask",
+              "except (StoreError, TimeoutError):\n    self._opened_at, self._probing = self.clock(), False\n",
+              "except (StoreError, TimeoutError):\n    pass\n"),),
     ),
 )

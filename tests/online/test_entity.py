@@ -28,6 +28,9 @@ class Held:
         await asyncio.sleep(self.delay_s)
         return dict(self.rows.get(entity_id, {}))
 
+    async def warm(self, connections: int) -> None:
+        pass
+
     async def close(self) -> None:
         pass
 
