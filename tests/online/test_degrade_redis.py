@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import time
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
