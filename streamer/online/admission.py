@@ -19,7 +19,8 @@ rows over its seconds stand in.
 Worked example: ``max_size`` 64, ``max_wait_ms`` 5, a measured rate of 20,000 rows/s and a
 2 ms call. With 1,000 rows queued, a one-row request is answered in about 5 + 1000/20000 s
 (50 ms) + 2 = 57 ms: with a 40 ms deadline it is shed (``deadline``, Retry-After 1 s, the
-least), with 100 ms it is admitted. Into an empty queue, 200 rows take 5 + (200 - 64)/20000 s
+least), with 100 ms it is admitted. The call's share is the batch's rows over the last call's:
+after a 110 ms call of 256 rows, a one-row request into an empty queue takes 5 + 0.43 ms. Into an empty queue, 200 rows take 5 + (200 - 64)/20000 s
 (6.8 ms) + 2 = 13.8 ms. A batch of 64 rows ending 4 ms after the last one, with rows still
 queued, measures 16,000 rows/s; the rate becomes 0.8 x 20,000 + 0.2 x 16,000 = 19,200.
 
@@ -52,6 +53,7 @@ class Admission:
         self.queued_rows = 0  # admitted, not yet answered
         self.rows_per_s = 0.0  # rows answered per second while a backlog waited (0 until measured)
         self.call_s = 0.0  # the last model call's seconds
+        self.call_rows = 1  # the last model call's rows
         self.shed = 0  # requests refused at admission
         self.stopping = False
         self._last_end: float | None = None  # when the last batch's answers were settled
@@ -67,7 +69,8 @@ class Admission:
             self._refused("queue")
             raise Shed(f"the queue holds {self.queued_rows} rows, at most {self.max_queue_rows}",
                        self.retry_after_s(), "queue")
-        eta = self.answer_in(self.queued_rows + max(0, rows - self._batch_rows))
+        eta = self.answer_in(self.queued_rows + max(0, rows - self._batch_rows),
+                             batch=min(self.queued_rows + rows, self._batch_rows))
         if now + eta > deadline:
             self._refused("deadline")
             raise Shed(f"the deadline is {max(deadline - now, 0) * 1000:.0f} ms away; an answer takes about "
@@ -97,9 +100,9 @@ class Admission:
         """Whether rows wait behind a batch of ``rows`` (asked before it is answered)."""
         return self.queued_rows > rows
 
-    def called(self, seconds: float) -> None:
-        """A model call took ``seconds``."""
-        self.call_s = seconds
+    def called(self, seconds: float, rows: int = 1) -> None:
+        """A model call of ``rows`` rows took ``seconds``."""
+        self.call_s, self.call_rows = seconds, max(rows, 1)
 
     def cycle_ended(self, rows: int, backlog: bool) -> None:
         """A batch of ``rows`` is answered; ``backlog``: rows waited behind it. A cycle that
@@ -112,11 +115,15 @@ class Admission:
             self.rows_per_s = rows / self.call_s  # a first guess, until a backlog measures the real rate
         self._last_end = end
 
-    def answer_in(self, rows: int) -> float:
+    def answer_in(self, rows: int, batch: int | None = None) -> float:
         """Seconds until a request with ``rows`` rows ahead of it would be answered: one batch
-        wait, the rows ahead at the measured rate, one call."""
+        wait, the rows ahead at the measured rate, one call of ``batch`` rows (None: as many as
+        the last call's); a call of fewer rows than the last one is taken as that much shorter,
+        so a slow call of a full batch does not keep refusing a one-row request into an empty
+        queue, where no call follows to measure again."""
         rate = self.rows_per_s if self.rows_per_s > 0 else math.inf
-        return self._batch_wait_s + rows / rate + self.call_s
+        share = 1.0 if batch is None else min(1.0, max(batch, 1) / self.call_rows)
+        return self._batch_wait_s + rows / rate + self.call_s * share
 
     def retry_after_s(self) -> float:
         """When to retry a refused request: once the queue as it stands is answered, at least 1 s."""

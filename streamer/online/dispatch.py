@@ -253,7 +253,7 @@ class Dispatcher:
                     settle.append((piece.pending, exc))
             return
         ended = self._clock()
-        self.admission.called(ended - started)
+        self.admission.called(ended - started, len(features))
         self.metrics.batch_rows.observe(len(features))
         at = 0
         for piece in live:

@@ -16,6 +16,7 @@ from typing import Any
 from streamer.config import KvConfig
 from streamer.errors import ConfigError
 
+WARM_AT_ONCE = 8  # connections opened together at start-up
 POOL_CONNECTIONS = 100  # an asyncio client's connections to one server (online lookups in flight)
 
 
@@ -90,7 +91,8 @@ async def warm(client: Any, connections: int) -> None:
     """Open ``connections`` of an asyncio client's pool ahead of the first requests (each a PING at
     once): a connection opened under load waits on a busy event loop, and can pass its timeout
     while the server is well. Raises what the client raises (the caller logs it)."""
-    await asyncio.gather(*(client.ping() for _ in range(connections)))
+    for start in range(0, connections, WARM_AT_ONCE):  # a few at a time: each connect within its timeout
+        await asyncio.gather(*(client.ping() for _ in range(min(WARM_AT_ONCE, connections - start))))
 
 
 def describe_error(kv: KvConfig, exc: BaseException) -> str:

@@ -868,4 +868,12 @@ MUTANTS: tuple[Mutant, ...] = (
               "except (StoreError, TimeoutError):\n    self._opened_at, self._probing = self.clock(), False\n",
               "except (StoreError, TimeoutError):\n    pass\n"),),
     ),
+    Mutant(
+        "110-admission-prices-every-call-as-the-last",
+        "admission prices a one-row request's call as the last full batch's: after one slow batch an empty queue refuses every request for good",
+        ("tests/online/test_admission.py::"
+         "test_a_slow_call_of_a_full_batch_does_not_keep_refusing_a_one_row_request_into_an_empty_queue",),
+        (Edit("streamer/online/admission.py", "Admission.answer_in",
+              "share = 1.0 if batch is None else min(1.0, max(batch, 1) / self.call_rows)", "share = 1.0"),),
+    ),
 )

@@ -91,3 +91,17 @@ def test_the_rate_is_measured_over_whole_cycles_with_a_backlog_behind_them() -> 
     clock.advance(0.008)
     a.cycle_ended(64, backlog=True)  # measured from the last cycle's end: 8,000/s
     assert a.rows_per_s == pytest.approx(0.8 * 19_200 + 0.2 * 8_000)
+
+
+def test_a_slow_call_of_a_full_batch_does_not_keep_refusing_a_one_row_request_into_an_empty_queue() -> None:
+    """After a 110 ms call of 256 rows (a saturated server's last batch), an empty queue admits a
+    one-row request with a 100 ms deadline: its call is 1/256 of it. Where no call follows to
+    measure again, the old call's whole time would refuse every such request for good."""
+    clock = FakeClock()
+    a = Admission(4096, 256, 0.002, clock, OnlineMetrics())
+    a.called(0.110, 256)
+    a.admit(1, clock() + 0.100)
+    assert a.answer_in(0, batch=1) == pytest.approx(0.002 + 0.110 / 256)
+    a.called(0.110, 256)
+    with pytest.raises(Shed, match="an answer takes about 112 ms"):
+        a.admit(255, clock() + 0.100)  # a full batch of its own (256 rows with the one queued) takes the whole call
