@@ -66,7 +66,10 @@ class PredictionStore:
         raw = await self._call(self._client.hgetall(self.keys.entity(run, entity_id)))
         if not raw:
             return None
-        fields = decode_hash(raw, await self._kinds_of(run))
+        kinds = await self._kinds_of(run)
+        decoded = decode_hash(raw, kinds)
+        # in the record's order (the kinds'), not the hash's: an answer reads as the topic's record does
+        fields = {**{k: decoded[k] for k in kinds if k in decoded}, **decoded}
         return Precomputed(entity_id, fields, run, int(fields.get("scored_at") or 0))
 
     async def warm(self, connections: int) -> None:
