@@ -20,7 +20,6 @@ Worked example: ``GET /v1/predictions/acct-7`` answers ``{"entity_id": "acct-7",
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +31,7 @@ from starlette.routing import Route
 
 from streamer.config import CacheConfig, KvConfig
 from streamer.errors import BadRequest, Refused, StoreError
-from streamer.online.guard import Guard, Late
+from streamer.online.guard import Guard
 from streamer.online.http import TIMEOUT_HEADER, asked_s, json_error
 from streamer.online.meters import OnlineMetrics
 from streamer.online.plane import DataPlane
@@ -58,18 +57,7 @@ class Cache:
         budget = min(self._timeout_s, SHARE * (deadline - self.clock()) - MARGIN_S)
         if budget <= 0:
             raise StoreError("no time is left before the request's deadline to ask the store")
-        late = budget < self._timeout_s
-        why = "the request's deadline" if late else "kv.timeout_ms"
-
-        async def get() -> Precomputed | None:
-            try:
-                return await asyncio.wait_for(self.store.get(entity_id), budget)
-            except TimeoutError:
-                raise (Late if late else StoreError)(
-                    f"the store did not answer within {budget * 1000:.0f} ms "
-                    f"({why})") from None
-
-        return await self.guard.ask(get)
+        return await self.guard.within(lambda: self.store.get(entity_id), budget, self._timeout_s, "kv.timeout_ms")
 
     def answer(self, found: Precomputed, degraded: str | None = None,
                parameters: dict[str, float] | None = None) -> dict[str, Any]:

@@ -19,7 +19,6 @@ Worked example: the source holds ``{"amount": 12.5, "country": "FR"}`` for ``u1`
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 from streamer.config import FeaturesConfig
 from streamer.errors import Refused, StoreError
 from streamer.model.contract import Contract, field_value
-from streamer.online.guard import Guard, Late
+from streamer.online.guard import Guard
 from streamer.stores.features import FeatureSource
 
 
@@ -56,18 +55,8 @@ class EntityFeatures:
         name = self.source.name
         if budget <= 0:
             raise StoreError(f"no time is left before the request's deadline to fetch its features from {name}")
-        late = budget < self.timeout_s
-        why = "the request's deadline" if late else "online.features.timeout_ms"
-
-        async def fetch() -> dict[str, Any]:
-            try:
-                return await asyncio.wait_for(self.source.fetch(entity_id), budget)
-            except TimeoutError:
-                raise (Late if late else StoreError)(
-                    f"the {name} feature store did not answer within {budget * 1000:.0f} ms "
-                    f"({why})") from None
-
-        fetched = await self.guard.ask(fetch)
+        fetched = await self.guard.within(lambda: self.source.fetch(entity_id), budget, self.timeout_s,
+                                          "online.features.timeout_ms")
         merged = {**fetched, **payload}
         for path in self.missing(merged):
             if self.defaults.get(path) is not None:

@@ -15,6 +15,7 @@ the first ask after that probes, times out at t=1.1 s, and the guard opens until
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -41,6 +42,22 @@ class Guard:
     @property
     def open(self) -> bool:
         return self._opened_at is not None
+
+    async def within(self, pending: Callable[[], Awaitable[T]], budget: float, timeout_s: float, key: str) -> T:
+        """``pending()`` asked through the guard, within ``budget`` seconds: past it, a
+        StoreError naming ``key`` (the setting of the store's ``timeout_s``), or a :class:`Late`
+        when the budget was the request's deadline's, shorter than the store's timeout."""
+        late = budget < timeout_s
+        why = "the request's deadline" if late else key
+
+        async def call() -> T:
+            try:
+                return await asyncio.wait_for(pending(), budget)
+            except TimeoutError:
+                raise (Late if late else StoreError)(
+                    f"{self.name} did not answer within {budget * 1000:.0f} ms ({why})") from None
+
+        return await self.ask(call)
 
     async def ask(self, call: Callable[[], Awaitable[T]]) -> T:
         """``call()``'s answer, or :class:`StoreError` at once when the guard skips it; a

@@ -821,8 +821,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (DEGRADE + "test_a_feature_fetch_past_its_timeout_answers_degraded_features_within_the_deadline",
          "tests/online/test_entity.py::test_a_fetch_past_its_timeout_is_a_store_error_naming_the_timeout"),
         (Edit("streamer/online/entity.py", "EntityFeatures.complete",
-              "return await asyncio.wait_for(self.source.fetch(entity_id), budget)",
-              "return await self.source.fetch(entity_id)"),),
+              "fetched = await self.guard.within(lambda: self.source.fetch(entity_id), budget,",
+              "fetched = await self.guard.within(lambda: self.source.fetch(entity_id), 3600.0,"),),
     ),
     Mutant(
         "471-kv-switch-before-the-last-shard",
