@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 import pyarrow as pa
@@ -24,7 +23,8 @@ import pyarrow.parquet as pq
 
 from streamer.config import KvConfig, LakeConfig, OnlineConfig
 from streamer.errors import ConfigError
-from streamer.lake.places import filesystem, identifier, open_catalog
+from streamer.lake.places import identifier, open_catalog
+from streamer.lake.table import parquet_files
 from streamer.observe.bar import ProgressBar
 from streamer.stores.loader import FeatureLoader, LoadCounts
 
@@ -68,19 +68,9 @@ class LoadSummary:
 def batches(lake: LakeConfig, location: str, rows: int) -> tuple[int, Iterator[tuple[str, int, pa.RecordBatch]]]:
     """The rows of ``location`` in all, and its batches of up to ``rows`` rows, each with its
     source's name and the row number of its first row there."""
-    if "/" in location or location.endswith(".parquet") or Path(location).exists():
-        fs, path = filesystem(lake, location)
-        info = fs.get_file_info(path)
-        if info.type == pafs.FileType.NotFound:
-            raise ConfigError("--from", f"no file or folder at {location}")
-        if info.type == pafs.FileType.File:
-            files = [path]
-        else:
-            found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-            files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")
-                           and not any(part.startswith(("_", ".")) for part in f.path[len(path):].split("/")))
-            if not files:
-                raise ConfigError("--from", f"no Parquet files under {location}")
+    found = parquet_files(lake, location, "--from")
+    if found is not None:
+        fs, files = found
         total = 0
         for f in files:
             with fs.open_input_file(f) as stream:

@@ -45,6 +45,26 @@ from streamer.pipeline.validate import EventValidator
 Where = str | Appended | Sequence[str]
 
 
+
+def parquet_files(lake: LakeConfig, location: str, key: str) -> tuple[pafs.FileSystem, list[str]] | None:
+    """The Parquet files ``location`` names (a file, or a folder's files, sorted, less those under
+    ``_`` or ``.`` names) and their filesystem; None when it names no file or folder (a table's
+    name). ConfigError on ``key`` when the path is missing or holds no Parquet file."""
+    if not ("/" in location or location.endswith(".parquet") or Path(location).exists()):
+        return None
+    fs, path = filesystem(lake, location)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise ConfigError(key, f"no file or folder at {location}")
+    if info.type == pafs.FileType.File:
+        return fs, [path]
+    found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")
+                   and not any(part.startswith(("_", ".")) for part in f.path[len(path):].split("/")))
+    if not files:
+        raise ConfigError(key, f"no Parquet files under {location}")
+    return fs, files
+
 @dataclass(frozen=True, slots=True)
 class TableRow:
     """A table row as the origin of a row (records.Origin): its file and row number, and the row as
@@ -118,19 +138,9 @@ class TableSource:
 
     def _find(self) -> list[tuple[str, Any]]:
         """``(name, how to read it)`` per partition of the source."""
-        if "/" in self.location or self.location.endswith(".parquet") or Path(self.location).exists():
-            fs, path = filesystem(self.lake, self.location)
-            info = fs.get_file_info(path)
-            if info.type == pafs.FileType.NotFound:
-                raise ConfigError(self.key, f"no file or folder at {self.location}")
-            if info.type == pafs.FileType.File:
-                files = [path]
-            else:
-                found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-                files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet")
-                               and not any(part.startswith(("_", ".")) for part in f.path[len(path):].split("/")))
-                if not files:
-                    raise ConfigError(self.key, f"no Parquet files under {self.location}")
+        found = parquet_files(self.lake, self.location, self.key)
+        if found is not None:
+            fs, files = found
             return [(f, (fs, f)) for f in files]
         from pyiceberg.exceptions import NoSuchTableError
 
