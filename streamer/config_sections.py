@@ -129,7 +129,7 @@ class KvConfig:
     tls: bool = False  # connect with TLS (rediss)
     prefix: str = "streamer"  # every key streamer writes starts with it and ':'
     ttl_s: int = 0  # each precomputed prediction expires this long after its run wrote it; 0: kept until replaced
-    keep_previous_s: int = 600  # a run's keys are removed this long after a newer run replaced it (readers finish)
+    keep_previous_s: int = 600  # a run's keys are removed this long after a newer run replaced it (readers finish); >= 5
     timeout_ms: int = 1000  # each command's socket timeout (connect, read, write)
     pipeline_rows: int = 1000  # rows written per pipeline (one round trip)
     commit_rows: int = 100_000  # a run records its progress after this many rows (its resume point)
@@ -147,7 +147,7 @@ class KvConfig:
             raise ConfigError("kv.prefix", f"must be a non-empty key prefix without spaces or * ? [ ], got {self.prefix!r}")
         at_least(0, "kv.db", self.db)
         at_least(0, "kv.ttl_s", self.ttl_s)
-        at_least(0, "kv.keep_previous_s", self.keep_previous_s)
+        at_least(5, "kv.keep_previous_s", self.keep_previous_s)  # readers resolve P:current once a second
         above(0, "kv.timeout_ms", self.timeout_ms)
         above(0, "kv.pipeline_rows", self.pipeline_rows)
         above(0, "kv.commit_rows", self.commit_rows)

@@ -65,9 +65,9 @@ class TopicSink:
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
         return Resume(dict(plan or {}), {}, 0)
 
-    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
+    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> int:
         if predictions is None:
-            return
+            return 0
         outputs = []
         for row in _millis(predictions).to_pylist():
             key = row.get("entity_id")
@@ -80,6 +80,7 @@ class TopicSink:
         self.written += len(outputs)
         self._collect(0.0)  # the reports already in: memory holds only the units in flight
         self._check(None)
+        return 0
 
     def _collect(self, timeout_s: float) -> None:
         _, failed = self._deliveries.collect(timeout_s)

@@ -143,9 +143,9 @@ class LakeRun:
     def _score(self, batches: list[Batch[Rows]]) -> None:
         for batch in batches:
             table, rejects = self.scorer.score(batch.rows)
-            self.sink.write(table, rejects_table(self.run_id, rejects) if rejects else None)
-            self.counts.predictions += table.num_rows
-            self.counts.rejects += len(rejects)
+            unkept = self.sink.write(table, rejects_table(self.run_id, rejects) if rejects else None)
+            self.counts.predictions += table.num_rows - unkept
+            self.counts.rejects += len(rejects) + unkept
 
     def _reject(self, rejects: list[Reject]) -> None:
         if rejects:

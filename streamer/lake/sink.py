@@ -71,8 +71,10 @@ class Sink(Protocol):
         its rows written before replaced)."""
         ...
 
-    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
-        """Add rows to the open files (nothing is visible before :meth:`commit`)."""
+    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> int:
+        """Add rows to the open files (nothing is visible before :meth:`commit`); the number of
+        ``predictions`` it could not keep and wrote as rejects instead (a key-value store's rows
+        without an entity id)."""
         ...
 
     def due(self) -> bool:
@@ -114,7 +116,7 @@ class FilesSink:
         self._n += 1
         return f"{self._run}-{self._shard}-{self._seq:06d}-{self._n}"
 
-    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
+    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> int:
         assert self._files is not None and self._rejected is not None
         if predictions is not None:
             self._files.write(predictions)
@@ -122,6 +124,7 @@ class FilesSink:
             self._rejected.write(rejects)
         self._pending = (self._pending[0] + (0 if predictions is None else predictions.num_rows),
                          self._pending[1] + (0 if rejects is None else rejects.num_rows))
+        return 0
 
     def _totals(self) -> tuple[int, int]:
         """What the shard's commits hold once the open files are committed."""

@@ -108,4 +108,4 @@ def predictions_route(cache: Cache | None, plane: DataPlane) -> Route:
         plane.ended("predictions", str(response.status_code), started)
         return response
 
-    return Route("/v1/predictions/{entity_id}", predictions, methods=["GET"])
+    return Route("/v1/predictions/{entity_id:path}", predictions, methods=["GET"])  # an id may hold a '/'

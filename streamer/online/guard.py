@@ -23,6 +23,7 @@ from typing import TypeVar
 from streamer.errors import StoreError
 
 T = TypeVar("T")
+BLAME_S = 0.05  # an ask that waited this long (or its store's whole timeout) and timed out opens the guard
 
 
 class Late(StoreError):
@@ -46,9 +47,10 @@ class Guard:
     async def within(self, pending: Callable[[], Awaitable[T]], budget: float, timeout_s: float, key: str) -> T:
         """``pending()`` asked through the guard, within ``budget`` seconds: past it, a
         StoreError naming ``key`` (the setting of the store's ``timeout_s``), or a :class:`Late`
-        when the budget was the request's deadline's, shorter than the store's timeout."""
-        late = budget < timeout_s
-        why = "the request's deadline" if late else key
+        when the request's deadline cut the budget below the store's timeout and below
+        :data:`BLAME_S`: a store that takes longer than that is failing, whoever's budget ran out."""
+        late = budget < min(timeout_s, BLAME_S)
+        why = "the request's deadline" if budget < timeout_s else key
 
         async def call() -> T:
             try:

@@ -11,7 +11,7 @@ is then closed, never reused with replies left unread.
 
 Worked example: ``pack([b"HSET", b"k", b"f", b"v"])`` is
 ``b"*4\\r\\n$4\\r\\nHSET\\r\\n$1\\r\\nk\\r\\n$1\\r\\nf\\r\\n$1\\r\\nv\\r\\n"``, and so is
-``hsets(client, [b"k"], [(b"f", [b"v"])], [])[0]`` for a client of one server.
+``hsets(client, [b"k"], [(b"f", [b"v"])], [])[1]`` for a client of one server (``[0]``: ``DEL k``).
 """
 
 from __future__ import annotations
@@ -34,12 +34,14 @@ def pack(args: Sequence[bytes]) -> bytes:
 
 
 def hsets(client: Any, keys: Sequence[bytes], columns: Sequence[Column], after: Sequence[bytes]) -> list[Any]:
-    """An ``HSET`` of each row's non-null fields under its key, each followed by the command
-    ``after`` names with the key after its first word (``[b"EXPIRE", b"60"]``: ``EXPIRE key 60``):
-    packed for a client that :func:`packs`, argument lists for a cluster's."""
+    """A ``DEL`` of each row's key and an ``HSET`` of its non-null fields (so a field the row
+    leaves null keeps no value of an earlier write), each followed by the command ``after``
+    names with the key after its first word (``[b"EXPIRE", b"60"]``: ``EXPIRE key 60``): packed
+    for a client that :func:`packs`, argument lists for a cluster's."""
     out: list[Any] = []
     if not packs(client):
         for i, key in enumerate(keys):
+            out.append([b"DEL", key])
             command = [b"HSET", key]
             for name, values in columns:
                 value = values[i]
@@ -53,6 +55,7 @@ def hsets(client: Any, keys: Sequence[bytes], columns: Sequence[Column], after: 
     for key, row in zip(keys, zip(*pairs, strict=True), strict=True):
         present = [p for p in row if p is not None]
         head = b"*%d\r\n$4\r\nHSET\r\n$%d\r\n%b\r\n" % (2 + 2 * len(present), len(key), key)
+        out.append(pack([b"DEL", key]))
         out.append(head + b"".join(present))
         if after:
             out.append(pack([after[0], key, *after[1:]]))

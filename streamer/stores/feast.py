@@ -28,6 +28,7 @@ import orjson
 
 from streamer.config import FeaturesConfig
 from streamer.errors import StoreError
+from streamer.formats.confluent import redact
 
 PATH = "/get-online-features"
 JSON = {"Content-Type": "application/json"}
@@ -41,6 +42,7 @@ class FeastFeatures:
     def __init__(self, features: FeaturesConfig) -> None:
         assert features.url is not None  # FeaturesConfig requires it for kind feast
         self.url = features.url.rstrip("/") + PATH
+        self.shown = redact(self.url)  # how messages name it: without a user:password@ of the URL
         self.entity_key = features.entity_key
         self._what: dict[str, Any] = ({"feature_service": features.feature_service} if features.feature_service
                                       else {"features": list(features.features)})
@@ -61,17 +63,17 @@ class FeastFeatures:
             async with self._client().post(self.url, data=body, headers=JSON) as answer:
                 body_bytes = await answer.read()
                 if answer.status != 200:
-                    raise StoreError(f"the Feast feature server at {self.url}: HTTP {answer.status}: "
+                    raise StoreError(f"the Feast feature server at {self.shown}: HTTP {answer.status}: "
                                      f"{_short(body_bytes.decode(errors='replace'))}")
             decoded = orjson.loads(body_bytes)
         except StoreError:
             raise
         except TimeoutError:  # aiohttp's own timeout (the backstop), not the caller's
-            raise StoreError(f"the Feast feature server at {self.url}: no answer within "
+            raise StoreError(f"the Feast feature server at {self.shown}: no answer within "
                              f"{self._backstop_s:g} s") from None
         except Exception as exc:  # aiohttp's connection errors, a body that is not JSON (orjson's)
-            raise StoreError(f"the Feast feature server at {self.url}: {type(exc).__name__}: {exc}") from None
-        return read_answer(decoded, self.entity_key, self.url)
+            raise StoreError(redact(f"the Feast feature server at {self.shown}: {type(exc).__name__}: {exc}")) from None
+        return read_answer(decoded, self.entity_key, self.shown)
 
     async def warm(self, connections: int) -> None:
         """Nothing ahead: the feature server's connections are kept alive by the session once made."""

@@ -10,6 +10,7 @@ whole fetch, so that one budget covers connecting, asking and reading.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol, cast
 
 from streamer.config import Config, FeaturesConfig, KvConfig
@@ -19,6 +20,8 @@ from streamer.stores.client import connect_async, describe_error, warm
 from streamer.stores.feast import FeastFeatures
 from streamer.stores.keys import feature_key
 from streamer.stores.values import Kind, decode_hash
+
+KINDS_S = 1.0  # the kinds of a features prefix are read again at most this often
 
 
 class FeatureSource(Protocol):
@@ -63,7 +66,8 @@ def feature_source(cfg: Config) -> FeatureSource | None:
 class RedisFeatures:
     """Features in the kv: store: ``<prefix>:<entity id>`` a hash of event fields, their kinds
     in the hash ``<prefix>`` itself, field -> ``str`` or ``json`` (written by ``streamer features load``);
-    the kinds are read once."""
+    the kinds are read once, and again (at most once a :data:`KINDS_S`) when an entity holds a
+    field they do not name: a load of new columns while the server runs."""
 
     name = "redis"
 
@@ -71,16 +75,24 @@ class RedisFeatures:
         self.prefix, self.kv = features.prefix, kv
         self._client = client if client is not None else connect_async(kv)
         self._kinds: dict[str, Kind] | None = None
+        self._kinds_at = float("-inf")
 
     async def fetch(self, entity_id: str) -> dict[str, Any]:
         try:
             if self._kinds is None:
-                raw = await self._client.hgetall(self.prefix)
-                self._kinds = {_text(k): cast(Kind, _text(v)) for k, v in raw.items()}
+                await self._read_kinds()
             fields = await self._client.hgetall(feature_key(self.prefix, entity_id))
+            known = self._kinds or {}
+            if any(_text(k) not in known for k in fields) and time.monotonic() - self._kinds_at >= KINDS_S:
+                await self._read_kinds()  # a load since: its new fields' kinds
         except Exception as exc:  # redis' errors (timeouts, connection, auth) and the OS's
             raise StoreError(describe_error(self.kv, exc)) from None
+        assert self._kinds is not None
         return decode_hash(fields, self._kinds)
+
+    async def _read_kinds(self) -> None:
+        raw = await self._client.hgetall(self.prefix)
+        self._kinds, self._kinds_at = {_text(k): cast(Kind, _text(v)) for k, v in raw.items()}, time.monotonic()
 
     async def warm(self, connections: int) -> None:
         try:

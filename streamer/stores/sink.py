@@ -76,6 +76,10 @@ class KvSink:
     def __init__(self, kv: KvConfig, prefix: str, schema: pa.Schema, entity_field: str = "entity_id",
                  client: Any = None) -> None:
         self.kv = replace(kv, prefix=prefix)  # checked as kv.prefix is
+        binary = [f.name for f in schema if _holds_bytes(f.type)]
+        if binary:
+            raise ConfigError("--to-kv", f"the prediction field {binary[0]!r} holds bytes, which a hash of "
+                                         "text fields cannot keep: leave it out of output.include, or write to a table")
         self.keys, self.schema, self.entity_field = KeySpace(prefix), schema, entity_field
         self.name = f"kv {kv.address} {prefix}"
         self._client = client if client is not None else connect(self.kv)
@@ -128,9 +132,10 @@ class KvSink:
         """The shard's first progress (its bounds, nothing reached), and the run's record."""
         text = _progress_text(plan, {}, 0, (0, 0), NO_REJECT)
         record = self.keys.run(self._run)
-        self._cas("", text)
+        # before the plan: a kill after it would leave a run that resumes without them
         self._client.hsetnx(record, STARTED, _now_ms())
         self._client.hsetnx(record, KINDS, orjson.dumps(kinds_of(self.schema)))
+        self._cas("", text)
         return text
 
     def _same_shards(self, record: Mapping[str, str]) -> None:
@@ -166,15 +171,18 @@ class KvSink:
 
     # ---- writing --------------------------------------------------------------------------
 
-    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> None:
-        """Pipelines ``predictions``' hashes and ``rejects``' entries (readers never resolve the run before it completes)."""
+    def write(self, predictions: pa.Table | None, rejects: pa.Table | None) -> int:
+        """Pipelines ``predictions``' hashes and ``rejects``' entries (readers never resolve the run
+        before it completes); the predictions without an entity id, written as rejects."""
+        unkept = 0
         with self._calls():
             if predictions is not None and predictions.num_rows:
-                self._write_rows(predictions)
+                unkept = self._write_rows(predictions)
             if rejects is not None and rejects.num_rows:
                 self._write_rejects([{**r, "stage": _stage(r["error"])} for r in rejects.to_pylist()])
+        return unkept
 
-    def _write_rows(self, table: pa.Table) -> None:
+    def _write_rows(self, table: pa.Table) -> int:
         if not self._modelled:  # the run's record names its model once
             first = table.slice(0, 1).to_pylist()[0]
             self._client.hset(self.keys.run(self._run), mapping={
@@ -189,10 +197,11 @@ class KvSink:
         columns = [(name.encode(), _encoded(table.column(name))) for name in table.column_names]
         after = [b"EXPIRE", str(self.kv.ttl_s).encode()] if self.kv.ttl_s else [b"PERSIST"] if self._force else []
         commands = hsets(self._client, keys, columns, after)  # PERSIST: a forced run's rows may have an expiry
-        step = self.kv.pipeline_rows * (2 if after else 1)
+        step = self.kv.pipeline_rows * (3 if after else 2)  # DEL, HSET and the after of each row
         for start in range(0, len(commands), step):
             send(self._client, commands[start:start + step])
         self._add(len(keys), 0)
+        return len(missing)
 
     def _unkept(self, rows: list[dict[str, Any]]) -> None:
         """Rows without an entity id, as rejects naming the entity field."""
@@ -250,15 +259,21 @@ class KvSink:
             record = self._record()
             if FINISHED in record or not _complete(record):
                 return
-            self._client.set(self.keys.current, self._run)  # the switch: one command
+            started = int(record.get(STARTED) or _now_ms())
+            self._client.zadd(self.keys.runs, {self._run: started})  # first: a run that a later finish expires
+            current = self._client.get(self.keys.current)
+            later = None if current is None or _text(current) == self._run else \
+                self._client.hget(self.keys.run(_text(current)), STARTED)
             self._client.hsetnx(self.keys.run(self._run), FINISHED, _now_ms())
-            self._client.zadd(self.keys.runs, {self._run: int(record.get(STARTED) or _now_ms())})
+            if later is not None and int(later) > started:  # a run started after this one is current already
+                self._expire_run(self._run)
+                return
+            self._client.set(self.keys.current, self._run)  # the switch: one command
             self._expire_replaced()
 
     def _expire_replaced(self) -> None:
         """Every complete run but this one whose keys have no expiry yet: they expire in
         ``kv.keep_previous_s`` (a reader that resolved one a moment ago still finds it)."""
-        keep = self.kv.keep_previous_s
         for raw in self._client.zrange(self.keys.runs, 0, -1):
             run = _text(raw)
             if run == self._run:
@@ -269,16 +284,21 @@ class KvSink:
                 continue
             if ttl != -1:
                 continue  # expiring already
-            pipe, queued = self._client.pipeline(transaction=False), 0
-            for key in self._client.scan_iter(match=self.keys.entities(run), count=10_000):
-                pipe.expire(key, keep, lt=True)  # a key of a shorter ttl_s keeps its own
-                queued += 1
-                if queued == self.kv.pipeline_rows:
-                    pipe.execute()
-                    queued = 0
-            pipe.execute()
-            self._client.expire(self.keys.rejects(run), keep)
-            self._client.expire(self.keys.run(run), keep)  # last: the mark that its keys expire
+            self._expire_run(run)
+
+    def _expire_run(self, run: str) -> None:
+        """Every key of ``run`` expires in ``kv.keep_previous_s``, its record last."""
+        keep = self.kv.keep_previous_s
+        pipe, queued = self._client.pipeline(transaction=False), 0
+        for key in self._client.scan_iter(match=self.keys.entities(run), count=10_000):
+            pipe.expire(key, keep, lt=True)  # a key of a shorter ttl_s keeps its own
+            queued += 1
+            if queued == self.kv.pipeline_rows:
+                pipe.execute()
+                queued = 0
+        pipe.execute()
+        self._client.expire(self.keys.rejects(run), keep)
+        self._client.expire(self.keys.run(run), keep)  # last: the mark that its keys expire
 
     # ---- the store ------------------------------------------------------------------------
 
@@ -335,6 +355,12 @@ def _encoded(column: pa.ChunkedArray) -> list[bytes | None]:
     if pa.types.is_map(kind):
         return [None if v is None else orjson.dumps(dict(v)) for v in column.to_pylist()]
     return [None if v is None else orjson.dumps(v) for v in column.to_pylist()]
+
+
+def _holds_bytes(kind: pa.DataType) -> bool:
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
+        return True
+    return any(_holds_bytes(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _stage(error: str) -> str:

@@ -876,4 +876,24 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/online/admission.py", "Admission.answer_in",
               "share = 1.0 if batch is None else min(1.0, max(batch, 1) / self.call_rows)", "share = 1.0"),),
     ),
+    Mutant(
+        "111-kv-hash-merged-with-an-earlier-write",
+        "a prediction written again over an entity's hash keeps the fields it leaves null: the answer mixes two predictions",
+        ("tests/stores/test_sink.py::test_a_row_written_again_replaces_the_whole_hash_a_null_field_keeps_no_earlier_value",),
+        (Edit("streamer/stores/bulk.py", "hsets", "out.append(pack([b\"DEL\", key]))\n", ""),),
+    ),
+    Mutant(
+        "112-kv-older-run-switched-to-last",
+        "a run that completes after a run started later switches the readers back to older predictions",
+        ("tests/stores/test_sink.py::test_a_run_that_completes_after_a_run_started_later_does_not_take_the_readers_back",),
+        (Edit("streamer/stores/sink.py", "KvSink.finish", "if later is not None and int(later) > started:",
+              "if False:"),),
+    ),
+    Mutant(
+        "113-store-guard-blames-only-its-own-timeout",
+        "a store that outlasts a request's whole deadline is never blamed: with the default timeouts a stalled Redis is asked by every request",
+        ("tests/online/test_guard.py::test_a_timeout_the_request_s_deadline_cut_opens_the_guard_once_it_waited_blame_s",),
+        (Edit("streamer/online/guard.py", "Guard.within", "late = budget < min(timeout_s, BLAME_S)",
+              "late = budget < timeout_s"),),
+    ),
 )

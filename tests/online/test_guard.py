@@ -115,3 +115,23 @@ def test_past_max_in_flight_an_ask_is_skipped_and_a_timeout_opens_the_guard_but_
         assert guard.open
 
     asyncio.run(run())
+
+
+def test_a_timeout_the_request_s_deadline_cut_opens_the_guard_once_it_waited_blame_s() -> None:
+    """A store of a 1 s timeout asked with 0.9 s left: past 0.9 s it is failing (the guard opens),
+    though the request's deadline set the budget; asked with 10 ms left, it is not to blame."""
+
+    async def never() -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    async def run(budget: float) -> tuple[type[BaseException], bool]:
+        guard = Guard("the store", skip_ms=1000, max_in_flight=8, clock=Clock())
+        try:
+            await guard.within(never, budget, 1.0, "kv.timeout_ms")
+        except StoreError as exc:
+            return type(exc), guard.open
+        raise AssertionError("answered")
+
+    assert asyncio.run(run(0.01)) == (Late, False)
+    assert asyncio.run(run(0.06)) == (StoreError, True)

@@ -34,7 +34,7 @@ RUN = "r-2026"
 def served(redis_server: LocalRedis) -> Iterator[tuple[str, Config]]:
     cfg = store_config(redis_server)
     cfg = replace(cfg, online=replace(cfg.online, cache=replace(cfg.online.cache, max_age_s=3600)))
-    precompute(redis_server, cfg.kv, RUN, {"young": (0.9, 10_000), "old": (0.1, 2 * DAY_MS)})
+    precompute(redis_server, cfg.kv, RUN, {"young": (0.9, 10_000), "old": (0.1, 2 * DAY_MS), "team/7": (0.3, 0)})
     with running(cfg, lake_house(cfg).model.serving):
         yield f"http://127.0.0.1:{cfg.online.http_port}", cfg
 
@@ -118,6 +118,8 @@ def test_get_predictions_answers_the_precomputed_prediction_or_404(served: tuple
     assert young["model_version"] == "1" and 10 <= young["age_s"] < 600
     status, error, _ = exchange(f"{base}/v1/predictions/nobody")
     assert status == 404 and "'nobody'" in error["error"]
+    status, slashed, _ = exchange(f"{base}/v1/predictions/team/7")  # an id holding a '/'
+    assert status == 200 and slashed["entity_id"] == "team/7" and slashed["scores"] == [0.3]
 
 
 def test_the_answers_are_counted_by_source_and_the_hops_observed(served: tuple[str, Config]) -> None:

@@ -127,3 +127,19 @@ def test_an_answer_of_another_shape_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="2 feature names for 1 results"):
         read_answer({"metadata": {"feature_names": ["a", "b"]}, "results": [{"values": [1], "statuses": ["PRESENT"]}]},
                     "entity_id")
+
+
+def test_a_feature_server_url_s_credentials_never_reach_an_error() -> None:
+    features = FeaturesConfig(kind="feast", url="http://alice:s3cretpw@127.0.0.1:9", features=("v:f",), timeout_ms=200)
+
+    async def fetch() -> None:
+        source = FeastFeatures(features)
+        try:
+            await source.fetch("u1")
+        finally:
+            await source.close()
+
+    with pytest.raises(StoreError) as caught:
+        asyncio.run(fetch())
+    assert "s3cretpw" not in str(caught.value) and "alice" not in str(caught.value)
+    assert "***@127.0.0.1:9" in str(caught.value)

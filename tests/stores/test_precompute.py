@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from streamer import cli
@@ -177,6 +179,23 @@ def test_a_precompute_killed_mid_way_resumes_and_readers_only_ever_see_a_complet
     assert {e: same_row(row, reference[e]) for e, row in rows.items() if same_row(row, reference[e])} == {}
     assert 0 < r.ttl(keys.run("before")) <= 120  # the replaced run expires; readers of it have two minutes
     assert r.zrange(keys.runs, 0, -1) == [b"before", b"next"]
+
+
+def test_rows_without_an_entity_id_count_as_rejects_in_the_run_s_summary(tmp_path: Path,
+                                                                          redis_server: LocalRedis) -> None:
+    """The model scores them, but the store cannot keep a row by no key: the summary's equation
+    and the committed counts say rejects, as the rejects stream holds them."""
+    kv = kv_config(redis_server)
+    source = entities_file(tmp_path / "some.parquet", 10)
+    table = pq.read_table(source)
+    entity = pa.array([None if i in (3, 7) else f"u{i}" for i in range(10)], pa.string())
+    pq.write_table(table.set_column(table.schema.get_field_index("entity_id"), "entity_id", entity), source)
+    config = kv_jobs_config(tmp_path, "127.0.0.1:9", redis_server, kv.prefix)
+    summary = run_score(load_config(config), str(source), Target(kv=""), run_id="r1", progress=io.StringIO())
+    assert (summary.counts.predictions, summary.counts.rejects) == (8, 2)
+    assert summary.lines()[1] == "rows 10 = predictions 8 + rejects 2"
+    assert summary.committed_rows == (8, 2)
+    assert client(redis_server).xlen(KeySpace(kv.prefix).rejects("r1")) == 2
 
 
 def test_to_kv_without_an_address_names_the_key_and_a_job_target_kv_takes_a_prefix(

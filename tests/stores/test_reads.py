@@ -86,3 +86,26 @@ def test_redis_features_are_the_entitys_hash_decoded_by_the_recorded_kinds(redis
     found, missing = asyncio.run(fetch())
     assert found == {"country": "7", "features": [1.5, 2.0], "age": 31}
     assert missing == {}
+
+
+def test_a_field_loaded_after_the_first_fetch_is_read_by_its_kind(redis_server: LocalRedis) -> None:
+    """The source read the kinds before a load added a column of digit strings: an entity holding
+    that field makes it read the kinds again (at most once a second), so '33' stays a string."""
+    kv = kv_config(redis_server)
+    features = FeaturesConfig(kind="redis", prefix=f"{kv.prefix}:features")
+    r = client(redis_server)
+    r.hset(features.prefix, mapping={"age": "json"})
+    r.hset(feature_key(features.prefix, "u1"), mapping={"age": encode(31)})
+
+    async def fetch() -> dict[str, object]:
+        source = RedisFeatures(features, kv)
+        try:
+            assert await source.fetch("u1") == {"age": 31}
+            r.hset(features.prefix, mapping={"country_code": "str"})
+            r.hset(feature_key(features.prefix, "u1"), mapping={"country_code": encode("33")})
+            source._kinds_at = float("-inf")  # a second has passed
+            return await source.fetch("u1")
+        finally:
+            await source.close()
+
+    assert asyncio.run(fetch()) == {"age": 31, "country_code": "33"}

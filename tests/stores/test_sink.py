@@ -141,8 +141,9 @@ def test_rejects_go_to_the_runs_stream_and_ttl_sets_each_predictions_expiry(redi
     keys, r = KeySpace(kv.prefix), client(redis_server)
     sink = KvSink(kv, kv.prefix, SCHEMA, entity_field="user")
     sink.resume("r1", Shard(), {("t", 0): (0, 3)}, False)
-    sink.write(rows("r1", 0, range(0, 3), entities=["a", None, ""]),
-               rejects_table("r1", [(ValueError("a bad row"), _Message(7))]))
+    unkept = sink.write(rows("r1", 0, range(0, 3), entities=["a", None, ""]),
+                        rejects_table("r1", [(ValueError("a bad row"), _Message(7))]))
+    assert unkept == 2  # the run counts them as rejects, not predictions
     sink.commit({("t", 0): (0, 3)})
     assert sink.committed_rows == (1, 3)
     assert 3500 < r.ttl(keys.entity("r1", "a")) <= 3600
@@ -184,3 +185,48 @@ class _Message:
 
     def value(self) -> bytes:
         return f"original {self._offset}".encode()
+
+
+def test_a_row_written_again_replaces_the_whole_hash_a_null_field_keeps_no_earlier_value(
+        redis_server: LocalRedis) -> None:
+    kv = kv_config(redis_server)
+    keys, r = KeySpace(kv.prefix), client(redis_server)
+    sink = KvSink(kv, kv.prefix, SCHEMA)
+    sink.resume("r1", Shard(), {("t", 0): (0, 2)}, False)
+    first = rows("r1", 0, range(0, 1), entities=["u1"])
+    first = first.set_column(first.schema.get_field_index("degraded"), "degraded", pa.array([True]))
+    first = first.set_column(first.schema.get_field_index("degraded_reason"), "degraded_reason", pa.array(["breaker"]))
+    sink.write(first, None)
+    sink.write(rows("r1", 0, range(1, 2), 0.25, entities=["u1"]), None)  # the same entity, scored again
+    stored = r.hgetall(keys.entity("r1", "u1"))
+    assert stored[b"degraded"] == b"false" and b"degraded_reason" not in stored and stored[b"event_id"] == b"e0-1"
+
+
+def test_a_run_that_completes_after_a_run_started_later_does_not_take_the_readers_back(
+        redis_server: LocalRedis) -> None:
+    """Monday's run, killed and resumed after Tuesday's completed: readers keep Tuesday's, and
+    Monday's expires as a replaced run does."""
+    kv = kv_config(redis_server, keep_previous_s=60)
+    keys, r = KeySpace(kv.prefix), client(redis_server)
+    monday = KvSink(kv, kv.prefix, SCHEMA)
+    monday.resume("mon", Shard(), {("t", 0): (0, 2)}, False)
+    monday.write(rows("mon", 0, range(0, 1)), None)
+    monday.commit({("t", 0): (0, 1)})
+    r.hset(keys.run("mon"), "started_at", 1_000)  # started first
+    tuesday = KvSink(kv, kv.prefix, SCHEMA)
+    tuesday.resume("tue", Shard(), {("t", 0): (0, 2)}, False)
+    tuesday.write(rows("tue", 0, range(0, 2)), None)
+    tuesday.commit({("t", 0): (0, 2)})
+    tuesday.finish()
+    assert r.get(keys.current) == b"tue"
+    monday.write(rows("mon", 0, range(1, 2)), None)
+    monday.commit({("t", 0): (1, 2)})
+    monday.finish()
+    assert r.get(keys.current) == b"tue" and r.ttl(keys.run("tue")) == -1
+    assert 0 < r.ttl(keys.run("mon")) <= 60 and 0 < r.ttl(keys.entity("mon", "u0-0")) <= 60
+
+
+def test_a_prediction_field_of_bytes_is_refused_naming_it(redis_server: LocalRedis) -> None:
+    kv = kv_config(redis_server)
+    with pytest.raises(ConfigError, match="--to-kv.*'payload' holds bytes"):
+        KvSink(kv, kv.prefix, SCHEMA.append(pa.field("payload", pa.binary())))
