@@ -43,7 +43,7 @@ class EventValidator:
             raise ValidationError(f"field '{cfg.time_field}' is not an integer of milliseconds")
         return SourceRecord(
             topic=topic, partition=partition, offset=offset, key=key,
-            event_id=_text(payload.get(cfg.id_field), f"{topic}-{partition}-{offset}"),
+            event_id=str(payload.get(cfg.id_field, f"{topic}-{partition}-{offset}")),
             entity_id=_text(payload.get(cfg.entity_field), ""),
             event_time_ms=event_time, timestamp_ms=timestamp_ms, features=features,
             passthrough=tuple(field_value(payload, p) for p in self._include),
@@ -84,5 +84,5 @@ class EventValidator:
 
 
 def _text(value: Any, missing: str) -> str:
-    """An id field's text; ``missing`` when the field is missing or null (never the text 'None')."""
+    """A field's text; ``missing`` when the field is missing or null (never the text 'None')."""
     return missing if value is None else str(value)

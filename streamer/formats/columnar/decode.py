@@ -122,8 +122,8 @@ class ColumnarDecoder:
                 got[name] = sel, floats(t, w, sel, self._n)
             elif name == cfg.time_field:
                 got[name] = sel, long(t, w, sel)
-            elif name in (cfg.id_field, cfg.entity_field):
-                got[name] = sel, text(t, w, sel)
+            elif name in (cfg.id_field, cfg.entity_field):  # a null entity is '', as the reference has it
+                got[name] = sel, text(t, w, sel, "" if name == cfg.entity_field else "None")
             else:
                 skip(t, w, sel)
         at, feats = got[cfg.features_field]

@@ -191,8 +191,8 @@ class FieldDecoder:
                 skip_to = i + count
             elif name == cfg.time_field:
                 roles[name] = sel, long(t, w, sel)
-            elif name in (cfg.id_field, cfg.entity_field):
-                roles[name] = sel, text(t, w, sel)
+            elif name in (cfg.id_field, cfg.entity_field):  # a null entity is '', as the reference has it
+                roles[name] = sel, text(t, w, sel, "" if name == cfg.entity_field else "None")
             else:
                 self._field(name, t, w, sel, got)
         at = np.flatnonzero(w.ok & (w.pos == w.end))  # trailing bytes: the codec refuses them

@@ -224,21 +224,22 @@ def array_end(w: Walk, sel: np.ndarray, count: np.ndarray | int, width: int) -> 
     return start
 
 
-def text(t: Node, w: Walk, sel: np.ndarray) -> Sequence[Any]:
-    """The value ``str(payload[field])`` gives, per row of ``sel`` (None where not ok)."""
+def text(t: Node, w: Walk, sel: np.ndarray, null: str = "None") -> Sequence[Any]:
+    """The text the reference makes of the field, per row of ``sel`` (None where not ok): a
+    string as it is, a long in decimal, a null as ``null`` (an entity's: '', an id's: 'None')."""
     if t.kind == "string":
         return texts(w, sel)
     if t.kind == "long":
         return [str(v) for v in varint(w, sel).tolist()]
-    if t.kind == "null":  # str(None)
-        return ["None"] * len(sel)
+    if t.kind == "null":
+        return [null] * len(sel)
     out: list[Any] = [None] * len(sel)
 
     def merge(mask: np.ndarray, got: list[Any]) -> None:
         for i, v in zip(np.flatnonzero(mask).tolist(), got):
             out[i] = v
 
-    union(t, w, sel, lambda b, rows: text(b, w, rows), merge)
+    union(t, w, sel, lambda b, rows: text(b, w, rows, null), merge)
     return out
 
 
