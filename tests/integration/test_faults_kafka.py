@@ -361,9 +361,10 @@ def test_zombie_writes_never_become_visible(bootstrap: str, topics: Topics, tmp_
     check(finish(bootstrap, topics, zombie, healthy), "exactly_once", bootstrap, topics)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def own_broker() -> Iterator[LocalKafka]:
-    """A broker of this test's own, to kill -9 and restart without disturbing the others."""
+    """A broker of these tests' own, to kill -9 and restart without disturbing the others; each
+    test leaves it running again, and keeps apart by its fresh topics and group."""
     broker = LocalKafka(ensure_jars())
     broker.start()
     yield broker
