@@ -163,14 +163,19 @@ def end_offsets(bootstrap: str, topic: str, committed_only: bool = True) -> dict
         consumer.close()
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+def committed_offsets(bootstrap: str, group: str, topic: str, stable: bool = True) -> dict[int, int]:
     """The group's committed offsets (-1001 where none).
 
     Read by a consumer that names the group but never joins it. Not with the admin client's
     list_consumer_group_offsets: in librdkafka 2.16 its response handler crashes the process
     (SIGSEGV in rd_kafka_cgrp_op) when a restarted broker answers "coordinator loading".
+
+    ``stable`` (read_committed, librdkafka's require_stable): while a transaction holding offsets
+    of the group is open, the broker answers "unstable" and the read waits for its end, up to its
+    transaction timeout when its producer died. Without it the same committed offsets come at
+    once: the open transaction's offsets are not among them either way.
     """
-    consumer = admin_consumer(bootstrap, group)
+    consumer = admin_consumer(bootstrap, group, read_committed=stable)
     try:
         tps = [TopicPartition(topic, p) for p in partitions(consumer, topic, 10)]
         result = retrying(lambda: consumer.committed(tps, timeout=30), "reading committed offsets")

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from streamer.dev.broker import LocalCluster, ensure_jars
+from streamer.dev.broker import LocalCluster
 from streamer.errors import EXIT_WATCHDOG
-from tests.integration.test_cluster_kafka import cluster_topics, progress_restarting_on_watchdog
+from tests.integration.cluster.test_cluster_kafka import cluster_topics, progress_restarting_on_watchdog
 from tests.integration.test_faults_kafka import (
     GUARANTEES,
     Feeder,
@@ -43,9 +43,6 @@ from tests.support.proxy import Proxy
 pytestmark = pytest.mark.kafka
 SESSION_TIMEOUT_MS = 6_000  # write_config's: every cut and black hole below outlasts it
 FAULT_S = 10
-# The coordinator looks for timed-out transactions every second (Kafka's default: 10 s), so one
-# that outlives transaction.timeout.ms during a fault is aborted, and its epoch bumped, in it.
-BROKER = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
 
 
 class Network:
@@ -63,16 +60,6 @@ class Network:
 
     def close(self) -> None:
         self.each(Proxy.close)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    c = LocalCluster(ensure_jars(), nodes=3, proxied=True, properties=BROKER)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from streamer.dev.broker import LocalCluster, ensure_jars
+from streamer.dev.broker import LocalCluster
 from streamer.errors import EXIT_WATCHDOG
 from streamer.kafka.topics import create
 from tests.conftest import Topics
@@ -35,7 +35,7 @@ from tests.integration.test_faults_kafka import (
     finish_feed,
     processor,
 )
-from tests.support.faults import ChildProcessor, caught_up, forget_clients, owners, wait_until
+from tests.support.faults import ChildProcessor, caught_up, owners, wait_until
 
 pytestmark = pytest.mark.kafka
 # A broker's death is noticed after broker.session.timeout.ms (9 s by default), and the group
@@ -44,16 +44,6 @@ pytestmark = pytest.mark.kafka
 # rides it out; the 6 s that the single-broker tests use to speed up rebalances does not.
 RIDES_OUT_FAILOVER = {"session.timeout.ms": 45_000, "heartbeat.interval.ms": 3_000}
 
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    c = LocalCluster(ensure_jars(), nodes=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        forget_clients()  # before the cluster goes: a client left would retry it for the session
-        c.stop()
 
 
 def cluster_topics(bootstrap: str) -> Topics:
