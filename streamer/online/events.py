@@ -20,7 +20,9 @@ precomputed prediction, flagged ``degraded: true`` with ``degraded_reason``: ``b
 model's breaker is open: decided before scoring), ``features`` (the fetch failed or passed its
 timeout), ``deadline`` (admission sheds the request for its deadline, or it expired waiting).
 Without a precomputed prediction: ``breaker`` is scored, the fallback answering as the breaker
-has it; ``deadline`` is the fallback's answer when there is one; otherwise the error (503). The
+has it; ``deadline`` is the fallback's answer when there is one; ``features`` the fallback's when
+it is a constant row (a fallback model needs the features that did not come); otherwise the
+error (503). The
 store's lookup for a degrade is bounded by the request's remaining deadline and ``kv.timeout_ms``.
 
 Worked example: ``{"event_id": "e1", "entity_id": "a", "event_time": 1, "features": [...32...]}``
@@ -45,6 +47,8 @@ from starlette.routing import Route
 
 from streamer.config import Config
 from streamer.errors import BadRequest, Refused, StoreError, ValidationError
+from streamer.model.contract import field_value
+from streamer.model.signature import Columns
 from streamer.online.cache import NO_STORE, Cache, no_prediction
 from streamer.online.entity import EntityFeatures
 from streamer.online.http import TIMEOUT_HEADER, asked_s, json_error, read_body
@@ -156,6 +160,9 @@ class ScoreRoute:
                 degraded = await self._degrade("features", entity_id, deadline, hops)
                 if degraded is not None:
                     return degraded
+                constant = self._constant(payload, entity_id, hops)
+                if constant is not None:
+                    return constant
                 raise Refused(503, f"{exc}; and no precomputed prediction stands in", 1.0) from None
             hops.features = self.plane.clock() - at
             self.metrics.hops["features"].observe(hops.features)
@@ -215,6 +222,23 @@ class ScoreRoute:
             scored = await asyncio.to_thread(fallback.score, features)
         self.metrics.reasons["deadline"].inc()
         return replace(scored, degraded="deadline")
+
+    def _constant(self, payload: dict[str, Any], entity_id: str, hops: _Hops) -> Response | None:
+        """A constant fallback's answer to a request whose features did not come (None without
+        one: a fallback model needs the features too). Its record holds what the body gave: its
+        ids, its time, its ``output.include`` fields."""
+        fallback = self.serving.fallback
+        if fallback is None or fallback.runner is not None:
+            return None
+        cfg, now_ms = self.cfg.input, int(time.time() * 1000)
+        offset = next(self._seq)
+        at = payload.get(cfg.time_field)
+        record = SourceRecord("online", 0, offset, None, str(payload.get(cfg.id_field, f"online-0-{offset}")),
+                              entity_id, at if isinstance(at, int) and not isinstance(at, bool) else now_ms, now_ms,
+                              None, tuple(field_value(payload, p) for p in self.cfg.output.include))
+        scored = fallback.score(Columns({"row": np.zeros((1, 1), np.float32)}))  # one row: its constant
+        self.metrics.reasons["features"].inc()
+        return self._scored(record, replace(scored, degraded="features"), hops, now_ms)
 
     def _scored(self, record: SourceRecord, scored: Scored, hops: _Hops, now_ms: int) -> Response:
         outputs = {k: _value(v[0]) for k, v in scored.scores.arrays.items()}

@@ -120,6 +120,24 @@ def test_a_feature_fetch_past_its_timeout_answers_degraded_features_within_the_d
     assert sample(after, "streamer_online_hop_seconds_count", hop="features") == 2
 
 
+def test_features_that_do_not_come_without_a_precomputed_prediction_are_answered_by_a_constant_fallback(
+        redis_server: LocalRedis) -> None:
+    """The degrade order's last stand-in: no precomputed prediction for the entity, and the
+    constant fallback row answers, flagged 'features', its record holding the body's ids."""
+    cfg = store_config(redis_server, fallback=True)
+    cfg = replace(cfg, online=replace(cfg.online, features=replace(cfg.online.features, skip_ms=0)))
+    with running(cfg, lake_house(cfg).model.serving, features=Stalled()):
+        base = f"http://127.0.0.1:{cfg.online.http_port}"
+        status, answer, _ = exchange(f"{base}/v1/score", event("nobody"), timeout_s=5)
+        after = metrics(base)
+    assert status == 200, answer
+    assert (answer["source"], answer["degraded"], answer["degraded_reason"]) == ("scored", True, "features")
+    assert answer["scores"] == [0.5] and answer["model_name"] == "fraud_mlp-fallback"
+    assert (answer["event_id"], answer["entity_id"], answer["event_time"]) == ("e-nobody", "nobody", 1_700_000_000_000)
+    assert answer["parameters"]["features_ms"] >= 50
+    assert sample(after, "streamer_online_degraded_total", reason="features") == 1
+
+
 def _burst(url: str, bodies: list[dict[str, object]], timeout_s: float) -> list[tuple[int, dict[str, Any]]]:
     """Every body POSTed at once from a client process of its own (tests/online/burst.py); each
     answer's status and JSON, in order."""
