@@ -896,4 +896,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/online/guard.py", "Guard.within", "late = budget < min(timeout_s, BLAME_S)",
               "late = budget < timeout_s"),),
     ),
+    Mutant(
+        "114-features-failure-skips-the-constant-fallback",
+        "features that did not come, with no precomputed prediction, are a 503 though a constant fallback could answer",
+        ("tests/online/test_degrade_redis.py::"
+         "test_features_that_do_not_come_without_a_precomputed_prediction_are_answered_by_a_constant_fallback",),
+        (Edit("streamer/online/events.py", "ScoreRoute._constant", "if fallback is None or fallback.runner is not None:",
+              "if True:"),),
+    ),
 )
