@@ -21,7 +21,9 @@ POOL_CONNECTIONS = 100  # an asyncio client's connections to one server (online 
 
 
 def _nodes(kv: KvConfig) -> list[tuple[str, int]]:
-    assert kv.address is not None
+    """``kv.address``'s servers; ConfigError naming it when it is not set."""
+    if kv.address is None:
+        raise ConfigError("kv.address", "is required: the Redis store's HOST:PORT")
     out = []
     for part in kv.address.split(","):
         host, _, port = part.strip().rpartition(":")
@@ -37,46 +39,48 @@ def _options(kv: KvConfig, retry: Any) -> dict[str, Any]:
             "socket_timeout": timeout, "socket_connect_timeout": timeout, "ssl": kv.tls, "retry": retry}
 
 
+def _spread(kv: KvConfig, lib: Any, nodes: list[tuple[str, int]], options: dict[str, Any]) -> Any:
+    """A Redis Cluster's client, or the master a Sentinel names, from ``lib`` (``redis`` or
+    ``redis.asyncio``: the same API); None for one server."""
+    if kv.kind == "cluster":
+        return lib.cluster.RedisCluster(startup_nodes=[lib.cluster.ClusterNode(h, p) for h, p in nodes], **options)
+    if kv.kind == "sentinel":
+        sentinel = lib.sentinel.Sentinel(nodes, sentinel_kwargs={"socket_timeout": options["socket_timeout"]},
+                                         db=kv.db, **options)
+        return sentinel.master_for(kv.master)
+    return None
+
+
 def connect(kv: KvConfig) -> Any:
     """A synchronous client (redis.Redis or redis.cluster.RedisCluster) of ``kv``; it connects on its first command."""
-    if kv.address is None:
-        raise ConfigError("kv.address", "is required: the Redis store's HOST:PORT")
+    nodes = _nodes(kv)
     import redis  # the kv extra's
     import redis.backoff
     import redis.cluster
     import redis.retry
     import redis.sentinel
 
-    nodes, options = _nodes(kv), _options(kv, redis.retry.Retry(redis.backoff.NoBackoff(), 0))
-    if kv.kind == "cluster":
-        return redis.cluster.RedisCluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes],
-                                          **options)
-    if kv.kind == "sentinel":
-        sentinel = redis.sentinel.Sentinel(nodes, sentinel_kwargs={"socket_timeout": options["socket_timeout"]},
-                                           db=kv.db, **options)
-        return sentinel.master_for(kv.master)
+    options = _options(kv, redis.retry.Retry(redis.backoff.NoBackoff(), 0))
+    spread = _spread(kv, redis, nodes, options)
+    if spread is not None:
+        return spread
     (host, port), = nodes
     return redis.Redis(host=host, port=port, db=kv.db, **options)
 
 
 def connect_async(kv: KvConfig) -> Any:
     """An asyncio client of ``kv`` (redis.asyncio), for the online server's event loop."""
-    if kv.address is None:
-        raise ConfigError("kv.address", "is required: the Redis store's HOST:PORT")
+    nodes = _nodes(kv)
     import redis.asyncio  # the kv extra's
     import redis.asyncio.cluster
     import redis.asyncio.retry
     import redis.asyncio.sentinel
     import redis.backoff
 
-    nodes, options = _nodes(kv), _options(kv, redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0))
-    if kv.kind == "cluster":
-        return redis.asyncio.cluster.RedisCluster(
-            startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes], **options)
-    if kv.kind == "sentinel":
-        sentinel = redis.asyncio.sentinel.Sentinel(nodes, sentinel_kwargs={"socket_timeout": options["socket_timeout"]},
-                                                   db=kv.db, **options)
-        return sentinel.master_for(kv.master)
+    options = _options(kv, redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0))
+    spread = _spread(kv, redis.asyncio, nodes, options)
+    if spread is not None:
+        return spread
     (host, port), = nodes
     # A burst of requests waits for a free connection (within kv.timeout_ms) instead of failing
     # at once past the pool's size (redis-py's default pool raises "Too many connections").

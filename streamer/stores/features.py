@@ -19,7 +19,7 @@ from streamer.extras import need
 from streamer.stores.client import connect_async, describe_error, warm
 from streamer.stores.feast import FeastFeatures
 from streamer.stores.keys import feature_key
-from streamer.stores.values import Kind, decode_hash
+from streamer.stores.values import Kind, decode_hash, text
 
 KINDS_S = 1.0  # the kinds of a features prefix are read again at most this often
 
@@ -83,7 +83,7 @@ class RedisFeatures:
                 await self._read_kinds()
             fields = await self._client.hgetall(feature_key(self.prefix, entity_id))
             known = self._kinds or {}
-            if any(_text(k) not in known for k in fields) and time.monotonic() - self._kinds_at >= KINDS_S:
+            if any(text(k) not in known for k in fields) and time.monotonic() - self._kinds_at >= KINDS_S:
                 await self._read_kinds()  # a load since: its new fields' kinds
         except Exception as exc:  # redis' errors (timeouts, connection, auth) and the OS's
             raise StoreError(describe_error(self.kv, exc)) from None
@@ -92,7 +92,7 @@ class RedisFeatures:
 
     async def _read_kinds(self) -> None:
         raw = await self._client.hgetall(self.prefix)
-        self._kinds, self._kinds_at = {_text(k): cast(Kind, _text(v)) for k, v in raw.items()}, time.monotonic()
+        self._kinds, self._kinds_at = {text(k): cast(Kind, text(v)) for k, v in raw.items()}, time.monotonic()
 
     async def warm(self, connections: int) -> None:
         try:
@@ -103,6 +103,3 @@ class RedisFeatures:
     async def close(self) -> None:
         await self._client.aclose()
 
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw

@@ -20,7 +20,7 @@ from streamer.config import KvConfig
 from streamer.errors import StoreError
 from streamer.stores.client import connect_async, describe_error, warm
 from streamer.stores.keys import KeySpace
-from streamer.stores.values import Kind, decode_hash
+from streamer.stores.values import Kind, decode_hash, text
 
 KINDS = "kinds"  # the run record's field of its prediction fields' kinds (JSON: name -> 'str' | 'json')
 
@@ -55,7 +55,7 @@ class PredictionStore:
         now = self._clock()
         if now - at >= self._refresh_s:
             raw = await self._call(self._client.get(self.keys.current))
-            run = None if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw))
+            run = None if raw is None else text(raw)
             self._current = (run, now)
         return run
 

@@ -49,7 +49,7 @@ from streamer.stores.bulk import hsets, send
 from streamer.stores.client import connect, describe_error
 from streamer.stores.keys import KeySpace
 from streamer.stores.precomputed import KINDS
-from streamer.stores.values import Kind
+from streamer.stores.values import Kind, text
 
 FINISHED = "finished_at"
 STARTED = "started_at"
@@ -130,13 +130,13 @@ class KvSink:
 
     def _plan(self, plan: Ranges) -> str:
         """The shard's first progress (its bounds, nothing reached), and the run's record."""
-        text = _progress_text(plan, {}, 0, (0, 0), NO_REJECT)
+        progress = _progress_text(plan, {}, 0, (0, 0), NO_REJECT)
         record = self.keys.run(self._run)
         # before the plan: a kill after it would leave a run that resumes without them
         self._client.hsetnx(record, STARTED, _now_ms())
         self._client.hsetnx(record, KINDS, orjson.dumps(kinds_of(self.schema)))
-        self._cas("", text)
-        return text
+        self._cas("", progress)
+        return progress
 
     def _same_shards(self, record: Mapping[str, str]) -> None:
         """A run resumes in the shards it was planned in: other counts would score partitions twice."""
@@ -150,7 +150,7 @@ class KvSink:
         """``--force``: the shard's progress and rejects go, the run is incomplete again, and
         nothing of it expires (a run replaced earlier had its expiry set)."""
         current = self._client.get(self.keys.current)
-        if current is not None and _text(current) == self._run:
+        if current is not None and text(current) == self._run:
             raise ConfigError("--force", f"run {self._run!r} is the current run of {self.name}, which readers use: "
                                          "run it again under a new --run-id (the switch replaces it)")
         run, rejects = self.keys.run(self._run), self.keys.rejects(self._run)
@@ -221,7 +221,7 @@ class KvSink:
                                "partition": str(r.get("source_partition")), "offset": str(r.get("source_offset")),
                                "shard": str(self._shard), "rejected_at": now})
         ids = pipe.execute()
-        self._last_reject = _text(ids[-1])
+        self._last_reject = text(ids[-1])
         self._add(0, len(items))
 
     def _add(self, predictions: int, rejects: int) -> None:
@@ -235,20 +235,20 @@ class KvSink:
         """Records the shard's progress (its rows' pipelines have returned)."""
         reached = {**self._reached, **{tp: to for tp, (_, to) in covered.items()}}
         totals = (self.committed_rows[0] + self._pending[0], self.committed_rows[1] + self._pending[1])
-        text = _progress_text(self._bounds, reached, self._seq + 1, totals, self._last_reject)
+        progress = _progress_text(self._bounds, reached, self._seq + 1, totals, self._last_reject)
         with self._calls():
-            self._cas(self._progress, text)
-        self._progress, self._reached, self._seq = text, reached, self._seq + 1
+            self._cas(self._progress, progress)
+        self._progress, self._reached, self._seq = progress, reached, self._seq + 1
         self.committed_rows, self._pending, self._since = totals, (0, 0), 0
 
-    def _cas(self, expected: str, text: str) -> None:
-        found = self._swap(keys=[self.keys.run(self._run)], args=[self._field, expected, text])
+    def _cas(self, expected: str, progress: str) -> None:
+        found = self._swap(keys=[self.keys.run(self._run)], args=[self._field, expected, progress])
         if found is not None:
             def seq(progress: str) -> int | None:
                 n = int(json.loads(progress)["seq"]) if progress else 0
                 return n - 1 if n else None
 
-            raise StaleCommitError(self._run, str(self._shard), seq(expected), seq(_text(found)), self.name)
+            raise StaleCommitError(self._run, str(self._shard), seq(expected), seq(text(found)), self.name)
 
     # ---- the switch -----------------------------------------------------------------------
 
@@ -262,8 +262,8 @@ class KvSink:
             started = int(record.get(STARTED) or _now_ms())
             self._client.zadd(self.keys.runs, {self._run: started})  # first: a run that a later finish expires
             current = self._client.get(self.keys.current)
-            later = None if current is None or _text(current) == self._run else \
-                self._client.hget(self.keys.run(_text(current)), STARTED)
+            later = None if current is None or text(current) == self._run else \
+                self._client.hget(self.keys.run(text(current)), STARTED)
             self._client.hsetnx(self.keys.run(self._run), FINISHED, _now_ms())
             if later is not None and int(later) > started:  # a run started after this one is current already
                 self._expire_run(self._run)
@@ -275,7 +275,7 @@ class KvSink:
         """Every complete run but this one whose keys have no expiry yet: they expire in
         ``kv.keep_previous_s`` (a reader that resolved one a moment ago still finds it)."""
         for raw in self._client.zrange(self.keys.runs, 0, -1):
-            run = _text(raw)
+            run = text(raw)
             if run == self._run:
                 continue
             ttl = self._client.ttl(self.keys.run(run))
@@ -303,7 +303,7 @@ class KvSink:
     # ---- the store ------------------------------------------------------------------------
 
     def _record(self) -> dict[str, str]:
-        return {_text(k): _text(v) for k, v in self._client.hgetall(self.keys.run(self._run)).items()}
+        return {text(k): text(v) for k, v in self._client.hgetall(self.keys.run(self._run)).items()}
 
     @contextlib.contextmanager
     def _calls(self) -> Iterator[None]:
@@ -376,7 +376,3 @@ def _stage(error: str) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)

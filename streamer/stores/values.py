@@ -26,9 +26,14 @@ def kind_of(value: Any) -> Kind:
     return "str" if isinstance(value, str) else "json"
 
 
+def text(raw: bytes | str) -> str:
+    """A reply's bytes as text (a client that decodes answers str already)."""
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
 def decode(raw: bytes | str, kind: Kind) -> Any:
     if kind == "str":
-        return raw.decode() if isinstance(raw, bytes) else raw
+        return text(raw)
     return orjson.loads(raw)
 
 
@@ -37,7 +42,7 @@ def decode_hash(fields: Mapping[bytes | str, bytes | str], kinds: Mapping[str, K
     parses as JSON, else the string)."""
     out: dict[str, Any] = {}
     for name, raw in fields.items():
-        key = name.decode() if isinstance(name, bytes) else name
+        key = text(name)
         kind = kinds.get(key)
         if kind is None:
             try:
