@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import signal
 import socket
 import time
 import uuid
@@ -131,6 +132,16 @@ def free_port() -> int:
 read_all = faults.read_all
 end_offsets = faults.end_offsets
 committed_offsets = faults.committed_offsets
+
+
+@pytest.fixture
+def own_signals() -> Iterator[None]:
+    """A command run in the test's process takes SIGTERM and SIGINT for its stop: give them back
+    to the session after the test (modules use it with ``pytest.mark.usefixtures``)."""
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in kept.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture(autouse=True)

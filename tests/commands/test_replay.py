@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,7 @@ class Planned(Exception):
     """Raised where the replay would first talk to the broker."""
 
 
-@pytest.fixture(autouse=True)
-def own_signals() -> Iterator[None]:
-    """`streamer replay` takes SIGTERM and SIGINT for its stop: give them back to the test session."""
-    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for sig, handler in kept.items():
-        signal.signal(sig, handler)
+pytestmark = pytest.mark.usefixtures("own_signals")  # `streamer replay` takes SIGTERM and SIGINT for its stop
 
 
 @pytest.fixture

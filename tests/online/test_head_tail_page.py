@@ -19,13 +19,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from streamer.dev.redis import LocalRedis
 from tests.conftest import ROOT, free_port
-from tests.support.pages import marked_blocks, run_block
+from tests.support.pages import await_ready, http_ready, marked_blocks, run_block
 
 DOC = ROOT / "docs" / "head_and_tail.md"
 BIN = Path(sys.executable).parent
@@ -44,22 +42,6 @@ def assert_printed(excerpt: str, printed: str) -> None:
         pattern = re.compile("^" + re.escape(line.rstrip()).replace("\\#", "#").replace("#", r"-?[\d,]+(\.\d+)?")
                              .replace("…", ".*?") + "$")
         assert any(pattern.match(have) for have in lines), f"{line!r} is not printed (in this order):\n{printed}"
-
-
-def _await(ready: object, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not ready():  # type: ignore[operator]
-        assert proc.poll() is None, f"{what} exited:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"{what} is not ready:\n{log.read_text()[-3000:]}"
-        time.sleep(0.05)
-
-
-def _http_ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 def test_the_head_and_tail_page_runs_as_written(tmp_path: Path) -> None:
@@ -89,13 +71,13 @@ def test_the_head_and_tail_page_runs_as_written(tmp_path: Path) -> None:
 
     try:
         probe = LocalRedis(tmp_path / "unused", redis_port, PASSWORD)
-        _await(probe.ping, background("tail-redis"), tmp_path / "tail-redis.log", "streamer dev redis")
+        await_ready(probe.ping, background("tail-redis"), tmp_path / "tail-redis.log", "streamer dev redis")
         run_block("python", blocks["tail-data"], root, env)
         for step in ("tail-precompute", "tail-read", "tail-features"):
             assert_printed(ported(blocks[f"{step}-output"]),
                            run_block("sh", ported(blocks[step]), root, env, timeout_s=120))
         serve = background("tail-serve")
-        _await(lambda: _http_ready(f"http://127.0.0.1:{http}/v2/health/ready"), serve, tmp_path / "tail-serve.log",
+        await_ready(lambda: http_ready(f"http://127.0.0.1:{http}/v2/health/ready"), serve, tmp_path / "tail-serve.log",
                "streamer serve")
         for step in ("tail-ask", "tail-degrade"):
             assert_printed(ported(blocks[f"{step}-output"]), run_block("sh", ported(blocks[step]), root, env))

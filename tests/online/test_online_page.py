@@ -18,13 +18,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from tests.conftest import ROOT
 from tests.online.doubler import free_port
-from tests.support.pages import marked_blocks, run_block
+from tests.support.pages import await_ready, http_ready, marked_blocks, run_block
 
 DOC = ROOT / "docs" / "online.md"
 BIN = Path(sys.executable).parent
@@ -61,18 +59,9 @@ def test_the_online_page_runs_as_written(tmp_path: Path) -> None:
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(["bash", "-c", blocks["online-serve"]], cwd=root, env=env, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # readiness is the condition: polled with a deadline, as a probe does
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()
-            assert time.monotonic() < deadline, "not ready"
-            time.sleep(0.05)
+    try:  # readiness is the condition: polled with a deadline, as a probe does
+        await_ready(lambda: http_ready(f"http://127.0.0.1:{http}/v2/health/ready"), server, tmp_path / "serve.log",
+                    "streamer serve")
         for step in ("online-ready", "online-infer", "online-score", "online-shed"):
             assert_printed(blocks[f"{step}-output"], run_block("sh", ported(blocks[step]), root, env))
         printed = run_block("python", ported(blocks["online-tritonclient"]), root, env)

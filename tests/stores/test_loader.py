@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,13 +38,7 @@ from tests.support.redis import client, kv_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def own_signals() -> Iterator[None]:
-    """`streamer features load` takes SIGTERM and SIGINT for its stop: give them back to the session."""
-    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for sig, handler in kept.items():
-        signal.signal(sig, handler)
+pytestmark = pytest.mark.usefixtures("own_signals")  # `streamer features load` takes SIGTERM and SIGINT for its stop
 
 
 def config_file(tmp_path: Path, kv: KvConfig) -> str:

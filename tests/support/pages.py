@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -34,3 +37,23 @@ def run_block(language: str, code: str, cwd: Path, env: dict[str, str], timeout_
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     assert done.returncode == 0, f"{language} block failed (rc {done.returncode}):\n{code}\n{done.stderr[-3000:]}"
     return done.stdout
+
+
+def await_ready(ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path, what: str,
+                timeout_s: float = 60.0) -> None:
+    """Wait until ``ready()`` (a page's background step: a server), polled with a deadline; fails
+    with its log's tail when ``proc`` exits first or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert proc.poll() is None, f"{what} exited:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"{what} is not ready:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def http_ready(url: str) -> bool:
+    """Whether ``url`` answers 200 (a readiness probe)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
