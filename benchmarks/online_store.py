@@ -246,6 +246,19 @@ def stop(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait(30)
 
 
+def healthy_then_stalled(args: argparse.Namespace, target: Path, rate: int, stalled: LocalRedis,
+                         names: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The open loop at ``rate`` (after 2 s of it, unmeasured), then the same with ``stalled``
+    paused (SIGSTOP); each run's summary under its name."""
+    attack(target, 2, rate, args.workers)
+    healthy = summary(names[0], *attack(target, args.seconds, rate, args.workers))
+    stalled.pause()
+    try:
+        return healthy, summary(names[1], *attack(target, args.seconds, rate, args.workers))
+    finally:
+        stalled.resume()
+
+
 def main(args: argparse.Namespace) -> None:
     model = MODELS[args.model]
     load_before = os.getloadavg()[0]
@@ -275,15 +288,8 @@ def main(args: argparse.Namespace) -> None:
             saturation = summary("saturation", *attack(target, args.seconds, None, args.workers))
             rates = [max(1, int(saturation["throughput"] / 2))] + [int(r) for r in args.rates.split(",") if r]
             for rate in rates:
-                attack(target, 2, rate, args.workers)
-                healthy = summary(f"open loop at {rate:,} req/s", *attack(target, args.seconds, rate, args.workers))
-                store.pause()
-                try:
-                    stalled = summary(f"one store stalled, {rate:,} req/s",
-                                      *attack(target, args.seconds, rate, args.workers))
-                finally:
-                    store.resume()
-                runs.append((healthy, stalled))
+                runs.append(healthy_then_stalled(args, target, rate, store,
+                                                 (f"open loop at {rate:,} req/s", f"one store stalled, {rate:,} req/s")))
             stop(proc)
             # The features in a Redis of their own (benchmarks/online_store_app.py), stalled alone:
             # the degrade path answers the precomputed predictions, which stay reachable.
@@ -292,15 +298,9 @@ def main(args: argparse.Namespace) -> None:
                                          "FEATURES_PASSWORD": features_store.password})
             wait_ready(port, proc, "the server with its features apart")
             for rate in rates:
-                attack(target, 2, rate, args.workers)
-                apart = summary(f"features apart, {rate:,} req/s", *attack(target, args.seconds, rate, args.workers))
-                features_store.pause()
-                try:
-                    degraded = summary(f"features stalled, {rate:,} req/s",
-                                       *attack(target, args.seconds, rate, args.workers))
-                finally:
-                    features_store.resume()
-                apart_runs.append((apart, degraded))
+                apart_runs.append(healthy_then_stalled(args, target, rate, features_store,
+                                                       (f"features apart, {rate:,} req/s",
+                                                        f"features stalled, {rate:,} req/s")))
         finally:
             stop(proc)
             store.stop()
