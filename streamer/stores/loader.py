@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from streamer.config import KvConfig
 from streamer.errors import ConfigError, StoreError
+from streamer.stores.arrow_kinds import holds_bytes, kind_of_column
 from streamer.stores.client import connect, describe_error
 from streamer.stores.keys import feature_key
 from streamer.stores.values import Kind, encode
@@ -43,13 +44,6 @@ class LoadCounts:
     skipped_at: list[str] = field(default_factory=list)
 
 
-def kind_of_column(kind: pa.DataType) -> Kind:
-    """``str`` for a string column (dictionary-encoded too), ``json`` for anything else."""
-    if pa.types.is_dictionary(kind):
-        kind = kind.value_type
-    return "str" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else "json"
-
-
 def writable(batch: pa.RecordBatch, source: str) -> pa.RecordBatch:
     """``batch`` with timestamps as integers of milliseconds and decimals as floats; a binary column
     is refused (ConfigError naming it): a feature is a number, a string or a list of them."""
@@ -59,8 +53,7 @@ def writable(batch: pa.RecordBatch, source: str) -> pa.RecordBatch:
             col = col.cast(pa.timestamp("ms", tz=col.type.tz), safe=False).cast(pa.int64())  # truncated to ms
         elif pa.types.is_decimal(col.type):
             col = col.cast(pa.float64())
-        elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type) or \
-                pa.types.is_fixed_size_binary(col.type):
+        elif holds_bytes(col.type):
             raise ConfigError("--from", f"column {name!r} of {source} holds bytes ({col.type}): a feature is a number, "
                                    "a string, a boolean or a list of them")
         cols.append(col)

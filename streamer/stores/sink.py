@@ -45,6 +45,7 @@ from streamer.kafka.ranges import Ranges
 from streamer.lake.columns import as_json
 from streamer.lake.sink import Resume, Shard, ranges_of, ranges_text
 from streamer.pipeline.records import Partition
+from streamer.stores.arrow_kinds import holds_bytes, kind_of_column
 from streamer.stores.bulk import hsets, send
 from streamer.stores.client import connect, describe_error
 from streamer.stores.keys import KeySpace
@@ -65,8 +66,7 @@ return false
 
 def kinds_of(schema: pa.Schema) -> dict[str, Kind]:
     """How each prediction field is written: a string column as it is, anything else as JSON."""
-    return {f.name: "str" if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) else "json"
-            for f in schema}
+    return {f.name: kind_of_column(f.type) for f in schema}
 
 
 class KvSink:
@@ -76,7 +76,7 @@ class KvSink:
     def __init__(self, kv: KvConfig, prefix: str, schema: pa.Schema, entity_field: str = "entity_id",
                  client: Any = None) -> None:
         self.kv = replace(kv, prefix=prefix)  # checked as kv.prefix is
-        binary = [f.name for f in schema if _holds_bytes(f.type)]
+        binary = [f.name for f in schema if holds_bytes(f.type)]
         if binary:
             raise ConfigError("--to-kv", f"the prediction field {binary[0]!r} holds bytes, which a hash of "
                                          "text fields cannot keep: leave it out of output.include, or write to a table")
@@ -355,12 +355,6 @@ def _encoded(column: pa.ChunkedArray) -> list[bytes | None]:
     if pa.types.is_map(kind):
         return [None if v is None else orjson.dumps(dict(v)) for v in column.to_pylist()]
     return [None if v is None else orjson.dumps(v) for v in column.to_pylist()]
-
-
-def _holds_bytes(kind: pa.DataType) -> bool:
-    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
-        return True
-    return any(_holds_bytes(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _stage(error: str) -> str:
