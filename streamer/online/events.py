@@ -56,19 +56,28 @@ from streamer.online.plane import DataPlane, ms
 from streamer.pipeline.records import Scored, SourceRecord, Stamp, prediction_fields
 from streamer.pipeline.serving import Serving
 from streamer.pipeline.validate import EventValidator
+from streamer.stores.precomputed import Precomputed
 
 MODES = ("fresh", "cached", "auto")
 
 
-class _Hops:
-    """One answer's hop seconds, as they are taken."""
+class _NotAsked:
+    """The store not asked yet in a request (its answer may be None: no prediction)."""
 
-    __slots__ = ("features", "queue", "model", "store", "done_at")
+
+NOT_ASKED = _NotAsked()
+
+
+class _Hops:
+    """One answer's hop seconds, as they are taken, and what the store answered once asked."""
+
+    __slots__ = ("features", "queue", "model", "store", "done_at", "found")
 
     def __init__(self) -> None:
         self.features = self.queue = self.model = 0.0
         self.store: float | None = None
         self.done_at: float | None = None
+        self.found: Precomputed | None | _NotAsked = NOT_ASKED  # auto's lookup, reused by a degrade
 
 
 class ScoreRoute:
@@ -190,11 +199,16 @@ class ScoreRoute:
             self.metrics.reasons["breaker"].inc()
         return self._scored(record, answer.scored, hops, now_ms)
 
-    async def _lookup(self, entity_id: str, deadline: float, hops: _Hops) -> Any:
+    async def _lookup(self, entity_id: str, deadline: float, hops: _Hops) -> Precomputed | None:
+        """The entity's precomputed prediction, asked of the store once per request (an ``auto``
+        request that scores fresh and then degrades answers with what its first lookup found)."""
         assert self.cache is not None
+        if not isinstance(hops.found, _NotAsked):
+            return hops.found
         at = self.plane.clock()
         try:
-            return await self.cache.lookup(entity_id, deadline)
+            hops.found = await self.cache.lookup(entity_id, deadline)
+            return hops.found
         finally:
             hops.store = (hops.store or 0.0) + self.plane.clock() - at
 
