@@ -28,7 +28,6 @@ from streamer.lake.run import LakeCounts, LakeRun
 from streamer.lake.sink import Resume, Shard
 from streamer.lake.table import Where
 from streamer.observe.bar import ProgressBar
-from streamer.stores.sink import KvSink
 from streamer.wiring.lake import BATCH_SIZE, LakeJob, Target, replay_job, score_job
 
 Rows = Callable[[int, int], None]  # (rows done, rows in all): a run's progress, for a job's status
@@ -133,10 +132,8 @@ def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | Non
     lake = LakeRun(job.sink, job.scorer(), job.run_id, batch_size or BATCH_SIZE, update)
     counts = lake.run(job.source, job.resume, stop, abandon)
     bar.close(counts.rows)
-    rejects_at = (f"{job.sink.name} stream {job.sink.keys.rejects(job.run_id)}" if isinstance(job.sink, KvSink)
-                  else f"{job.sink.name}_rejects")
     return LakeSummary(verb, job.run_id, job.sink.name, job.resume, counts, time.monotonic() - started,
-                       job.sink.committed_rows, rejects_at)
+                       job.sink.committed_rows, job.sink.rejects_at)
 
 
 def supervise_replay(argv: list[str], cfg: Config, workers: int, run_id: str | None, start: str) -> int:

@@ -59,6 +59,10 @@ class TopicSink:
         self._failed: list[Failure] = []  # verdict retry (the stream would send them again): not written
 
     @property
+    def rejects_at(self) -> str:
+        return "the report's count of rows not compared (a topic keeps no rejects)"
+
+    @property
     def committed_rows(self) -> tuple[int, int]:
         return self.written, 0
 

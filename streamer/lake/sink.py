@@ -61,6 +61,11 @@ class Sink(Protocol):
     name: str  # how messages name it: 'table streamer.scores', 'parquet /data/scores'
 
     @property
+    def rejects_at(self) -> str:
+        """Where the run's rejects are, as a message names them: 'table streamer.scores_rejects'."""
+        ...
+
+    @property
     def committed_rows(self) -> tuple[int, int]:
         """(predictions, rejects) the run's commits hold, earlier writers' of its id too."""
         ...
@@ -111,6 +116,12 @@ class FilesSink:
         # (predictions, rejects) the shard's commits hold, its earlier writers' too; each commit records them
         self.committed_rows = (0, 0)
         self._pending = (0, 0)
+
+    name: str  # each sink's (Sink.name)
+
+    @property
+    def rejects_at(self) -> str:
+        return f"{self.name}_rejects"
 
     def _name(self) -> str:
         self._n += 1

@@ -93,6 +93,10 @@ class KvSink:
         self.committed_rows = (0, 0)
         self._pending = (0, 0)
 
+    @property
+    def rejects_at(self) -> str:
+        return f"{self.name} stream {self.keys.rejects(self._run)}"
+
     # ---- the plan -------------------------------------------------------------------------
 
     def resume(self, run_id: str, shard: Shard, plan: Ranges | None, force: bool) -> Resume:
