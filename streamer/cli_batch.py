@@ -57,8 +57,6 @@ def lake(args: argparse.Namespace) -> int:
     from streamer.config_file import load_config
 
     cfg = load_config(args.config)
-    if args.to_kv is not None and cfg.kv.address is None:  # before the model loads
-        raise ConfigError("kv.address", "is required by --to-kv: the Redis store's HOST:PORT")
     target = lake.Target(args.to_table, args.to_parquet, args.to_kv)
     if args.command == "score":
         summary = lake.run_score(cfg, args.from_, target, run_id=args.run_id, force=args.force,

@@ -33,7 +33,6 @@ from streamer.jobs.worker import Outcome
 from streamer.kafka.ranges import When, parse_when
 from streamer.observe.health import Status
 from streamer.observe.jobs import JobMetrics
-from streamer.stores.keys import KeySpace
 
 
 def read_spec(path: str) -> JobSpec:
@@ -172,9 +171,8 @@ class JobRunner:
                                          on_rows=progress, key="job.source", abandon=abandon)
         except ReplayFinishedError as done:  # finished by an earlier run of the job: what its commits hold
             predictions, rejects, rows = done.committed
-            sink = done.sink or _place(target)
-            return Outcome(Done(rows, predictions, rejects, sink, _rejects_at(cfg, target, sink, job_id)),
-                           stopped=False)
+            sink = done.sink or _place(target)  # a topic replay's says neither
+            return Outcome(Done(rows, predictions, rejects, sink, done.rejects_at or f"{sink}_rejects"), stopped=False)
         (predictions, rejects), sink = summary.committed_rows, summary.sink
         return Outcome(Done(summary.rows_done, predictions, rejects, sink, summary.rejects_at), summary.counts.stopped)
 
@@ -210,11 +208,3 @@ def _range(source: JobSource) -> tuple[When, When]:
 def _place(target: JobTarget) -> str:
     return f"table {target.table}" if target.table else f"parquet {target.parquet}" if target.parquet \
         else f"kv {target.kv}" if target.kv is not None else f"topic {target.topic}"
-
-
-def _rejects_at(cfg: Config, target: JobTarget, sink: str, job_id: str) -> str:
-    """Where a finished job's rejects are: its table's or dataset's ``_rejects``, or its kv run's stream."""
-    if target.kv is None:
-        return f"{sink}_rejects"
-    return f"{sink} stream {KeySpace(target.kv or cfg.kv.prefix).rejects(job_id)}"
-

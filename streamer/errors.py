@@ -88,11 +88,13 @@ class MissingExtra(ConfigError):
 class ReplayFinishedError(ConfigError):
     """The run id has already covered its whole range (a replay) or its rows (a score): running it
     again cannot help (exit 2) unless it is forced or another run id is given. A lake run's says
-    where it went and what its commits hold: ``sink`` and ``committed`` (predictions, rejects, rows)."""
+    where it went, where its rejects are and what its commits hold: ``sink``, ``rejects_at`` and
+    ``committed`` (predictions, rejects, rows)."""
 
-    def __init__(self, reason: str, sink: str = "", committed: tuple[int, int, int] = (0, 0, 0)) -> None:
+    def __init__(self, reason: str, sink: str = "", committed: tuple[int, int, int] = (0, 0, 0),
+                 rejects_at: str = "") -> None:
         super().__init__("--run-id", reason)
-        self.sink, self.committed = sink, committed
+        self.sink, self.committed, self.rejects_at = sink, committed, rejects_at
 
 
 class JobStateError(StreamerError):

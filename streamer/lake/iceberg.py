@@ -110,7 +110,8 @@ class IcebergSink(FilesSink):
         resume = Resume(ranges_of(json.loads(saved)["bounds"]), reached, seq)
         if not fresh and resume.done:
             raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
-                                      "pass --force to run it again", self.name, (*_written(head), _rows(resume)))
+                                      "pass --force to run it again", self.name, (*_written(head), _rows(resume)),
+                                      self.rejects_at)
         self.rejects.refresh()
         rejected = latest(self.rejects, self._attempt, str(shard))
         self._last = None if head is None else head.get(COMMIT)

@@ -79,7 +79,7 @@ class ParquetSink(FilesSink):
             w = entries[-1].get("written", (0, 0)) if entries else (0, 0)
             raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
                                       "pass --force to run it again", self.name,
-                                      (int(w[0]), int(w[1]), sum(e - s for s, e in bounds.values())))
+                                      (int(w[0]), int(w[1]), sum(e - s for s, e in bounds.values())), self.rejects_at)
         committed = {f for e in entries for f in e["files"]}
         self._delete([f for f in self._run_files() if f not in committed], None)  # a crash's files
         self._seq = resume.seq

@@ -124,7 +124,8 @@ class KvSink:
                     self.finish()
                 raise ReplayFinishedError(f"run {run_id!r} (shard {shard}) already finished into {self.name}; "
                                           "pass --force to run it again", self.name,
-                                          (*self.committed_rows, sum(e - s for s, e in self._bounds.values())))
+                                          (*self.committed_rows, sum(e - s for s, e in self._bounds.values())),
+                                          self.rejects_at)
             self._drop_rejects(self._last_reject)  # those written after the last commit: written again
         return resume
 

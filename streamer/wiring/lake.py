@@ -93,19 +93,27 @@ def open_sink(lake: LakeConfig, target: Target, schema: pa.Schema, summary: Mapp
     """The sink of ``target``, for rows of ``schema``; ``summary``: what each of its commits records
     (a table's or a dataset's); ``kv``: the store of a ``kv`` target, whose rows are kept by ``entity_field``."""
     if target.kv is not None:
-        if kv is None or kv.address is None:
-            raise ConfigError("kv.address", "is required by --to-kv: the Redis store's HOST:PORT")
-        return KvSink(kv, target.kv or kv.prefix, schema, entity_field)
+        store = _store(kv, target)
+        return KvSink(store, target.kv or store.prefix, schema, entity_field)
     if target.table is not None:
         return IcebergSink(lake, target.table, schema, summary)
     assert target.parquet is not None
     return ParquetSink(lake, target.parquet, schema, summary)
 
 
+def _store(kv: KvConfig | None, target: Target) -> KvConfig:
+    """The store a ``kv`` target writes to; ConfigError on ``kv.address`` when it names none."""
+    if target.kv is not None and (kv is None or kv.address is None):
+        raise ConfigError("kv.address", "is required by --to-kv: the Redis store's HOST:PORT")
+    assert kv is not None
+    return kv
+
+
 def replay_job(cfg: Config, start: When, end: When, target: Target, run_id: str, *, shard: Shard = Shard(),
                force: bool = False, model_path: Path | None = None, model_version: str | None = None) -> LakeJob:
     """A topic's range into ``target`` under ``run_id``, in its own consumer group (it commits
     nothing: the sink is the checkpoint); resumed where the sink says it stopped."""
+    _store(cfg.kv, target)  # before the model loads
     cfg = replace(cfg, input=replace(cfg.input, group_id=f"{cfg.input.group_id}.replay.{run_id}"))
     house = lake_house(cfg, model_path, model_version)
     cfg, model = house.cfg, house.model
@@ -119,6 +127,7 @@ def score_job(cfg: Config, location: Where, target: Target, run_id: str, *, forc
               batch_size: int | None = None, key: str = "--from") -> LakeJob:
     """Every row of ``location`` (Parquet files, a dataset, an Iceberg table, the rows a snapshot of
     one appended: table.Where) into ``target``; ``key``: what a refusal of the source names."""
+    _store(cfg.kv, target)  # before the model loads
     house = lake_house(cfg)
     cfg, contract = house.cfg, house.model.contract
     validator = EventValidator(cfg.input, contract, cfg.output.include)
