@@ -43,6 +43,12 @@ def at_least(low: int, key: str, value: float) -> None:
         raise ConfigError(key, f"must be >= {low}, got {value}")
 
 
+def key_prefix(key: str, value: str) -> None:
+    """A prefix of the key-value store's keys: non-empty, without spaces or a SCAN pattern's * ? [ ]."""
+    if not value or any(c in value for c in " *?[]"):
+        raise ConfigError(key, f"must be a non-empty key prefix without spaces or * ? [ ], got {value!r}")
+
+
 def file_exists(key: str, what: str, path: Path | None) -> None:
     # Files are checked in the type too, not only when loading: a config that exists is valid, so
     # `replay --model missing.onnx` fails here, with the key named, not in ONNX Runtime later. No

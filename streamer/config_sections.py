@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from streamer.config_check import Location, Secret, above, at_least, check_types, file_exists
+from streamer.config_check import Location, Secret, above, at_least, check_types, file_exists, key_prefix
 from streamer.errors import ConfigError
 
 Guarantee = Literal["at_least_once", "exactly_once"]
@@ -143,8 +143,7 @@ class KvConfig:
                     raise ConfigError("kv.address", f"{part.strip()!r} is not HOST:PORT")
             if self.kind == "node" and "," in self.address:
                 raise ConfigError("kv.address", "names several servers: set kv.kind to cluster or sentinel")
-        if not self.prefix or any(c in self.prefix for c in " *?[]"):
-            raise ConfigError("kv.prefix", f"must be a non-empty key prefix without spaces or * ? [ ], got {self.prefix!r}")
+        key_prefix("kv.prefix", self.prefix)
         at_least(0, "kv.db", self.db)
         at_least(0, "kv.ttl_s", self.ttl_s)
         at_least(5, "kv.keep_previous_s", self.keep_previous_s)  # readers resolve P:current once a second

@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from streamer.config import KvConfig, LakeConfig, OnlineConfig
+from streamer.config_check import key_prefix
 from streamer.errors import ConfigError
 from streamer.lake.places import identifier, open_catalog
 from streamer.lake.table import parquet_files
@@ -114,8 +115,7 @@ def load_features(kv: KvConfig, lake: LakeConfig, location: str, prefix: str, en
     set ends it after the pipeline in flight."""
     if kv.address is None:
         raise ConfigError("kv.address", "is required: the Redis store the features are loaded into")
-    if not prefix or any(c in prefix for c in " *?[]"):
-        raise ConfigError("--prefix", f"must be a non-empty key prefix without spaces or * ? [ ], got {prefix!r}")
+    key_prefix("--prefix", prefix)
     total, chunks = batches(lake, location, kv.pipeline_rows)
     bar = ProgressBar(total, progress or sys.stderr, "features load")
     loader = FeatureLoader(kv, prefix, entity_field)
