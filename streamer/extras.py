@@ -1,4 +1,4 @@
-"""The optional extras (lake, eval, online, optimize, kv): whether one is installed, checked before a
+"""The optional extras (lake, eval, online, optimize, kv, spark, ray): whether one is installed, checked before a
 command that needs it does anything, and the one line that says how to install it where streamer runs.
 
 From a source checkout (a clone, installed with ``pip install -e .``) the line is
@@ -20,6 +20,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "online": ("starlette", "uvicorn", "grpc"),
     "optimize": ("onnx", "sympy", "pyarrow"),
     "kv": ("redis", "aiohttp"),
+    "spark": ("pyspark", "pyiceberg", "pyarrow"),
+    "ray": ("ray", "pyiceberg", "pyarrow"),
 }
 SOURCE = Path(__file__).resolve().parent.parent  # the checkout's root, when streamer runs from one
 

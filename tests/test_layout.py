@@ -94,7 +94,7 @@ def test_the_pipeline_formats_and_model_do_not_talk_to_kafka(folder: str) -> Non
 # Docker clients (testcontainers), used only where a Docker engine answers.
 # onnxruntime.quantization reads ONNX files with onnx and sympy: the optimize extra's.
 EXTRAS = {"pyarrow", "pyiceberg", "sklearn", "matplotlib", "onnx", "sympy", "starlette", "uvicorn", "httptools",
-          "grpc", "redis", "aiohttp", "testcontainers", "docker", "onnxruntime.quantization"}
+          "grpc", "redis", "aiohttp", "pyspark", "ray", "testcontainers", "docker", "onnxruntime.quantization"}
 
 
 CLI = ("streamer.cli", "streamer.cli_batch", "streamer.cli_jobs", "streamer.cli_parser")  # import each command's module when the command runs

@@ -230,38 +230,58 @@ class TableSource:
         return iter(table.scan(snapshot_id=int(snapshot)).to_arrow_batch_reader()), 0
 
     def _chunk(self, name: str, index: int, first: int, batch: pa.RecordBatch) -> Chunk:
-        batch = _millis(batch)
         n = batch.num_rows
-        items = [TableRow(name, index, first + j, batch, j) for j in range(n)]
-        fast: list[Rows] = []
-        at: list[np.ndarray] = []
-        slow = np.arange(n)
-        if self.fast is not None:
-            cols = self.fast.decode(batch)
-            fast.append(Rows(self._messages(name, index, [items[j] for j in cols.rows.tolist()]), cols.event_ids,
-                             cols.entity_ids, cols.event_times, cast(Columns, cols.features), cols.passthrough))
-            at.append(cols.rows)
-            slow = cols.fallback
-        good: list[int] = []
-        records = []
-        rejects: list[Reject] = []
-        for j in slow.tolist():
-            m = items[j]
-            try:
-                records.append(self.validator.to_record(m.payload(), name, index, m.row, None, 0))
-            except RecordError as exc:
-                rejects.append((detach(exc), m))
-                continue
-            good.append(j)
-        at.append(np.array(good, np.intp))
-        fast.append(Rows.from_records(records, self._messages(name, index, [items[j] for j in good]), self.stack))
-        rows = fast[0] if len(fast) == 1 else Rows.join(fast).take(np.argsort(np.concatenate(at), kind="stable"))
+        at = Positions([name] * n, np.full(n, index, np.int64), np.arange(first, first + n, dtype=np.int64))
+        rows, rejects = table_rows(batch, at, self.validator, self.stack, self.fast)
         return Chunk(rows, rejects, {(name, index): first + n})
 
-    @staticmethod
-    def _messages(name: str, index: int, items: list[TableRow]) -> Messages:
-        return Messages(list[Origin](items), [name] * len(items), np.full(len(items), index, np.int64),
-                        np.array([m.row for m in items], np.int64))
+
+@dataclass(frozen=True, slots=True)
+class Positions:
+    """Where each row of a batch was read: its file (or table snapshot), that file's partition
+    number and the row's number in it; the coordinates its prediction or reject carries."""
+
+    sources: list[str]
+    partitions: np.ndarray  # int64
+    rows: np.ndarray  # int64
+
+
+def table_rows(batch: pa.RecordBatch, at: Positions, validator: EventValidator,
+               stack: Callable[[list[Any]], Columns], fast: ArrowFields | None) -> tuple[Rows, list[Reject]]:
+    """A batch of a table's rows through the stream's contract: the rows that pass, in order,
+    and a reject (its reason, the row itself) for each that does not. ``at``: each row's place."""
+    batch = _millis(batch)
+    n = batch.num_rows
+    items = [TableRow(at.sources[j], int(at.partitions[j]), int(at.rows[j]), batch, j) for j in range(n)]
+    parts: list[Rows] = []
+    order: list[np.ndarray] = []
+    slow = np.arange(n)
+    if fast is not None:
+        cols = fast.decode(batch)
+        parts.append(Rows(_messages([items[j] for j in cols.rows.tolist()]), cols.event_ids,
+                          cols.entity_ids, cols.event_times, cast(Columns, cols.features), cols.passthrough))
+        order.append(cols.rows)
+        slow = cols.fallback
+    good: list[int] = []
+    records = []
+    rejects: list[Reject] = []
+    for j in slow.tolist():
+        m = items[j]
+        try:
+            records.append(validator.to_record(m.payload(), m.source, m.index, m.row, None, 0))
+        except RecordError as exc:
+            rejects.append((detach(exc), m))
+            continue
+        good.append(j)
+    order.append(np.array(good, np.intp))
+    parts.append(Rows.from_records(records, _messages([items[j] for j in good]), stack))
+    rows = parts[0] if len(parts) == 1 else Rows.join(parts).take(np.argsort(np.concatenate(order), kind="stable"))
+    return rows, rejects
+
+
+def _messages(items: list[TableRow]) -> Messages:
+    return Messages(list[Origin](items), [m.source for m in items], np.array([m.index for m in items], np.int64),
+                    np.array([m.row for m in items], np.int64))
 
 
 def _parquet_nulls(meta: pq.FileMetaData, path: str) -> bool:
