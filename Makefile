@@ -63,7 +63,8 @@ $(FEAST):
 	touch $(FEAST)
 
 # Helm from its Go module at a pinned version, and deploy/helm/strict (every rendered object
-# decoded strictly against the Kubernetes and KEDA types): the chart's checks in make test.
+# decoded strictly against the Kubernetes, KEDA, Prometheus Operator and KubeRay types): the
+# chart's checks in make test, and deploy/engines/'s.
 # Built with the -X flags of Helm's own Makefile, which `go install` alone leaves out: without them
 # it reports version "main" and assumes Kubernetes 1.20 (lint and template then need --kube-version).
 # 1.37: Helm v3.22.0's go.mod has k8s.io/client-go v0.37.0, which its Makefile turns into 1.37.
@@ -129,10 +130,13 @@ chaos: $(DEV) kafka-jars
 docs: $(DEV)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
-# The CPU and GPU images (needs a Docker engine; `make test` checks the Dockerfiles without one).
+# The CPU and GPU images, and the engines images for Spark and Ray (needs a Docker engine; `make
+# test` checks the Dockerfiles without one).
 images:
 	docker build -f deploy/docker/Dockerfile -t streamer:cpu .
 	docker build -f deploy/docker/Dockerfile.gpu -t streamer:gpu .
+	docker build -f deploy/docker/Dockerfile.engines --target spark -t streamer:spark .
+	docker build -f deploy/docker/Dockerfile.engines --target ray -t streamer:ray .
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache
