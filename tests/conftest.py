@@ -29,6 +29,8 @@ from tests.support.feast import LocalFeast, entity_rows, local_feast
 from tests.support.objectstore import ObjectStore, seaweedfs
 from tests.support.schema_registry import SchemaRegistry
 from tests.support.schema_registry import schema_registry as running_registry
+from tests.support.spark_cluster import SparkCluster
+from tests.support.spark_cluster import spark_cluster as running_spark
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
@@ -72,6 +74,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedi
     tests keep apart by key prefix (tests/support/redis.py's kv_config). Fails loudly if none starts."""
     with local_redis(tmp_path_factory.mktemp("redis")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A real Spark standalone cluster (a master and two one-core workers, tests/support/spark_cluster.py)
+    for the session, shared by every Spark test and the docs page; stopped at the session's end."""
+    with running_spark(tmp_path_factory.mktemp("spark")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")
