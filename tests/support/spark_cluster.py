@@ -74,6 +74,7 @@ class SparkCluster:
                 "PYSPARK_DRIVER_PYTHON": sys.executable, "PYTHONPATH": path, "SPARK_NO_DAEMONIZE": "1"}
 
     def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
         master, master_ui, *worker_ports = free_ports(2 + 2 * WORKERS)
         self.master_url, self.ui = f"spark://127.0.0.1:{master}", f"http://127.0.0.1:{master_ui}"
         self._run("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -126,11 +127,22 @@ class SparkCluster:
         return [str(spark_home() / "bin" / "spark-submit"), "--master", self.master_url,
                 "--jars", jars_arg(ensure_jars()), *flags, *args]
 
+    def start_submit(self, args: list[str], out: Path, *, conf: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """spark-submit started, its stdout and stderr into ``out``.stdout and ``out``.stderr."""
+        with out.with_suffix(".stdout").open("wb") as stdout, out.with_suffix(".stderr").open("wb") as stderr:
+            return subprocess.Popen(self.submit_command(args, conf), stdout=stdout, stderr=stderr, env=self.env(),
+                                    cwd=REPO_ROOT)
+
     def submit(self, args: list[str], *, conf: dict[str, str] | None = None, timeout_s: float = 300,
                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """Run spark-submit to its end; its exit status, stdout and stderr."""
         return subprocess.run(self.submit_command(args, conf), capture_output=True, text=True, env=self.env(),
                               cwd=cwd or REPO_ROOT, timeout=timeout_s, check=False)
+
+    def executors(self) -> list[int]:
+        """The process ids of the executors the workers run now (``CoarseGrainedExecutorBackend``)."""
+        return [pid for worker in self.processes[1:] for pid in children(worker.pid)
+                if "CoarseGrainedExecutorBackend" in cmdline(pid)]
 
     def stop(self) -> None:
         """Stop each process this cluster started (workers first), by its own process group."""
@@ -145,6 +157,24 @@ class SparkCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (from /proc), none once it is gone."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def cmdline(pid: int) -> str:
+    """``pid``'s command line, its arguments joined by spaces ('' once it is gone)."""
+    with contextlib.suppress(OSError):
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return ""
 
 
 @contextlib.contextmanager
