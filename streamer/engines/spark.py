@@ -15,7 +15,8 @@ Example::
 :func:`catalog_conf` is the Spark configuration of the lake's catalog (``lake:``), as the catalog
 ``streamer``: pyiceberg's SQL catalog on SQLite is Iceberg's ``JdbcCatalog`` over the SQLite
 JDBC driver (its tables' schema version left as pyiceberg made them), a REST catalog is
-Iceberg's ``RestCatalog``. Any other SQL database, and an ``s3://`` warehouse, are refused.
+Iceberg's ``RestCatalog``; any other SQL database is refused. An ``s3://`` warehouse is reached
+with Iceberg's ``S3FileIO`` (Iceberg's AWS bundle on the classpath, as the ``spark`` image has it).
 Spark's columns are all nullable: ``spark.sql.iceberg.check-nullability`` is off, so their rows
 go into the required columns of the tables ``streamer score`` makes.
 """
@@ -42,17 +43,16 @@ _WORKER_SCORERS: dict[str, ArrowScorer] = {}  # one per run in an executor's Pyt
 def catalog_conf(lake: LakeConfig) -> dict[str, str]:
     """The Spark settings of the lake's catalog as Spark's catalog :data:`CATALOG`, and the
     session settings its writes need (UTC days, microsecond Parquet timestamps, nullable columns)."""
-    if lake.warehouse.remote:
-        raise ConfigError("lake.warehouse", f"{lake.warehouse} is an object store: the Spark engine writes "
-                                            "a local or shared-filesystem warehouse")
     prefix = f"spark.sql.catalog.{CATALOG}"
-    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog",
-            f"{prefix}.warehouse": Path(lake.warehouse).resolve().as_uri(),
+    warehouse = str(lake.warehouse) if lake.warehouse.remote else Path(lake.warehouse).resolve().as_uri()
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.warehouse": warehouse,
             "spark.sql.iceberg.check-nullability": "false",
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
             # A Parquet run is committed by its _SUCCESS (engines.runs.mark_done), written last.
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"}
+    if lake.warehouse.remote:  # Iceberg's own S3 client (Iceberg's AWS bundle on the classpath)
+        conf.update({f"{prefix}.{key}": value for key, value in _s3(lake).items()})
     uri = catalog_uri(lake)
     if lake.catalog == "rest":
         conf.update({f"{prefix}.type": "rest", f"{prefix}.uri": uri})
@@ -68,17 +68,30 @@ def catalog_conf(lake: LakeConfig) -> dict[str, str]:
     return conf
 
 
-def score_dataframe(df: Any, cfg: Config, run_id: str, files: Sequence[str] = ()) -> tuple[Any, Any]:
+def _s3(lake: LakeConfig) -> dict[str, str]:
+    """S3FileIO's properties for ``lake.s3`` (a store of one's own: buckets by path)."""
+    s3 = lake.s3
+    props = {"io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "client.region": s3.region}
+    if s3.endpoint:
+        props.update({"s3.endpoint": s3.endpoint, "s3.path-style-access": "true"})
+    if s3.access_key_id is not None and s3.secret_access_key is not None:
+        props.update({"s3.access-key-id": s3.access_key_id.value, "s3.secret-access-key": s3.secret_access_key.value})
+    return props
+
+
+def score_dataframe(df: Any, cfg: Config, run_id: str, files: Sequence[str] = (),
+                    scorer: ArrowScorer | None = None) -> tuple[Any, Any]:
     """``df``'s rows scored under ``run_id``: (predictions, rejects), DataFrames of the lake's
     prediction columns and of the rejects table's. ``df`` has the stream's fields and, optionally,
     the scorer's POSITION columns. Both frames read one persisted scoring of ``df`` (cached until
     the session ends or ``spark.catalog.clearCache()``). ``files``: the sorted Parquet files of a
     source read with ``_metadata.file_path`` as its source column: each row's source becomes its
-    file's path and its partition the file's number in ``files``, as ``streamer score`` names them."""
+    file's path and its partition the file's number in ``files``, as ``streamer score`` names them.
+    ``scorer``: one built already (its batch size, its model loaded on the driver), else a new one."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    scorer = ArrowScorer(cfg, run_id)
+    scorer = scorer or ArrowScorer(cfg, run_id)
     predictions_schema = scorer.schema
     score = _scoring(scorer, uuid.uuid4().hex, {path: i for i, path in enumerate(files)})
     scored = df.mapInArrow(score, from_arrow_schema(scorer.outcome_schema)).persist()

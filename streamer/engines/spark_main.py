@@ -64,8 +64,11 @@ def run(args: argparse.Namespace) -> str:
     cfg = load_config(args.config)
     run_id = new_run_id(args.run_id)
     conf = catalog_conf(cfg.lake)
-    target = prepare(cfg.lake, Target(table=args.to_table, parquet=args.to_parquet), run_id,
-                     ArrowScorer(cfg, run_id).schema, force=args.force)
+    if (args.to_parquet or "").startswith("s3://"):
+        raise ConfigError("--to-parquet", "the Spark engine writes Parquet to a local or shared filesystem path")
+    scorer = ArrowScorer(cfg, run_id)
+    target = prepare(cfg.lake, Target(table=args.to_table, parquet=args.to_parquet), run_id, scorer.schema,
+                     force=args.force)
     builder = SparkSession.builder.appName(f"streamer score {run_id}")
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> str:
     try:
         started = time.monotonic()
         frame, files = read_source(spark, cfg.lake, args.source)
-        predictions, rejects = score_dataframe(frame, cfg, run_id, files)
+        predictions, rejects = score_dataframe(frame, cfg, run_id, files, scorer)
         counts = (predictions.count(), rejects.count())
         write_run(cfg.lake, target, predictions, rejects)
     finally:

@@ -38,7 +38,6 @@ def submit(cluster: SparkCluster, *args: str, timeout_s: float = 420) -> subproc
 
 
 def read_table(warehouse: Path, name: str) -> pa.Table:
-
     catalog = open_catalog(config(warehouse.parent).lake)
     location = catalog.load_table(f"streamer.{name}").metadata_location
     return connect().sql(f"SELECT * FROM iceberg_scan('{location}')").to_arrow_table()
