@@ -5,11 +5,15 @@ Flags:
 ``--config FILE``
     the stream's config (model, contract, ``output.include``, ``lake:``), as ``streamer score`` reads it.
 ``--from TABLE|PATH``
-    a Parquet file or folder, or an Iceberg table of the lake's catalog (``name`` or ``namespace.name``).
+    a Parquet file or folder on a local or shared filesystem (``s3://`` Parquet is refused: Spark
+    reads it through Hadoop's S3 connector, which the ``spark`` extra leaves out), or an Iceberg
+    table of the lake's catalog (``name`` or ``namespace.name``; an ``s3://`` warehouse needs Iceberg's AWS
+    bundle on the classpath, as the ``spark`` image has it).
 ``--to-table NAME`` | ``--to-parquet PATH``
     an Iceberg table of the lake's catalog (made as ``streamer score`` makes it, with
-    ``NAME_rejects``), or a Parquet folder (the run's rows in ``PATH/run_id=<run>/``, its rejects
-    in ``PATH_rejects/run_id=<run>/``).
+    ``NAME_rejects``; one commit each, rejects first, replacing the run's own rows), or a Parquet
+    folder on a local or shared filesystem (the run's rows in ``PATH/run_id=<run>/event_date=.../``,
+    its rejects in ``PATH_rejects/run_id=<run>/rejected_date=.../``, ``_SUCCESS`` written last).
 ``--run-id ID``
     required: a retried submit carries the same id, and a run id that committed is refused (exit 2).
 ``--force``

@@ -1,8 +1,10 @@
 """Spark: a table scored on the tests' standalone cluster through spark-submit equals `streamer score`'s,
-rejects included, into Iceberg and Parquet; a committed run id refused, forced, and an executor killed."""
+rejects included, into Iceberg (the million rows) and Parquet (a small table: one 1M run per session
+is enough to show the rows at scale); a committed run id refused, forced, and an executor killed."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -11,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from streamer.commands.lake import Target, run_score
 from streamer.lake.places import open_catalog
 from tests.conftest import EXAMPLE
 from tests.engines.conftest import Scored, unstamped
@@ -21,6 +25,8 @@ from tests.lake.test_score import config, events
 from tests.support.duck import connect
 from tests.support.spark_cluster import SparkCluster, children, cmdline
 
+# A submit starts a driver and executors (JVMs and Python workers) and scores on two one-core workers.
+pytestmark = pytest.mark.timeout(900)
 MAIN = "streamer/engines/spark_main.py"
 ROOT = EXAMPLE.parents[2]
 
@@ -58,36 +64,52 @@ def test_the_million_rows_into_an_iceberg_table_equal_streamer_scores(spark_clus
                                                    .cast(got_rejects.schema)))
 
 
-def test_the_million_rows_into_parquet_equal_streamer_scores(spark_cluster: SparkCluster, million: Scored,
-                                                             tmp_path: Path) -> None:
-    out = tmp_path / "scores"
-    done = submit(spark_cluster, "--config", str(config_file(tmp_path, tmp_path / "lake")), "--from",
-                  str(million.folder), "--to-parquet", str(out), "--run-id", "spark-pq")
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert (out / "run_id=spark-pq" / "_SUCCESS").read_text() == "spark-pq"
-    con = connect()
-    got = con.sql(f"SELECT * FROM read_parquet('{out}/**/*.parquet', hive_partitioning = true)").to_arrow_table()
-    got_rejects = con.sql(f"SELECT * FROM read_parquet('{out}_rejects/**/*.parquet', hive_partitioning = true)").to_arrow_table()
-    assert got.column("event_date").to_pylist()[:1] == [got.column("event_time")[0].as_py().date()]
-    want, want_rejects = million.predictions, million.rejects
-    got = got.select(want.column_names)
-    got_rejects = got_rejects.select(want_rejects.column_names)
-    assert unstamped(got).equals(unstamped(want.cast(got.schema)))
-    assert unstamped(got_rejects).equals(unstamped(want_rejects.cast(got_rejects.schema)))
+SMALL = 4000  # rows of the table the Parquet, fault and retry tests score: 4 files of 1000, two rejects
 
 
-SMALL = 4000  # rows of the table the fault and retry tests score: 4 files of 1000, one reject
+@dataclass(frozen=True)
+class Small:
+    """A table of SMALL rows in 4 Parquet files, a config file whose lake is beside it, and what
+    ``streamer score`` wrote for it."""
+
+    events: Path
+    cfg: Path
+    predictions: pa.Table
+    rejects: pa.Table
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A table of SMALL rows in 4 Parquet files, and a config file whose lake is beside it."""
+def small(tmp_path_factory: pytest.TempPathFactory) -> Small:
     root = tmp_path_factory.mktemp("spark-small")
-    table = events(SMALL, {123: {"features": [1.0] * 3}})
+    table = events(SMALL, {123: {"features": [1.0] * 3}, 3999: {"features": [float("nan")] * 32}})
     (root / "events").mkdir()
     for i in range(4):
-        pq.write_table(table.slice(i * 1000, 1000), root / "events" / f"part-{i}.parquet")
-    return root / "events", config_file(root, root / "lake")
+        pq.write_table(table.slice(i * 1000, 1000), root / "events" / f"part-{i}.parquet", row_group_size=300)
+    run_score(config(root), str(root / "events"), Target(parquet=str(root / "reference")), run_id="reference",
+              progress=io.StringIO())
+    return Small(root / "events", config_file(root, root / "lake"),
+                 ds.dataset(root / "reference", format="parquet").to_table(),
+                 ds.dataset(root / "reference_rejects", format="parquet").to_table())
+
+
+def test_a_table_into_parquet_equals_streamer_scores(spark_cluster: SparkCluster, small: Small,
+                                                     tmp_path: Path) -> None:
+    out = tmp_path / "scores"
+    done = submit(spark_cluster, "--config", str(small.cfg), "--from", str(small.events), "--to-parquet", str(out),
+                  "--run-id", "spark-pq")
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert (out / "run_id=spark-pq" / "_SUCCESS").read_text() == "spark-pq"
+    con = connect()
+    got = con.sql(f"SELECT * FROM read_parquet('{out}/**/*.parquet', hive_partitioning = true)").to_arrow_table()
+    got_rejects = con.sql(f"SELECT * FROM read_parquet('{out}_rejects/**/*.parquet', hive_partitioning = true)"
+                          ).to_arrow_table()
+    assert got.column("event_date").to_pylist()[:1] == [got.column("event_time")[0].as_py().date()]
+    assert set(got.column("run_id").to_pylist()) == {"spark-pq"}
+    want, want_rejects = small.predictions, small.rejects
+    got, got_rejects = got.select(want.column_names), got_rejects.select(want_rejects.column_names)
+    assert got.num_rows == SMALL - 2 and got_rejects.num_rows == 2
+    assert unstamped(got).equals(unstamped(want.cast(got.schema)))
+    assert unstamped(got_rejects).equals(unstamped(want_rejects.cast(got_rejects.schema)))
 
 
 def each_row_once(warehouse: Path, name: str) -> tuple[int, int]:
@@ -101,17 +123,16 @@ def each_row_once(warehouse: Path, name: str) -> tuple[int, int]:
 class KilledRun:
     """A submit of the small table (run ``k1``, table ``killed``) during which executors were killed."""
 
-    events: Path
-    cfg: Path
+    small: Small
     submitted: subprocess.CompletedProcess[str]
     killed: int
 
 
 @pytest.fixture(scope="module")
-def killed_run(spark_cluster: SparkCluster, small: tuple[Path, Path]) -> KilledRun:
+def killed_run(spark_cluster: SparkCluster, small: Small) -> KilledRun:
     """The small table scored while an executor that runs a task (its Python worker is up) is
     SIGKILLed, once: the job goes on on the executors the workers start again."""
-    events_at, cfg = small
+    events_at, cfg = small.events, small.cfg
     out = cfg.parent / "submit"
     job = spark_cluster.start_submit([MAIN, "--config", str(cfg), "--from", str(events_at), "--to-table", "killed",
                                       "--run-id", "k1"], out)
@@ -132,7 +153,7 @@ def killed_run(spark_cluster: SparkCluster, small: tuple[Path, Path]) -> KilledR
             job.wait(timeout=30)
     done = subprocess.CompletedProcess(job.args, code, out.with_suffix(".stdout").read_text(),
                                        out.with_suffix(".stderr").read_text())
-    return KilledRun(events_at, cfg, done, len(killed))
+    return KilledRun(small, done, len(killed))
 
 
 def test_an_executor_killed_mid_job_is_replaced_and_each_row_lands_once(
@@ -141,13 +162,13 @@ def test_an_executor_killed_mid_job_is_replaced_and_each_row_lands_once(
     assert killed_run.killed == 1, "no executor ran a Python task while the job ran"
     assert killed_run.submitted.returncode == 0, killed_run.submitted.stdout[-4000:]
     assert f"scored {SMALL} rows" in killed_run.submitted.stdout
-    assert each_row_once(killed_run.cfg.parent / "lake", "killed") == (SMALL - 1, SMALL - 1)
+    assert each_row_once(killed_run.small.cfg.parent / "lake", "killed") == (SMALL - 2, SMALL - 2)
 
 
 def test_a_committed_run_id_is_refused_and_force_replaces_its_rows(spark_cluster: SparkCluster,
                                                                     killed_run: KilledRun) -> None:
     assert killed_run.submitted.returncode == 0
-    args = ["--config", str(killed_run.cfg), "--from", str(killed_run.events), "--to-table", "killed",
+    args = ["--config", str(killed_run.small.cfg), "--from", str(killed_run.small.events), "--to-table", "killed",
             "--run-id", "k1"]
     refused = submit(spark_cluster, *args)
     assert refused.returncode == 2
@@ -158,8 +179,8 @@ def test_a_committed_run_id_is_refused_and_force_replaces_its_rows(spark_cluster
     assert "Traceback" not in refused.stdout + refused.stderr
     forced = submit(spark_cluster, *args, "--force")
     assert forced.returncode == 0, forced.stdout[-4000:]
-    assert each_row_once(killed_run.cfg.parent / "lake", "killed") == (SMALL - 1, SMALL - 1)
+    assert each_row_once(killed_run.small.cfg.parent / "lake", "killed") == (SMALL - 2, SMALL - 2)
 
-    table = open_catalog(config(killed_run.cfg.parent).lake).load_table("streamer.killed")
+    table = open_catalog(config(killed_run.small.cfg.parent).lake).load_table("streamer.killed")
     runs = [s.summary.get("streamer.run-id") for s in table.snapshots() if s.summary is not None]
     assert runs == ["k1", "k1"]

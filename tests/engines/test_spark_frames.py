@@ -20,6 +20,8 @@ from streamer.engines.spark import catalog_conf, score_dataframe
 from streamer.errors import ConfigError
 from tests.lake.test_score import config, events
 
+pytestmark = pytest.mark.timeout(600)  # a local Spark session: a JVM and two Python workers
+
 
 class CountingScorer(ArrowScorer):
     """An ArrowScorer that adds each batch's row count to a file: how often rows were scored."""
