@@ -27,6 +27,8 @@ from streamer.processor import Processor
 from tests.support import faults
 from tests.support.feast import LocalFeast, entity_rows, local_feast
 from tests.support.objectstore import ObjectStore, seaweedfs
+from tests.support.ray_cluster import RayCluster
+from tests.support.ray_cluster import ray_cluster as running_ray
 from tests.support.schema_registry import SchemaRegistry
 from tests.support.schema_registry import schema_registry as running_registry
 from tests.support.spark_cluster import SparkCluster
@@ -66,6 +68,14 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectSto
     first test that asks for it; tests keep apart by bucket. Fails loudly if none starts."""
     with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as store:
         yield store
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A real Ray cluster (a head and one more node, tests/support/ray_cluster.py) for the session,
+    started by the first test that asks for it; its cost paid once. Fails loudly if none starts."""
+    with running_ray(tmp_path_factory.mktemp("ray")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")
