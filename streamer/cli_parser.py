@@ -185,7 +185,8 @@ def parser() -> argparse.ArgumentParser:
                     help="with --engine ray: the Ray cluster's address, host:port (default $RAY_ADDRESS, else a "
                          "Ray started in this process)")
     sc.add_argument("--concurrency", type=int, metavar="N",
-                    help="with --engine ray: scoring actors in the pool, each loading the model once (default 2)")
+                    help="with --engine ray: scoring actors in the pool, each loading the model once "
+                         "(default: the cluster's CPUs less one)")
 
     jb = command("jobs", "submit batch jobs to the workers' queue, and follow them",
                  " A job is a spec (YAML or JSON): a source (Parquet files or a folder, an Iceberg table, a topic's "

@@ -126,9 +126,9 @@ def run_ray_score(cfg: Config, location: str, target: Target, *, run_id: str | N
         raise ConfigError("--concurrency", f"must be >= 1, got {concurrency}")
     if batch_size is not None and batch_size < 1:
         raise ConfigError("--batch-size", f"must be >= 1, got {batch_size}")
-    from streamer.engines.ray import CONCURRENCY, run_ray
+    from streamer.engines.ray import run_ray
 
-    return run_ray(cfg, location, target, new_run_id(run_id), address=address, concurrency=concurrency or CONCURRENCY,
+    return run_ray(cfg, location, target, new_run_id(run_id), address=address, concurrency=concurrency,
                    batch_size=batch_size or BATCH_SIZE, force=force)
 
 

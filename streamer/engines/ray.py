@@ -37,7 +37,12 @@ from streamer.lake.places import catalog_uri, filesystem, io_properties, warehou
 from streamer.wiring.lake import BATCH_SIZE, Target
 
 ENGINE = "ray"
-CONCURRENCY = 2  # actors in the pool: one per node of a two-node cluster
+
+
+def default_concurrency() -> int:
+    """Scoring actors when ``--concurrency`` is not given: one per CPU of the cluster but one, so a
+    CPU is left to the read and write tasks (actors holding every CPU would starve them)."""
+    return max(1, int(ray.cluster_resources().get("CPU", 2)) - 1)
 
 
 class Scoring:
@@ -58,11 +63,12 @@ def _rejects(outcomes: pa.Table, schema: pa.Schema) -> pa.Table:
     return split_outcomes(outcomes, schema).rejects
 
 
-def score_dataset(ds: Dataset, cfg: Config, run_id: str, concurrency: int = CONCURRENCY,
-                  batch_size: int = BATCH_SIZE) -> tuple[Dataset, Dataset]:
+def score_dataset(ds: Dataset, cfg: Config, run_id: str, concurrency: int | None = None,
+                  batch_size: int = BATCH_SIZE, scorer: ArrowScorer | None = None) -> tuple[Dataset, Dataset]:
     """``ds``'s predictions (the lake's prediction columns) and rejects (the rejects table's), each
-    row scored once by an actor pool of ``concurrency`` scorers in batches of ``batch_size`` rows.
-    ``ds``'s rows may carry :data:`~streamer.engines.scorer.POSITION` columns (their places).
+    row scored once by an actor pool of ``concurrency`` scorers (None: :func:`default_concurrency`) in
+    batches of ``batch_size`` rows. ``ds``'s rows may carry :data:`~streamer.engines.scorer.POSITION`
+    columns (their places). ``scorer``: one built already (its model read on the driver), else a new one.
 
     Example::
 
@@ -70,11 +76,12 @@ def score_dataset(ds: Dataset, cfg: Config, run_id: str, concurrency: int = CONC
         predictions, rejects = score_dataset(ds, cfg, "nightly-1", concurrency=4)
         predictions.write_parquet("scores/")
     """
-    scorer = ArrowScorer(cfg, run_id, batch_rows=batch_size)
-    schema = scorer.schema  # the driver reads the model's outputs once; actors get the config alone
-    outcomes = ds.map_batches(Scoring, fn_constructor_args=(ArrowScorer(cfg, run_id, batch_rows=batch_size),),
+    scorer = scorer or ArrowScorer(cfg, run_id, batch_rows=batch_size)
+    schema = scorer.schema  # the driver reads the model's outputs once; actors get the config alone (pickled)
+    size = concurrency or default_concurrency()
+    outcomes = ds.map_batches(Scoring, fn_constructor_args=(scorer,),
                               batch_format="pyarrow", batch_size=batch_size,
-                              compute=ActorPoolStrategy(size=concurrency), zero_copy_batch=True).materialize()
+                              compute=ActorPoolStrategy(size=size), zero_copy_batch=True).materialize()
     # Each part materialized too: a write fused with its split would take the outcomes' schema for the
     # table's (Ray's write_iceberg evolves a table to its first input's schema).
     predictions = outcomes.map_batches(partial(_predictions, schema=schema), batch_format="pyarrow",
@@ -94,13 +101,13 @@ class RayRun:
     predictions: int
     rejects: int
     seconds: float
-    concurrency: int
+    concurrency: int | None
 
     def lines(self) -> list[str]:
         rows = self.predictions + self.rejects
         return [f"score {self.run_id} finished on ray into {self.target.name}",
                 f"rows {rows} = predictions {self.predictions} + rejects {self.rejects}",
-                f"{self.concurrency} scoring actors, throughput {rows / max(self.seconds, 1e-9):,.0f} rows/s read, "
+                f"{self.concurrency or 'default'} scoring actors, throughput {rows / max(self.seconds, 1e-9):,.0f} rows/s read, "
                 f"scored and written, {self.seconds:.1f} s in all"]
 
     @property
@@ -122,15 +129,17 @@ def connect(address: str | None) -> None:
 
 
 def run_ray(cfg: Config, location: str, target: Target, run_id: str, *, address: str | None = None,
-            concurrency: int = CONCURRENCY, batch_size: int = BATCH_SIZE, force: bool = False) -> RayRun:
+            concurrency: int | None = None, batch_size: int = BATCH_SIZE, force: bool = False) -> RayRun:
     """Score every row of ``location`` (Parquet files, a folder, a table of the catalog) into
     ``target`` on the Ray cluster at ``address``, under ``run_id``."""
     started = time.monotonic()
     source, name = placed_source(cfg.lake, location)
-    schema = ArrowScorer(cfg, run_id).schema
-    run = prepare(cfg.lake, target, run_id, schema, force=force)  # a committed run id: refused before any work
+    scorer = ArrowScorer(cfg, run_id, batch_rows=batch_size)
+    run = prepare(cfg.lake, target, run_id, scorer.schema, force=force)  # a committed run id: refused before any work
     connect(address)
-    predictions, rejects = score_dataset(ray.data.read_datasource(source), cfg, run_id, concurrency, batch_size)
+    concurrency = concurrency or default_concurrency()
+    predictions, rejects = score_dataset(ray.data.read_datasource(source), cfg, run_id, concurrency, batch_size,
+                                         scorer)
     counts = (predictions.count(), rejects.count())
     if run.table is not None:
         _write_tables(cfg.lake, run, predictions, rejects)
