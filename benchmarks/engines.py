@@ -15,16 +15,19 @@ Each engine scores both into a Parquet target, each run its own process, as a us
 (udf)   ``spark-submit benchmarks/engines_udf.py`` on the same Spark cluster: the pandas UDF a user
         writes without this product (ONNX Runtime per batch, the contract converted by hand).
 
-A run's wall time runs from its process's start to its exit; its CPU is that of every process
-this one started over the run: the run's own and, for Spark and Ray, the cluster's (the workers,
-the executors and their Python workers, the raylets and Ray's workers, their idle daemons
-included), the ended ones from ``RUSAGE_CHILDREN`` (this process adopts orphans, so a daemon that
-outlives its parent is counted) and the living ones from ``/proc/<pid>/stat``.
-Start-up and per-row cost are told apart by the two sizes: per row = (big - small) / (rows
-difference), the fixed cost (process, session and job start, the model loaded, to the first
-batch) = small - small rows x per row. Rows/s per core = 1 / per row / the cores the engine has:
-1 for (score), 2 for the others (two one-core Spark workers; Ray's nodes share the machine's 2).
-Each cluster's own start (processes up to ready) is timed apart. Medians of ``--repeat`` rounds.
+Rows/s is over the big run's own seconds, as its summary line prints them: (score) from the model
+warmed up and the source opened to the last commit; (spark) and (udf) from the Spark session up
+to the last write; (ray) from the call on, connecting to the cluster included, to the last write.
+Start-up is the rest of the process's wall time (the process, the session, the job's start).
+Rows/s per core = rows/s / the cores the engine has: 1 for (score), 2 for the others (two
+one-core Spark workers; Ray's nodes share the machine's 2). CPU is that of every process this one
+started over the run: the run's own and, for Spark and Ray, the cluster's (the workers, the
+executors and their Python workers, the raylets and Ray's workers, their idle daemons included),
+the ended ones from ``RUSAGE_CHILDREN`` (this process adopts orphans, so a daemon that outlives
+its parent is counted) and the living ones from ``/proc/<pid>/stat``. CPU per row = (big - small)
+/ the rows between them; the fixed CPU = small - its rows x per row. Rows per CPU-second = 1 /
+CPU per row: what one core busy with the engine alone scores, which other load on the machine
+does not move. Each cluster's own start (processes up to ready) is timed apart. Medians of ``--repeat`` rounds.
 Each run's predictions and rejects are counted against the input. A benchmark, not a test: the
 figures are only comparable within one run on one machine.
 """
@@ -36,6 +39,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -60,6 +64,8 @@ WIDTH = 32
 BAD = {10: "short", 20: "nan"}  # rows of the first file no model takes: 3 values, a NaN
 TICK = os.sysconf("SC_CLK_TCK")
 MACHINE_CORES = len(os.sched_getaffinity(0))
+# The summary line's seconds: streamer score's and Ray's "12.3 s in all", spark_main.py's and the UDF's "in 12.3s".
+JOB_SECONDS = re.compile(r"([\d.]+) s in all|\bin ([\d.]+)s\b")
 SPARK_MAIN = "streamer/engines/spark_main.py"
 NAMES = {"score": "streamer score (1 core)", "spark": "Spark, the product", "ray": "Ray Data, the product",
          "udf": "Spark, hand-written UDF"}
@@ -135,7 +141,7 @@ def spent_cpu(keep: set[int]) -> float:
             continue  # it ended while we looked
         fields = stat[stat.rindex(")") + 2:].split()  # state ppid pgrp session ... utime stime cutime cstime
         table[int(entry)] = (fields[0], int(fields[1]), sum(int(x) for x in fields[11:15]) / TICK)
-    for pid, (state, ppid, _) in table.items():
+    for pid, (state, ppid, _) in list(table.items()):
         if state == "Z" and ppid == me and pid not in keep:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
@@ -155,13 +161,16 @@ def spent_cpu(keep: set[int]) -> float:
 @dataclass(frozen=True, slots=True)
 class Run:
     rows: int
-    wall_s: float
+    wall_s: float  # the process's, start to exit
+    job_s: float  # the run's own, as its summary line says it
     cpu_s: float
 
 
-def run_process(argv: list[str], env: dict[str, str], keep: set[int], *, one_core: bool = False) -> tuple[float, float]:
-    """Wall and CPU seconds of ``argv`` run to its end, with the CPU of every process this one
-    started over that time (the clusters' included); ``keep``: the clusters' own processes."""
+def run_process(argv: list[str], env: dict[str, str], keep: set[int], rows: int, *,
+                one_core: bool = False) -> Run:
+    """``argv`` run to its end: its wall seconds, the run's own seconds (its summary line's), and
+    the CPU of every process this one started over that time (the clusters' included); ``keep``:
+    the clusters' own processes."""
     before = spent_cpu(keep)
     pin = (lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})) if one_core else None
     start = time.monotonic()
@@ -170,10 +179,14 @@ def run_process(argv: list[str], env: dict[str, str], keep: set[int], *, one_cor
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            log.seek(0)
-            raise SystemExit(f"{argv[:4]} exited {proc.returncode}:\n{log.read().decode(errors='replace')[-4000:]}")
-    return wall, spent_cpu(keep) - before
+        log.seek(0)
+        printed = log.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[:4]} exited {proc.returncode}:\n{printed[-4000:]}")
+    found = JOB_SECONDS.findall(printed)
+    if not found:
+        raise SystemExit(f"{argv[:4]} printed no summary with its seconds:\n{printed[-4000:]}")
+    return Run(rows, wall, float(next(x for x in found[-1] if x)), spent_cpu(keep) - before)
 
 
 def counted(out: Path, rejects: Path | None, rows: int) -> None:
@@ -210,36 +223,36 @@ class Engines:
 
     def score(self, events: Path, rows: int) -> Run:
         run, out = self.target("score")
-        wall, cpu = run_process([sys.executable, "-m", "streamer", "score", *self.product_args(events, run, out)],
-                                os.environ.copy(), self.keep(), one_core=True)
+        got = run_process([sys.executable, "-m", "streamer", "score", *self.product_args(events, run, out)],
+                          os.environ.copy(), self.keep(), rows, one_core=True)
         counted(out, Path(f"{out}_rejects"), rows)
-        return Run(rows, wall, cpu)
+        return got
 
     def spark_run(self, events: Path, rows: int) -> Run:
         assert self.spark is not None
         run, out = self.target("spark")
         argv = self.spark.submit_command([SPARK_MAIN, *self.product_args(events, run, out)])
-        wall, cpu = run_process(argv, self.spark.env(), self.keep())
+        got = run_process(argv, self.spark.env(), self.keep(), rows)
         counted(out, Path(f"{out}_rejects"), rows)
-        return Run(rows, wall, cpu)
+        return got
 
     def udf(self, events: Path, rows: int) -> Run:
         assert self.spark is not None
         _, out = self.target("udf")
         argv = self.spark.submit_command(["benchmarks/engines_udf.py", str(events), str(out),
                                           str(ROOT / "models/fraud_mlp.onnx")])
-        wall, cpu = run_process(argv, self.spark.env(), self.keep())
+        got = run_process(argv, self.spark.env(), self.keep(), rows)
         counted(out, None, rows)
-        return Run(rows, wall, cpu)
+        return got
 
     def ray_run(self, events: Path, rows: int) -> Run:
         assert self.ray is not None
         run, out = self.target("ray")
         argv = [sys.executable, "-m", "streamer", "score", "--engine", "ray", "--address", self.ray.address,
                 *self.product_args(events, run, out)]
-        wall, cpu = run_process(argv, self.ray.env(), self.keep())
+        got = run_process(argv, self.ray.env(), self.keep(), rows)
         counted(out, Path(f"{out}_rejects"), rows)
-        return Run(rows, wall, cpu)
+        return got
 
 
 @contextlib.contextmanager
@@ -259,13 +272,13 @@ def clusters(engines: Engines, wanted: set[str], up: dict[str, float]) -> Iterat
 
 
 def fit(small: list[Run], big: list[Run]) -> dict[str, float]:
-    """Per row and fixed cost from the medians of the two sizes."""
-    ws, wb = statistics.median(r.wall_s for r in small), statistics.median(r.wall_s for r in big)
+    """Rows/s over the big runs' own seconds, start-up (wall less the run's own seconds) of every
+    run, CPU per row and fixed CPU from the two sizes; medians."""
     cs, cb = statistics.median(r.cpu_s for r in small), statistics.median(r.cpu_s for r in big)
-    rows = big[0].rows - small[0].rows
-    per_row = (wb - ws) / rows
-    return {"rows_per_s": 1 / per_row, "cpu_us_per_row": (cb - cs) / rows * 1e6,
-            "startup_s": ws - small[0].rows * per_row, "wall_small_s": ws, "wall_big_s": wb}
+    per_row = (cb - cs) / (big[0].rows - small[0].rows)
+    return {"rows_per_s": statistics.median(r.rows / r.job_s for r in big), "cpu_us_per_row": per_row * 1e6,
+            "startup_s": statistics.median(r.wall_s - r.job_s for r in small + big),
+            "startup_cpu_s": cs - small[0].rows * per_row}
 
 
 def main() -> None:
@@ -295,8 +308,8 @@ def main() -> None:
                     for size, rows in sizes.items():
                         got = runs[tag](scratch / size, rows - (rows % args.files))
                         measured.setdefault(tag, {}).setdefault(size, []).append(got)
-                        print(f"  round {round_ + 1}: ({tag}) {got.rows:,} rows in {got.wall_s:.1f} s, "
-                              f"{got.cpu_s:.1f} s CPU", flush=True)
+                        print(f"  round {round_ + 1}: ({tag}) {got.rows:,} rows in {got.wall_s:.1f} s, the run's own "
+                              f"{got.job_s:.1f} s, {got.cpu_s:.1f} s CPU", flush=True)
     figures = {tag: {**fit(m["small"], m["big"]), "cores": CORES[tag], "cluster_up_s": up.get(tag, 0.0)}
                for tag, m in measured.items()}
     report(figures, args)
@@ -309,11 +322,12 @@ def main() -> None:
 
 def report(figures: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
     print(f"{args.rows:,} rows in {args.files} Parquet files (small run: a tenth), {MACHINE_CORES} cores, "
-          f"median of {args.repeat}; per row and start-up from the two sizes")
+          f"median of {args.repeat}; rows/s over the runs' own seconds, CPU per row from the two sizes")
     for tag, f in figures.items():
         print(f"({tag:<5}) {NAMES[tag]:<26} {f['rows_per_s']:>9,.0f} rows/s on {f['cores']:.0f} core(s) = "
               f"{f['rows_per_s'] / f['cores']:>8,.0f} per core; {f['cpu_us_per_row']:5.1f} us CPU/row = "
-              f"{1e6 / f['cpu_us_per_row']:>8,.0f} rows per CPU-second; start-up {f['startup_s']:5.1f} s"
+              f"{1e6 / f['cpu_us_per_row']:>8,.0f} rows per CPU-second; start-up {f['startup_s']:5.1f} s, "
+              f"{f['startup_cpu_s']:5.1f} s CPU"
               + (f", cluster up {f['cluster_up_s']:.1f} s" if f["cluster_up_s"] else ""))
     wall = {tag: f["rows_per_s"] / f["cores"] for tag, f in figures.items()}
     cpu = {tag: 1e6 / f["cpu_us_per_row"] for tag, f in figures.items()}

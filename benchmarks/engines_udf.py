@@ -14,6 +14,7 @@ rejects table holding the original row.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,8 +60,10 @@ def score(batches: Iterator[pd.DataFrame], path: str) -> Iterator[pd.DataFrame]:
 def main() -> None:
     events, out, path = sys.argv[1:4]
     spark = SparkSession.builder.appName("hand-written-udf").getOrCreate()
+    started = time.monotonic()  # the run's own seconds, as spark_main.py counts them: from the session on
     frame = spark.read.parquet(events)
     frame.mapInPandas(lambda batches: score(batches, path), OUT).write.mode("overwrite").parquet(out)
+    print(f"udf: scored {events} into {out}, in {time.monotonic() - started:.1f}s", flush=True)
     spark.stop()
 
 
