@@ -15,21 +15,23 @@ Each engine scores both into a Parquet target, each run its own process, as a us
 (udf)   ``spark-submit benchmarks/engines_udf.py`` on the same Spark cluster: the pandas UDF a user
         writes without this product (ONNX Runtime per batch, the contract converted by hand).
 
-Rows/s is over the big run's own seconds, as its summary line prints them: (score) from the model
-warmed up and the source opened to the last commit; (spark) and (udf) from the Spark session up
-to the last write; (ray) from the call on, connecting to the cluster included, to the last write.
-Start-up is the rest of the process's wall time (the process, the session, the job's start).
-Rows/s per core = rows/s / the cores the engine has: 1 for (score), 2 for the others (two
-one-core Spark workers; Ray's nodes share the machine's 2). CPU is that of every process this one
-started over the run: the run's own and, for Spark and Ray, the cluster's (the workers, the
-executors and their Python workers, the raylets and Ray's workers, their idle daemons included),
-the ended ones from ``RUSAGE_CHILDREN`` (this process adopts orphans, so a daemon that outlives
-its parent is counted) and the living ones from ``/proc/<pid>/stat``. CPU per row = (big - small)
-/ the rows between them; the fixed CPU = small - its rows x per row. Rows per CPU-second = 1 /
-CPU per row: what one core busy with the engine alone scores, which other load on the machine
-does not move. Each cluster's own start (processes up to ready) is timed apart. Medians of ``--repeat`` rounds.
-Each run's predictions and rejects are counted against the input. A benchmark, not a test: the
-figures are only comparable within one run on one machine.
+Per row and the fixed costs come from the two sizes (medians): per row = (big - small) / the rows
+between them, of each run's own seconds, as its summary line prints them ((score) from the model
+warmed up and the source opened to the last commit; (spark) and (udf) from the Spark session up to
+the last write; (ray) from the call on, connecting to the cluster included, to the last write), and
+of its CPU. Rows/s = 1 / per row: the job's start (executors, Python workers, the model loaded, to
+the first batch) is no part of it. Start-up = the small run's wall time (its process's start to
+exit) less its rows x per row: the process, the session, the job's start. Rows/s per core = rows/s /
+the cores the engine has: 1 for (score), 2 for the others (two one-core Spark workers; Ray's nodes
+share the machine's 2). CPU is that of every process this one started over the run: the run's own
+and, for Spark and Ray, the cluster's (the workers, the executors and their Python workers, the
+raylets and Ray's workers, their idle daemons included), the ended ones from ``RUSAGE_CHILDREN``
+(this process adopts orphans, so a daemon that outlives its parent is counted) and the living ones
+from ``/proc/<pid>/stat``. Rows per CPU-second = 1 / CPU per row: what one core busy with the engine
+alone scores, which other load on the machine does not move. Each cluster's own start (processes up
+to ready) is timed apart. Medians of ``--repeat`` rounds. Each run's predictions and rejects are
+counted against the input. A benchmark, not a test: the figures are only comparable within one run
+on one machine.
 """
 
 from __future__ import annotations
@@ -272,13 +274,14 @@ def clusters(engines: Engines, wanted: set[str], up: dict[str, float]) -> Iterat
 
 
 def fit(small: list[Run], big: list[Run]) -> dict[str, float]:
-    """Rows/s over the big runs' own seconds, start-up (wall less the run's own seconds) of every
-    run, CPU per row and fixed CPU from the two sizes; medians."""
+    """Per row (the runs' own seconds, CPU) and the fixed costs from the medians of the two sizes."""
+    rows, n = big[0].rows - small[0].rows, small[0].rows
+    js, jb = statistics.median(r.job_s for r in small), statistics.median(r.job_s for r in big)
     cs, cb = statistics.median(r.cpu_s for r in small), statistics.median(r.cpu_s for r in big)
-    per_row = (cb - cs) / (big[0].rows - small[0].rows)
-    return {"rows_per_s": statistics.median(r.rows / r.job_s for r in big), "cpu_us_per_row": per_row * 1e6,
-            "startup_s": statistics.median(r.wall_s - r.job_s for r in small + big),
-            "startup_cpu_s": cs - small[0].rows * per_row}
+    per_row, cpu_per_row = (jb - js) / rows, (cb - cs) / rows
+    return {"rows_per_s": 1 / per_row, "cpu_us_per_row": cpu_per_row * 1e6,
+            "startup_s": statistics.median(r.wall_s for r in small) - n * per_row,
+            "startup_cpu_s": cs - n * cpu_per_row}
 
 
 def main() -> None:
@@ -322,7 +325,7 @@ def main() -> None:
 
 def report(figures: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
     print(f"{args.rows:,} rows in {args.files} Parquet files (small run: a tenth), {MACHINE_CORES} cores, "
-          f"median of {args.repeat}; rows/s over the runs' own seconds, CPU per row from the two sizes")
+          f"median of {args.repeat}; per row and start-up from the two sizes")
     for tag, f in figures.items():
         print(f"({tag:<5}) {NAMES[tag]:<26} {f['rows_per_s']:>9,.0f} rows/s on {f['cores']:.0f} core(s) = "
               f"{f['rows_per_s'] / f['cores']:>8,.0f} per core; {f['cpu_us_per_row']:5.1f} us CPU/row = "
