@@ -9,7 +9,7 @@ DEV     := $(VENV)/.installed-dev
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test unit lint mutants kafka kafka-jars registry prometheus redis feast helm-tools vegeta bench chaos images bundle docs clean
+.PHONY: demo test unit lint mutants kafka kafka-jars spark-jars registry prometheus redis feast helm-tools vegeta bench chaos images bundle docs clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ $(DEV): $(RUNTIME)
 # Apache Kafka's own jars, resolved by Maven into .cache/kafka (the broker for demo and tests).
 kafka-jars: $(RUNTIME)
 	$(PY) -c 'from streamer.dev.broker import ensure_jars; print(ensure_jars())'
+
+# The jars a Spark job adds to pyspark's own (Iceberg's Spark runtime, SQLite's JDBC driver),
+# resolved by Maven from deploy/spark/pom.xml into .cache/spark-jars (the tests' Spark cluster).
+spark-jars: $(RUNTIME)
+	$(PY) -c 'from streamer.dev.spark_jars import ensure_jars; print(ensure_jars())'
 
 # The same broker in the foreground for development, on 127.0.0.1:9092, its data kept in
 # .cache/dev-kafka across restarts; Ctrl+C stops it.
@@ -63,7 +68,8 @@ $(FEAST):
 	touch $(FEAST)
 
 # Helm from its Go module at a pinned version, and deploy/helm/strict (every rendered object
-# decoded strictly against the Kubernetes and KEDA types): the chart's checks in make test.
+# decoded strictly against the Kubernetes, KEDA, Prometheus Operator and KubeRay types): the
+# chart's checks in make test, and deploy/engines/'s.
 # Built with the -X flags of Helm's own Makefile, which `go install` alone leaves out: without them
 # it reports version "main" and assumes Kubernetes 1.20 (lint and template then need --kube-version).
 # 1.37: Helm v3.22.0's go.mod has k8s.io/client-go v0.37.0, which its Makefile turns into 1.37.
@@ -93,7 +99,7 @@ $(VEGETA):
 demo: kafka-jars
 	$(VENV)/bin/streamer demo $(if $(EVENTS),--events $(EVENTS)) $(if $(BROKERS),--brokers $(BROKERS))
 
-test: kafka-jars registry prometheus redis feast helm-tools lint
+test: kafka-jars spark-jars registry prometheus redis feast helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q
 
 # ruff (pyflakes, isort's import order) on the whole tree, and mypy on streamer/ (pyproject.toml).
@@ -101,12 +107,12 @@ lint: $(DEV)
 	$(VENV)/bin/ruff check streamer tests benchmarks models deploy
 	$(VENV)/bin/mypy
 
-unit: $(DEV) prometheus redis feast helm-tools lint
+unit: $(DEV) spark-jars prometheus redis feast helm-tools lint
 	HELM=$(HELM) K8S_STRICT=$(K8S_STRICT) $(PY) -m pytest -q -m 'not kafka'
 
 # Deliberate bugs (tests/mutants/catalog.py), each planted in a scratch copy: every one must be killed.
 # `$(PY) tests/mutants/run.py --check` only checks that each still lands in its function.
-mutants: $(DEV) kafka-jars prometheus redis feast
+mutants: $(DEV) kafka-jars spark-jars prometheus redis feast
 	$(PY) tests/mutants/run.py
 
 bench: $(DEV) kafka-jars
@@ -129,10 +135,13 @@ chaos: $(DEV) kafka-jars
 docs: $(DEV)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
-# The CPU and GPU images (needs a Docker engine; `make test` checks the Dockerfiles without one).
+# The CPU and GPU images, and the engines images for Spark and Ray (needs a Docker engine; `make
+# test` checks the Dockerfiles without one).
 images:
 	docker build -f deploy/docker/Dockerfile -t streamer:cpu .
 	docker build -f deploy/docker/Dockerfile.gpu -t streamer:gpu .
+	docker build -f deploy/docker/Dockerfile.engines --target spark -t streamer:spark .
+	docker build -f deploy/docker/Dockerfile.engines --target ray -t streamer:ray .
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

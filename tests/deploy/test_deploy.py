@@ -159,6 +159,20 @@ def test_the_gpu_base_carries_the_cuda_major_the_installed_wheel_links() -> None
     assert int(image.split(":")[1].split(".")[0]) == needed.pop(), image
 
 
+@pytest.mark.parametrize("kind", DOCKERFILES)
+def test_the_streaming_images_hold_neither_spark_nor_ray(kind: str) -> None:
+    """Spark (Java, pyspark, Iceberg's jars) and Ray live in Dockerfile.engines; the streaming
+    images install the runtime and the EXTRAS they are built with, whose default is none."""
+    steps = instructions(DOCKERFILES[kind])
+    text = " ".join(i["value"] for i in steps if i["instruction"] in ("RUN", "ARG", "ENV", "COPY")).lower()
+    for word in ("spark", "ray", "java", "jdk", "jre", "mvn", "iceberg"):
+        assert not re.search(rf"\b{word}\b", text), f"{kind}: {word}"
+    extras = [i["value"] for i in steps if i["instruction"] == "ARG" and i["value"].startswith("EXTRAS=")]
+    assert extras in ([], ['EXTRAS=""']), extras
+    runtime = " ".join(PYPROJECT["project"]["dependencies"]).lower()
+    assert "pyspark" not in runtime and not re.search(r"\bray\b", runtime)
+
+
 def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
     for path in (".git", ".venv", ".cache/kafka", "streamer/__pycache__", "tests/deploy/test_deploy.py"):
         assert ignored(path), path

@@ -904,4 +904,16 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/online/events.py", "ScoreRoute._constant", "if fallback is None or fallback.runner is not None:",
               "if True:"),),
     ),
+    Mutant(
+        "115-spark-run-id-always-forced",
+        "a spark-submit retried with a run id that committed writes the run again instead of being refused",
+        ("tests/engines/test_spark.py::test_a_committed_run_id_is_refused_and_force_replaces_its_rows",),
+        (Edit("streamer/engines/spark_main.py", "run", "force=args.force", "force=True"),),
+    ),
+    Mutant(
+        "116-spark-scored-frame-not-persisted",
+        "the predictions and the rejects each score the table again: every action of a run scores every row anew",
+        ("tests/engines/test_spark_frames.py::test_each_row_is_scored_once_however_many_actions_read_both_frames",),
+        (Edit("streamer/engines/spark.py", "score_dataframe", ".persist()", ""),),
+    ),
 )

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/kedacore/keda/v2 v2.21.0
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
+	github.com/ray-project/kuberay/ray-operator v1.5.0
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 )

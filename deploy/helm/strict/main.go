@@ -1,9 +1,11 @@
 // k8s-strict decodes every object of a multi-document YAML stream (what `helm template` prints)
 // strictly against the Kubernetes API types (client-go's scheme), KEDA's CRD types
-// (keda.sh/v1alpha1) and the Prometheus Operator's (monitoring.coreos.com/v1): an unknown field, a duplicate field, a wrong type or an unknown kind is an
-// error. It prints one line per object and exits 1 if any object fails.
+// (keda.sh/v1alpha1), the Prometheus Operator's (monitoring.coreos.com/v1) and KubeRay's
+// (ray.io/v1: RayJob, RayCluster): an unknown field, a duplicate field, a wrong type or an unknown
+// kind is an error. It prints one line per object and exits 1 if any object fails.
 //
 //	helm template deploy/helm/streamer | k8s-strict
+//	k8s-strict < deploy/engines/ray-job.yaml
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -24,7 +27,8 @@ import (
 
 func main() {
 	for name, add := range map[string]func(*runtime.Scheme) error{
-		"KEDA": kedav1alpha1.AddToScheme, "the Prometheus Operator": monitoringv1.AddToScheme} {
+		"KEDA": kedav1alpha1.AddToScheme, "the Prometheus Operator": monitoringv1.AddToScheme,
+		"KubeRay": rayv1.AddToScheme} {
 		if err := add(scheme.Scheme); err != nil {
 			fmt.Fprintf(os.Stderr, "registering %s's types: %v\n", name, err)
 			os.Exit(2)
