@@ -48,6 +48,11 @@ def lake(args: argparse.Namespace) -> int:
     if args.command == "replay" and args.at_least_once:
         raise ConfigError("--at-least-once", "is for a replay to a topic: --to-table, --to-parquet and --to-kv "
                                              "write exactly once per run")
+    if args.command == "score" and args.engine == "ray":
+        return ray_score(args)
+    for flag in ("--address", "--concurrency"):  # score's flags for Ray alone
+        if getattr(args, flag[2:], None) is not None:
+            raise ConfigError(flag, "is for --engine ray")
     need("lake", "score" if args.command == "score" else "--to-table" if args.to_table else
          "--to-parquet" if args.to_parquet else "--to-kv")
     if args.to_kv is not None:
@@ -86,6 +91,24 @@ def lake(args: argparse.Namespace) -> int:
     if summary.all_rejected:
         print(f"streamer: every row of {summary.verb} {summary.run_id} was rejected (see {summary.rejects_at} "
               f"for the reasons); fix the model or the schemas, then run it again with --force", file=sys.stderr)
+        return EXIT_CONFIG
+    return 0
+
+
+def ray_score(args: argparse.Namespace) -> int:
+    """``streamer score --engine ray``: the run on a Ray cluster, its summary, exit 2 when every row was rejected."""
+    need("ray", "--engine ray")
+    from streamer.commands import lake
+    from streamer.config_file import load_config
+
+    cfg = load_config(args.config)
+    run = lake.run_ray_score(cfg, args.from_, lake.Target(args.to_table, args.to_parquet, args.to_kv),
+                             run_id=args.run_id, force=args.force, batch_size=args.batch_size, address=args.address,
+                             concurrency=args.concurrency)
+    print("\n".join(run.lines()))
+    if run.all_rejected:
+        print(f"streamer: every row of score {run.run_id} was rejected (see {run.rejects_at} for the reasons); fix "
+              "the model or the schemas, then run it again with --force", file=sys.stderr)
         return EXIT_CONFIG
     return 0
 

@@ -177,7 +177,15 @@ def parser() -> argparse.ArgumentParser:
                     help="a Parquet file, a folder of them (local or s3://), or an Iceberg table's name")
     lake_targets(sc)
     run_flags(sc)
-    sc.add_argument("--batch-size", type=int, help="rows per model call (default 8192)")
+    sc.add_argument("--batch-size", type=int, help="rows per model call (default 8192); on Ray, rows per batch")
+    sc.add_argument("--engine", choices=("local", "ray"), default="local",
+                    help="local (default): this process; ray: Ray Data's actor pool of scorers on the cluster of "
+                         "--address (the ray extra), writing --to-table or --to-parquet once per run id")
+    sc.add_argument("--address", metavar="ADDR",
+                    help="with --engine ray: the Ray cluster's address, host:port (default $RAY_ADDRESS, else a "
+                         "Ray started in this process)")
+    sc.add_argument("--concurrency", type=int, metavar="N",
+                    help="with --engine ray: scoring actors in the pool, each loading the model once (default 2)")
 
     jb = command("jobs", "submit batch jobs to the workers' queue, and follow them",
                  " A job is a spec (YAML or JSON): a source (Parquet files or a folder, an Iceberg table, a topic's "

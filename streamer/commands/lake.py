@@ -1,5 +1,7 @@
 """`streamer replay --to-table/--to-parquet/--to-kv` and `streamer score`: a topic's range or a table, scored into the lake or the key-value store.
 
+``streamer score --engine ray`` scores the table on a Ray cluster instead (engines/ray.py).
+
 Both take a run from wiring/lake.py (the model side without Kafka's, the sink with the run's plan
 and progress, the source) and run lake/run.py's loop, with a progress bar and a summary. A
 replay's bounds are resolved once, when the run is planned, and saved in the sink: a resumed run
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from streamer.config import Config
 from streamer.errors import EXIT_STOPPED, ConfigError
@@ -29,6 +31,9 @@ from streamer.lake.sink import Resume, Shard
 from streamer.lake.table import Where
 from streamer.observe.bar import ProgressBar
 from streamer.wiring.lake import BATCH_SIZE, LakeJob, Target, replay_job, score_job
+
+if TYPE_CHECKING:
+    from streamer.engines.ray import RayRun
 
 Rows = Callable[[int, int], None]  # (rows done, rows in all): a run's progress, for a job's status
 
@@ -110,6 +115,21 @@ def run_score(cfg: Config, location: Where, target: Target, *, run_id: str | Non
     snapshots appended, a list of files) into ``target``; ``key``: what a refusal of the source names."""
     job = score_job(cfg, location, target, new_run_id(run_id), force=force, batch_size=batch_size, key=key)
     return _run("score", job, batch_size, progress, stop, on_rows, abandon)
+
+
+def run_ray_score(cfg: Config, location: str, target: Target, *, run_id: str | None = None, force: bool = False,
+                  batch_size: int | None = None, address: str | None = None,
+                  concurrency: int | None = None) -> RayRun:
+    """``streamer score --engine ray``: every row of ``location`` scored by an actor pool of
+    ``concurrency`` scorers on the Ray cluster at ``address``, written into ``target`` once per run id."""
+    if concurrency is not None and concurrency < 1:
+        raise ConfigError("--concurrency", f"must be >= 1, got {concurrency}")
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError("--batch-size", f"must be >= 1, got {batch_size}")
+    from streamer.engines.ray import CONCURRENCY, run_ray
+
+    return run_ray(cfg, location, target, new_run_id(run_id), address=address, concurrency=concurrency or CONCURRENCY,
+                   batch_size=batch_size or BATCH_SIZE, force=force)
 
 
 def _run(verb: str, job: LakeJob, batch_size: int | None, progress: TextIO | None,

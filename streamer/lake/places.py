@@ -30,6 +30,11 @@ def catalog_uri(lake: LakeConfig) -> str:
     return f"sqlite:///{Path(lake.warehouse) / 'catalog.db'}"
 
 
+def warehouse_uri(lake: LakeConfig) -> str:
+    """The catalog's ``warehouse`` property: the ``s3://`` URL, or the local folder as a ``file:`` URI."""
+    return str(lake.warehouse) if lake.warehouse.remote else Path(lake.warehouse).as_uri()
+
+
 def io_properties(lake: LakeConfig) -> dict[str, str]:
     """pyiceberg's FileIO properties for the object store (none for a local warehouse)."""
     s3 = lake.s3
@@ -59,8 +64,7 @@ def _open_catalog(lake: LakeConfig) -> Any:
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.catalog.sql import SqlCatalog
 
-    warehouse = str(lake.warehouse) if lake.warehouse.remote else Path(lake.warehouse).as_uri()
-    props = {"warehouse": warehouse, **io_properties(lake)}
+    props = {"warehouse": warehouse_uri(lake), **io_properties(lake)}
     secrets = [s for s in (lake.catalog_uri, lake.catalog_token, lake.catalog_credential, lake.s3.secret_access_key)
                if s is not None]
     try:

@@ -916,4 +916,26 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/engines/test_spark_frames.py::test_each_row_is_scored_once_however_many_actions_read_both_frames",),
         (Edit("streamer/engines/spark.py", "score_dataframe", ".persist()", ""),),
     ),
+    Mutant(
+        "117-ray-run-id-never-refused",
+        "streamer score --engine ray runs a run id that committed again without --force: a retried job writes twice",
+        ("tests/engines/test_ray.py::test_force_scores_a_committed_run_again_replacing_its_rows",),
+        (Edit("streamer/engines/ray.py", "run_ray", "run_id, schema, force=force)", "run_id, schema, force=True)"),),
+    ),
+    Mutant(
+        "118-ray-split-loses-the-rejects",
+        "the outcomes of Ray's actor pool split wrongly: the rejects part holds the predictions",
+        ("tests/engines/test_ray.py::test_score_dataset_maps_a_datasets_batches_to_predictions_and_rejects",),
+        (Edit("streamer/engines/ray.py", "_rejects", "split_outcomes(outcomes, schema).rejects",
+              "split_outcomes(outcomes, schema).predictions"),),
+    ),
+    Mutant(
+        "119-ray-batches-scored-by-a-task-not-the-pool",
+        "each batch scored by a scorer of its own (the model loaded per batch), not by the pool's actors",
+        ("tests/engines/test_ray.py::test_the_million_rows_into_parquet_once_each_with_a_scoring_actor_killed_mid_job",),
+        (Edit("streamer/engines/ray.py", "score_dataset", "outcomes = ds.map_batches(Scoring, fn_constructor_args=",
+              "outcomes = ds.map_batches(lambda b, s: Scoring(s)(b), fn_args="),
+         Edit("streamer/engines/ray.py", "score_dataset", "compute=ActorPoolStrategy(size=concurrency)",
+              "concurrency=concurrency")),
+    ),
 )

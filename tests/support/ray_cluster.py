@@ -39,13 +39,17 @@ from streamer.dev.broker import _log_tail, free_ports
 
 START_TIMEOUT_S = 90.0  # a node of a busy two-core machine starts in 4 to 10 s
 STOP_TIMEOUT_S = 15.0  # `ray start --block` stops its daemons on SIGTERM, then exits
-OBJECT_STORE_BYTES = 200 * 1024 * 1024  # per node; Ray's floor is 75 MiB
+OBJECT_STORE_BYTES = 400 * 1024 * 1024  # per node (Ray's floor is 75 MiB): a million scored rows, little spilled
 CPUS = 2  # logical CPUs per node
 READY = "Ray runtime started."
 # The ports a node takes at a fixed default unless told: each one gets a free port of its own.
 NODE_PORTS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
               "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
 HEAD_PORTS = ("--port", "--ray-client-server-port")
+# Every node and driver of the cluster: no usage stats, and no token: Ray turns token authentication on
+# where it finds ~/.ray/auth_token (written by any local ray.init of the host), and a node or driver
+# that holds no token is refused by a head that asks for one. A loopback cluster of a test needs none.
+ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 class RayStartError(RuntimeError):
@@ -59,10 +63,34 @@ class RayCluster:
 
     address: str
     temp_dir: Path
+    node_pids: tuple[int, ...]  # each node's `ray start --block`: its daemons and workers descend from it
 
     def env(self) -> dict[str, str]:
-        """The environment for a driver of this cluster: ``RAY_ADDRESS`` set, usage stats off."""
-        return {**os.environ, "RAY_ADDRESS": self.address, "RAY_USAGE_STATS_ENABLED": "0"}
+        """The environment for a driver of this cluster: ``RAY_ADDRESS`` set, :data:`ENV`."""
+        return {**os.environ, **ENV, "RAY_ADDRESS": self.address}
+
+
+    def workers(self, title: str) -> list[int]:
+        """The pids of this cluster's worker processes whose title holds ``title`` (an actor's is
+        ``ray::<class>`` or Ray Data's ``ray::MapWorker(...)``): this cluster's alone, by descent."""
+        children: dict[int, list[int]] = {}
+        titles: dict[int, str] = {}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (proc / "stat").read_text()
+                parent = int(stat[stat.rindex(")") + 2:].split()[1])
+                children.setdefault(parent, []).append(int(proc.name))
+                titles[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        found, todo = [], list(self.node_pids)
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, []):
+                todo.append(child)
+                if titles.get(child, "").startswith("ray::") and title in titles[child]:
+                    found.append(child)
+        return sorted(found)
 
 
 def ray_binary() -> Path:
@@ -91,7 +119,7 @@ def _node_command(head_address: str | None, temp_dir: Path) -> tuple[list[str], 
 
 
 def _start(command: list[str], log_file: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, **ENV}
     env.pop("RAY_ADDRESS", None)
     with log_file.open("ab") as out:
         # Its own session: a Ctrl+C of the test run reaches pytest, which stops the node in order.
@@ -132,7 +160,7 @@ def ray_cluster(workdir: Path) -> Iterator[RayCluster]:
         _await_started(procs[0], workdir / "head.log", "head")
         procs.append(_start(_node_command(address, temp_dir)[0], workdir / "node.log"))
         _await_started(procs[1], workdir / "node.log", "second node")
-        yield RayCluster(address, temp_dir)
+        yield RayCluster(address, temp_dir, tuple(p.pid for p in procs))
     finally:
         for proc in reversed(procs):
             _stop(proc)
