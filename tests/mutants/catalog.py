@@ -938,4 +938,11 @@ MUTANTS: tuple[Mutant, ...] = (
          Edit("streamer/engines/ray.py", "score_dataset", "compute=ActorPoolStrategy(size=concurrency)",
               "concurrency=concurrency")),
     ),
+    Mutant(
+        "120-engine-left-out-of-the-run-summary",
+        "an engine run's snapshots say which run wrote them but not which engine (spark or ray)",
+        ("tests/engines/test_engines_page.py::test_the_engines_page_runs_as_written",),
+        (Edit("streamer/engines/runs.py", "RunTarget.summary", "return {RUN: self.run_id, ENGINE: engine}",
+              "return {RUN: self.run_id}"),),
+    ),
 )
