@@ -920,7 +920,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "117-ray-run-id-never-refused",
         "streamer score --engine ray runs a run id that committed again without --force: a retried job writes twice",
         ("tests/engines/test_ray.py::test_force_scores_a_committed_run_again_replacing_its_rows",),
-        (Edit("streamer/engines/ray.py", "run_ray", "run_id, schema, force=force)", "run_id, schema, force=True)"),),
+        (Edit("streamer/engines/ray.py", "run_ray", "run_id, scorer.schema, force=force)", "run_id, scorer.schema, force=True)"),),
     ),
     Mutant(
         "118-ray-split-loses-the-rejects",
@@ -935,8 +935,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/engines/test_ray.py::test_the_million_rows_into_parquet_once_each_with_a_scoring_actor_killed_mid_job",),
         (Edit("streamer/engines/ray.py", "score_dataset", "outcomes = ds.map_batches(Scoring, fn_constructor_args=",
               "outcomes = ds.map_batches(lambda b, s: Scoring(s)(b), fn_args="),
-         Edit("streamer/engines/ray.py", "score_dataset", "compute=ActorPoolStrategy(size=concurrency)",
-              "concurrency=concurrency")),
+         Edit("streamer/engines/ray.py", "score_dataset", "compute=ActorPoolStrategy(size=size)",
+              "concurrency=size")),
     ),
     Mutant(
         "120-engine-left-out-of-the-run-summary",
