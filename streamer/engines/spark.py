@@ -88,14 +88,26 @@ def score_dataframe(df: Any, cfg: Config, run_id: str, files: Sequence[str] = ()
     source read with ``_metadata.file_path`` as its source column: each row's source becomes its
     file's path and its partition the file's number in ``files``, as ``streamer score`` names them.
     ``scorer``: one built already (its batch size, its model loaded on the driver), else a new one."""
-    from pyspark.sql import functions as F
+    scorer = scorer or ArrowScorer(cfg, run_id)
+    return split(scored_frame(df, cfg, run_id, files, scorer), scorer.schema)
+
+
+def scored_frame(df: Any, cfg: Config, run_id: str, files: Sequence[str] = (),
+                 scorer: ArrowScorer | None = None) -> Any:
+    """:func:`score_dataframe`'s one scoring: the outcomes of ``df``'s rows, persisted (``unpersist()``
+    it once both parts are written)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     scorer = scorer or ArrowScorer(cfg, run_id)
-    predictions_schema = scorer.schema
     score = _scoring(scorer, uuid.uuid4().hex, {path: i for i, path in enumerate(files)})
-    scored = df.mapInArrow(score, from_arrow_schema(scorer.outcome_schema)).persist()
-    predictions = scored.where(F.col(REJECT).isNull()).select(*predictions_schema.names)
+    return df.mapInArrow(score, from_arrow_schema(scorer.outcome_schema)).persist()
+
+
+def split(scored: Any, schema: pa.Schema) -> tuple[Any, Any]:
+    """The predictions (``schema``'s columns) and the rejects of a scored frame."""
+    from pyspark.sql import functions as F
+
+    predictions = scored.where(F.col(REJECT).isNull()).select(*schema.names)
     rejects = scored.where(F.col(REJECT).isNotNull()).select(f"{REJECT}.*")
     return predictions, rejects
 

@@ -35,11 +35,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
+from streamer.config import Config
 from streamer.config_file import load_config
-from streamer.engines.runs import prepare
+from streamer.engines.runs import RunTarget, prepare
 from streamer.engines.scorer import ArrowScorer
-from streamer.engines.spark import catalog_conf, score_dataframe
+from streamer.engines.spark import catalog_conf, scored_frame, split
 from streamer.engines.spark_io import ENGINE, read_source, write_run
 from streamer.errors import EXIT_CONFIG, ConfigError
 from streamer.extras import need
@@ -60,34 +63,63 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@dataclass(frozen=True, slots=True)
+class SparkRun:
+    """What a Spark run wrote: its counts, where, and its own seconds (the session's start apart)."""
+
+    run_id: str
+    source: str
+    target: RunTarget
+    predictions: int
+    rejects: int
+    seconds: float
+
+    def line(self) -> str:
+        return (f"spark: scored {self.predictions + self.rejects} rows of {self.source} into {self.target.name} "
+                f"({self.predictions} predictions, {self.rejects} rejects into {self.target.rejects_at}), "
+                f"run {self.run_id}, engine {ENGINE}, in {self.seconds:.1f}s")
+
+
+def score_table(spark: Any, cfg: Config, source: str, target: Target, run_id: str, *, force: bool = False,
+                scorer: ArrowScorer | None = None) -> SparkRun:
+    """Score every row of ``source`` into ``target`` under ``run_id`` on the session ``spark`` (its
+    catalog set by :func:`~streamer.engines.spark.catalog_conf`); ReplayFinishedError when the run
+    id committed and not ``force``."""
+    if (target.parquet or "").startswith("s3://"):
+        raise ConfigError("--to-parquet", "the Spark engine writes Parquet to a local or shared filesystem path")
+    scorer = scorer or ArrowScorer(cfg, run_id)
+    run = prepare(cfg.lake, target, run_id, scorer.schema, force=force)
+    started = time.monotonic()
+    frame, files = read_source(spark, cfg.lake, source)
+    scored = scored_frame(frame, cfg, run_id, files, scorer)
+    predictions, rejects = split(scored, scorer.schema)
+    try:
+        counts = (predictions.count(), rejects.count())
+        write_run(cfg.lake, run, predictions, rejects)
+    finally:
+        scored.unpersist()
+    return SparkRun(run_id, source, run, counts[0], counts[1], time.monotonic() - started)
+
+
 def run(args: argparse.Namespace) -> str:
-    """The run; its summary line."""
+    """The run, on a session of its own; its summary line."""
     need("spark", "spark_main.py")
     from pyspark.sql import SparkSession
 
     cfg = load_config(args.config)
     run_id = new_run_id(args.run_id)
     conf = catalog_conf(cfg.lake)
-    if (args.to_parquet or "").startswith("s3://"):
-        raise ConfigError("--to-parquet", "the Spark engine writes Parquet to a local or shared filesystem path")
+    target = Target(table=args.to_table, parquet=args.to_parquet)
     scorer = ArrowScorer(cfg, run_id)
-    target = prepare(cfg.lake, Target(table=args.to_table, parquet=args.to_parquet), run_id, scorer.schema,
-                     force=args.force)
+    prepare(cfg.lake, target, run_id, scorer.schema, force=args.force)  # refused before a session starts
     builder = SparkSession.builder.appName(f"streamer score {run_id}")
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
-        started = time.monotonic()
-        frame, files = read_source(spark, cfg.lake, args.source)
-        predictions, rejects = score_dataframe(frame, cfg, run_id, files, scorer)
-        counts = (predictions.count(), rejects.count())
-        write_run(cfg.lake, target, predictions, rejects)
+        return score_table(spark, cfg, args.source, target, run_id, force=args.force, scorer=scorer).line()
     finally:
         spark.stop()
-    return (f"spark: scored {sum(counts)} rows of {args.source} into {target.name} "
-            f"({counts[0]} predictions, {counts[1]} rejects into {target.rejects_at}), run {run_id}, "
-            f"engine {ENGINE}, in {time.monotonic() - started:.1f}s")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
-"""Spark: a table scored on the tests' standalone cluster through spark-submit equals `streamer score`'s,
-rejects included, into Iceberg (the million rows) and Parquet (a small table: one 1M run per session
-is enough to show the rows at scale); a committed run id refused, forced, and an executor killed."""
+"""Spark: a table scored on the tests' standalone cluster equals `streamer score`'s, rejects included:
+the million rows through spark-submit into Iceberg, and a small table into Parquet; a committed run
+id refused (exit 2) and forced; an executor killed mid-job. The small runs share one session of
+this process on the cluster, so each costs its rows rather than an application's start."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import io
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -18,6 +22,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from streamer.commands.lake import Target, run_score
+from streamer.config import Config, LakeConfig
+from streamer.engines.scorer import ArrowScorer
+from streamer.engines.spark import catalog_conf, score_dataframe
+from streamer.engines.spark_main import SparkRun, score_table
+from streamer.errors import ReplayFinishedError
 from streamer.lake.places import open_catalog
 from tests.conftest import EXAMPLE
 from tests.engines.conftest import Scored, unstamped
@@ -63,17 +72,26 @@ def test_the_million_rows_into_an_iceberg_table_equal_streamer_scores(spark_clus
     assert unstamped(got_rejects).equals(unstamped(want_rejects.select(got_rejects.column_names)
                                                    .cast(got_rejects.schema)))
 
+    refused = submit(spark_cluster, "--config", str(config_file(tmp_path, warehouse)), "--from", str(million.folder),
+                     "--to-table", "spark_million", "--run-id", "spark-million")
+    assert refused.returncode == 2
+    # spark-submit passes the Python driver's stderr on to its own stdout.
+    assert [line for line in refused.stdout.splitlines() if line.startswith("streamer:")] == [
+        "streamer: flag --run-id: run 'spark-million' already committed into streamer.spark_million; --force "
+        "scores it again, replacing its rows, or give another --run-id"]
+    assert "Traceback" not in refused.stdout + refused.stderr
 
-SMALL = 4000  # rows of the table the Parquet, fault and retry tests score: 4 files of 1000, two rejects
+
+SMALL = 4000  # rows of the table the Parquet, fault and retry runs score: 4 files of 1000, two rejects
 
 
 @dataclass(frozen=True)
 class Small:
-    """A table of SMALL rows in 4 Parquet files, a config file whose lake is beside it, and what
+    """A table of SMALL rows in 4 Parquet files, the config whose lake is beside it, and what
     ``streamer score`` wrote for it."""
 
     events: Path
-    cfg: Path
+    cfg: Config
     predictions: pa.Table
     rejects: pa.Table
 
@@ -85,19 +103,25 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Small:
     (root / "events").mkdir()
     for i in range(4):
         pq.write_table(table.slice(i * 1000, 1000), root / "events" / f"part-{i}.parquet", row_group_size=300)
-    run_score(config(root), str(root / "events"), Target(parquet=str(root / "reference")), run_id="reference",
+    cfg = config(root)
+    run_score(cfg, str(root / "events"), Target(parquet=str(root / "reference")), run_id="reference",
               progress=io.StringIO())
-    return Small(root / "events", config_file(root, root / "lake"),
-                 ds.dataset(root / "reference", format="parquet").to_table(),
+    return Small(root / "events", cfg, ds.dataset(root / "reference", format="parquet").to_table(),
                  ds.dataset(root / "reference_rejects", format="parquet").to_table())
 
 
-def test_a_table_into_parquet_equals_streamer_scores(spark_cluster: SparkCluster, small: Small,
-                                                     tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def spark(spark_cluster: SparkCluster, small: Small) -> Iterator[Any]:
+    """One session of this process on the cluster, its catalog the small table's lake (the
+    executors import this checkout, tests/ included: its path is theirs)."""
+    with spark_cluster.session(catalog_conf(small.cfg.lake)) as session:
+        yield session
+
+
+def test_a_table_into_parquet_equals_streamer_scores(spark: Any, small: Small, tmp_path: Path) -> None:
     out = tmp_path / "scores"
-    done = submit(spark_cluster, "--config", str(small.cfg), "--from", str(small.events), "--to-parquet", str(out),
-                  "--run-id", "spark-pq")
-    assert done.returncode == 0, done.stdout[-4000:]
+    done = score_table(spark, small.cfg, str(small.events), Target(parquet=str(out)), "spark-pq")
+    assert (done.predictions, done.rejects) == (SMALL - 2, 2)
     assert (out / "run_id=spark-pq" / "_SUCCESS").read_text() == "spark-pq"
     con = connect()
     got = con.sql(f"SELECT * FROM read_parquet('{out}/**/*.parquet', hive_partitioning = true)").to_arrow_table()
@@ -112,75 +136,97 @@ def test_a_table_into_parquet_equals_streamer_scores(spark_cluster: SparkCluster
     assert unstamped(got_rejects).equals(unstamped(want_rejects.cast(got_rejects.schema)))
 
 
-def each_row_once(warehouse: Path, name: str) -> tuple[int, int]:
+class CountingScorer(ArrowScorer):
+    """An ArrowScorer that adds each batch's row count to a file: how often rows were scored."""
+
+    def __init__(self, *args: Any, tally: Path, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tally = tally
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "tally": self.tally}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.tally = state["tally"]
+
+    def outcomes(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+        with self.tally.open("a") as out:
+            out.write(f"{batch.num_rows}\n")
+        return super().outcomes(batch)
+
+
+def test_each_row_is_scored_once_however_many_actions_read_both_frames(spark: Any, small: Small,
+                                                                       tmp_path: Path) -> None:
+    table = events(3000, {7: {"features": [1.0] * 3}, 2900: {"features": [float("nan")] * 32}})
+    df = spark.createDataFrame(table).repartition(3)
+    tally = tmp_path / "scored.txt"
+    predictions, rejects = score_dataframe(df, small.cfg, "once",
+                                           scorer=CountingScorer(small.cfg, "once", tally=tally))
+    assert (predictions.count(), rejects.count()) == (2998, 2)
+    got = predictions.toArrow()
+    assert sorted(rejects.toArrow().column("error").to_pylist()) == ["ValidationError"] * 2
+    assert got.num_rows == 2998 and set(got.column("run_id").to_pylist()) == {"once"}
+    assert sum(int(n) for n in tally.read_text().split()) == 3000  # four actions, one scoring
+
+
+def each_row_once(lake: LakeConfig, name: str) -> tuple[int, int]:
     """(rows, distinct places) of a table's predictions."""
-    got = read_table(warehouse, name)
+    location = open_catalog(lake).load_table(f"streamer.{name}").metadata_location
+    got = connect().sql(f"SELECT source_partition, source_offset FROM iceberg_scan('{location}')").to_arrow_table()
     places = set(zip(got.column("source_partition").to_pylist(), got.column("source_offset").to_pylist(), strict=True))
     return got.num_rows, len(places)
 
 
 @dataclass(frozen=True)
 class KilledRun:
-    """A submit of the small table (run ``k1``, table ``killed``) during which executors were killed."""
+    """A run of the small table (run ``k1``, table ``killed``) during which an executor was killed."""
 
-    small: Small
-    submitted: subprocess.CompletedProcess[str]
+    run: SparkRun
     killed: int
 
 
 @pytest.fixture(scope="module")
-def killed_run(spark_cluster: SparkCluster, small: Small) -> KilledRun:
-    """The small table scored while an executor that runs a task (its Python worker is up) is
-    SIGKILLed, once: the job goes on on the executors the workers start again."""
-    events_at, cfg = small.events, small.cfg
-    out = cfg.parent / "submit"
-    job = spark_cluster.start_submit([MAIN, "--config", str(cfg), "--from", str(events_at), "--to-table", "killed",
-                                      "--run-id", "k1"], out)
-    killed = []
-    try:
-        deadline = time.monotonic() + 240
-        while not killed and job.poll() is None and time.monotonic() < deadline:
+def killed_run(spark: Any, spark_cluster: SparkCluster, small: Small) -> KilledRun:
+    """The small table scored while an executor running one of its tasks is SIGKILLed, once: the
+    job goes on on the executor its worker starts again."""
+    tracker = spark.sparkContext.statusTracker()
+    done: list[SparkRun] = []
+    runner = threading.Thread(target=lambda: done.append(
+        score_table(spark, small.cfg, str(small.events), Target(table="killed"), "k1")))
+    killed: list[int] = []
+    runner.start()
+    deadline = time.monotonic() + 240
+    while not killed and runner.is_alive() and time.monotonic() < deadline:
+        stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        if any(stage is not None and stage.numActiveTasks > 0 for stage in stages):
             for executor in spark_cluster.executors():
                 if any("pyspark" in cmdline(child) for child in children(executor)):
                     os.kill(executor, signal.SIGKILL)
                     killed.append(executor)
                     break
-            time.sleep(0.02)
-        code = job.wait(timeout=300)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait(timeout=30)
-    done = subprocess.CompletedProcess(job.args, code, out.with_suffix(".stdout").read_text(),
-                                       out.with_suffix(".stderr").read_text())
-    return KilledRun(small, done, len(killed))
+        time.sleep(0.02)
+    runner.join(timeout=300)
+    assert done, "the run did not finish"
+    return KilledRun(done[0], len(killed))
 
 
 def test_an_executor_killed_mid_job_is_replaced_and_each_row_lands_once(
-        killed_run: KilledRun, record_property: pytest.RecordProperty) -> None:
+        killed_run: KilledRun, small: Small, record_property: pytest.RecordProperty) -> None:
     record_property("executors_killed", killed_run.killed)
     assert killed_run.killed == 1, "no executor ran a Python task while the job ran"
-    assert killed_run.submitted.returncode == 0, killed_run.submitted.stdout[-4000:]
-    assert f"scored {SMALL} rows" in killed_run.submitted.stdout
-    assert each_row_once(killed_run.small.cfg.parent / "lake", "killed") == (SMALL - 2, SMALL - 2)
+    assert (killed_run.run.predictions, killed_run.run.rejects) == (SMALL - 2, 2)
+    assert each_row_once(small.cfg.lake, "killed") == (SMALL - 2, SMALL - 2)
 
 
-def test_a_committed_run_id_is_refused_and_force_replaces_its_rows(spark_cluster: SparkCluster,
-                                                                    killed_run: KilledRun) -> None:
-    assert killed_run.submitted.returncode == 0
-    args = ["--config", str(killed_run.small.cfg), "--from", str(killed_run.small.events), "--to-table", "killed",
-            "--run-id", "k1"]
-    refused = submit(spark_cluster, *args)
-    assert refused.returncode == 2
-    # spark-submit passes the Python driver's stderr on to its own stdout.
-    assert [line for line in refused.stdout.splitlines() if line.startswith("streamer:")] == [
-        "streamer: flag --run-id: run 'k1' already committed into streamer.killed; --force scores it again, "
-        "replacing its rows, or give another --run-id"]
-    assert "Traceback" not in refused.stdout + refused.stderr
-    forced = submit(spark_cluster, *args, "--force")
-    assert forced.returncode == 0, forced.stdout[-4000:]
-    assert each_row_once(killed_run.small.cfg.parent / "lake", "killed") == (SMALL - 2, SMALL - 2)
-
-    table = open_catalog(config(killed_run.small.cfg.parent).lake).load_table("streamer.killed")
+def test_a_committed_run_id_is_refused_and_force_replaces_its_rows(spark: Any, killed_run: KilledRun,
+                                                                    small: Small) -> None:
+    assert killed_run.run.predictions == SMALL - 2
+    with pytest.raises(ReplayFinishedError, match="'k1' already committed into streamer.killed"):
+        score_table(spark, small.cfg, str(small.events), Target(table="killed"), "k1")
+    forced = score_table(spark, small.cfg, str(small.events), Target(table="killed"), "k1", force=True)
+    assert (forced.predictions, forced.rejects) == (SMALL - 2, 2)
+    assert each_row_once(small.cfg.lake, "killed") == (SMALL - 2, SMALL - 2)
+    table = open_catalog(small.cfg.lake).load_table("streamer.killed")
     runs = [s.summary.get("streamer.run-id") for s in table.snapshots() if s.summary is not None]
     assert runs == ["k1", "k1"]

@@ -913,8 +913,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "116-spark-scored-frame-not-persisted",
         "the predictions and the rejects each score the table again: every action of a run scores every row anew",
-        ("tests/engines/test_spark_frames.py::test_each_row_is_scored_once_however_many_actions_read_both_frames",),
-        (Edit("streamer/engines/spark.py", "score_dataframe", ".persist()", ""),),
+        ("tests/engines/test_spark.py::test_each_row_is_scored_once_however_many_actions_read_both_frames",),
+        (Edit("streamer/engines/spark.py", "scored_frame", ".persist()", ""),),
     ),
     Mutant(
         "117-ray-run-id-never-refused",

@@ -116,14 +116,38 @@ class SparkCluster:
                                    f"{START_TIMEOUT_S:.0f}s" + _log_tail(self.logs[0]))
             time.sleep(0.2)
 
+    def settings(self, conf: dict[str, str] | None = None) -> dict[str, str]:
+        """An application's settings on this cluster: the executors' Python and path, small memory."""
+        return {"spark.pyspark.python": sys.executable, "spark.executorEnv.PYTHONPATH": self.env()["PYTHONPATH"],
+                "spark.executor.memory": "768m", "spark.driver.memory": "1g",
+                "spark.ui.enabled": "false", "spark.local.dir": str(self.root / "local"), **(conf or {})}
+
+    @contextlib.contextmanager
+    def session(self, conf: dict[str, str]) -> Iterator[Any]:
+        """A Spark session of this process on the cluster (its driver here, the pom's jars, ``conf``:
+        the lake's catalog), stopped when the ``with`` block ends. Its executors and their Python
+        workers serve every run of the block: a run costs its rows, not an application's start."""
+        from pyspark.sql import SparkSession
+
+        kept = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "SPARK_HOME", "SPARK_LOCAL_IP")}
+        os.environ.update({k: self.env()[k] for k in kept})
+        builder = SparkSession.builder.master(self.master_url).appName("streamer tests")
+        for key, value in {**self.settings(conf), "spark.jars": jars_arg(ensure_jars())}.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        try:
+            yield session
+        finally:
+            session.stop()
+            for key, value in kept.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
     def submit_command(self, args: list[str], conf: dict[str, str] | None = None) -> list[str]:
         """spark-submit's command line: this cluster, the pom's jars, the executors' Python and path."""
-        env = self.env()
-        settings = {"spark.pyspark.python": sys.executable, "spark.executorEnv.PYTHONPATH": env["PYTHONPATH"],
-                    "spark.executor.memory": "768m", "spark.driver.memory": "1g",
-                    "spark.ui.enabled": "false", "spark.local.dir": str(self.root / "local"),
-                    **(conf or {})}
-        flags = [x for k, v in settings.items() for x in ("--conf", f"{k}={v}")]
+        flags = [x for k, v in self.settings(conf).items() for x in ("--conf", f"{k}={v}")]
         return [str(spark_home() / "bin" / "spark-submit"), "--master", self.master_url,
                 "--jars", jars_arg(ensure_jars()), *flags, *args]
 
