@@ -906,9 +906,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "115-spark-run-id-always-forced",
-        "a spark-submit retried with a run id that committed writes the run again instead of being refused",
+        "a Spark run retried with a run id that committed writes the run again instead of being refused",
         ("tests/engines/test_spark.py::test_a_committed_run_id_is_refused_and_force_replaces_its_rows",),
-        (Edit("streamer/engines/spark_main.py", "run", "force=args.force", "force=True"),),
+        (Edit("streamer/engines/spark_main.py", "score_table", "scorer.schema, force=force)",
+              "scorer.schema, force=True)"),),
     ),
     Mutant(
         "116-spark-scored-frame-not-persisted",
