@@ -158,15 +158,19 @@ def catalog_kwargs(lake: LakeConfig) -> dict[str, Any]:
 
 
 def _write_tables(lake: LakeConfig, run: RunTarget, predictions: Dataset, rejects: Dataset) -> None:
-    """The rejects' commit, then the predictions' (the run's): each replaces the run's own rows."""
+    """The rejects' commit, then the predictions' (the run's): each appends, or replaces the run's
+    own rows where an earlier attempt of the run committed some."""
     from ray.data import SaveMode
     from ray.data.expressions import col
 
     kwargs = catalog_kwargs(lake)
     for ds, table in ((rejects, run.rejects_table), (predictions, run.table)):
         assert table is not None
-        ds.write_iceberg(table, catalog_kwargs=kwargs, snapshot_properties=run.summary(ENGINE),
-                         mode=SaveMode.OVERWRITE, overwrite_filter=col("run_id") == run.run_id)
+        if run.replaces(table):
+            ds.write_iceberg(table, catalog_kwargs=kwargs, snapshot_properties=run.summary(ENGINE),
+                             mode=SaveMode.OVERWRITE, overwrite_filter=col("run_id") == run.run_id)
+        else:
+            ds.write_iceberg(table, catalog_kwargs=kwargs, snapshot_properties=run.summary(ENGINE))
 
 
 def _write_parquet(lake: LakeConfig, run: RunTarget, predictions: Dataset, rejects: Dataset) -> None:

@@ -3,9 +3,11 @@
 An engine (Spark, Ray Data) writes a run in one commit per table, at the end: the rejects'
 table first, then the predictions'. The predictions' commit is the run's: its snapshot summary
 carries ``streamer.run-id`` (and ``streamer.engine``), and a later run under the same id is
-refused (:class:`ReplayFinishedError`) unless forced. Both commits replace the run's own rows
-(``run_id = <run>``) rather than append: a run that died between its two commits, run again,
-leaves each row once, and a forced run replaces what the first one wrote.
+refused (:class:`ReplayFinishedError`) unless forced. A commit into a table that an earlier
+attempt of the run committed into replaces the run's own rows (``run_id = <run>``) rather than
+appends: a run that died between its two commits, run again, leaves each row once, and a forced
+run replaces what the first one wrote. The tables keep their files' ``run_id`` bounds whole, so
+the run's filter tells its files from any other run's.
 
 A Parquet target holds each run in its own folder, ``PATH/run_id=<run>/event_date=.../*.parquet``
 (rejects: ``PATH_rejects/run_id=<run>/``), and ``_SUCCESS`` in the run's folder says it
@@ -31,6 +33,7 @@ from streamer.wiring.lake import Target
 
 ENGINE = "streamer.engine"  # which engine wrote a run's snapshot: spark or ray
 DONE = "_SUCCESS"  # a Parquet run's folder holds it once the run committed
+RUN_ID_METRICS = "write.metadata.metrics.column.run_id"  # an Iceberg table property: the bounds kept of run_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,12 @@ class RunTarget:
     rejects_table: str | None = None
     parquet: str | None = None
     rejects_parquet: str | None = None
+    holding: frozenset[str] = frozenset()  # the tables an earlier attempt of the run committed rows into
+
+    def replaces(self, table: str) -> bool:
+        """Whether the run's commit into ``table`` replaces rows of the run (an earlier attempt's,
+        a forced run's) rather than appends: only then is the run's filter evaluated on the table."""
+        return table in self.holding
 
     @property
     def name(self) -> str:
@@ -65,10 +74,11 @@ def prepare(lake: LakeConfig, target: Target, run_id: str, schema: pa.Schema, *,
     if target.table is not None:
         catalog = open_catalog(lake)
         ident = identifier(lake, target.table)
-        table = ensure_table(catalog, ident, schema, "event_time")
-        ensure_table(catalog, f"{ident}_rejects", REJECTS, "rejected_at")
-        run = RunTarget(run_id, table=ident, rejects_table=f"{ident}_rejects")
-        committed = committed_in(table, run_id)
+        tables = {ident: _exact_run_ids(ensure_table(catalog, ident, schema, "event_time")),
+                  f"{ident}_rejects": _exact_run_ids(ensure_table(catalog, f"{ident}_rejects", REJECTS, "rejected_at"))}
+        holding = frozenset(name for name, table in tables.items() if committed_in(table, run_id))
+        run = RunTarget(run_id, table=ident, rejects_table=f"{ident}_rejects", holding=holding)
+        committed = ident in holding
     else:
         assert target.parquet is not None
         base = target.parquet.rstrip("/")
@@ -79,6 +89,16 @@ def prepare(lake: LakeConfig, target: Target, run_id: str, schema: pa.Schema, *,
         raise ReplayFinishedError(f"run {run_id!r} already committed into {run.name}; --force scores it again, "
                                   f"replacing its rows, or give another --run-id", run.name, rejects_at=run.rejects_at)
     return run
+
+
+def _exact_run_ids(table: Any) -> Any:
+    """``table``, its data files' ``run_id`` bounds kept whole (:data:`RUN_ID_METRICS`): Iceberg cuts a
+    string's bounds to 16 characters, and two run ids alike in their first 16 would leave a run's
+    files unprovably apart from another's when a commit replaces a run's rows."""
+    if table.properties.get(RUN_ID_METRICS) != "full":
+        with table.transaction() as change:
+            change.set_properties({RUN_ID_METRICS: "full"})
+    return table
 
 
 def committed_in(table: Any, run_id: str) -> bool:

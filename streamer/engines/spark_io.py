@@ -66,11 +66,15 @@ def write_run(lake: LakeConfig, run: RunTarget, predictions: Any, rejects: Any) 
 
 
 def _commit(frame: Any, table: str, run: RunTarget) -> None:
-    """One Iceberg commit of ``frame`` into ``table``: the run's rows replaced, its properties set."""
+    """One Iceberg commit of ``frame`` into ``table``, its properties set: appended, or replacing the
+    run's rows where an earlier attempt of the run committed some (RunTarget.replaces)."""
     from pyspark.sql import functions as F
 
     # Each task writes its own rows' files, day by day: no shuffle of the scored rows before the write.
     writer = frame.writeTo(f"{CATALOG}.{table}").option("distribution-mode", "none").option("fanout-enabled", "true")
     for key, value in run.summary(ENGINE).items():
         writer = writer.option(f"snapshot-property.{key}", value)
-    writer.overwrite(F.col("run_id") == F.lit(run.run_id))
+    if run.replaces(table):
+        writer.overwrite(F.col("run_id") == F.lit(run.run_id))
+    else:
+        writer.append()

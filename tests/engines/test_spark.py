@@ -178,9 +178,12 @@ def each_row_once(lake: LakeConfig, name: str) -> tuple[int, int]:
     return got.num_rows, len(places)
 
 
+KILLED, NEXT = "transactions-2026-12-01", "transactions-2026-12-02"  # alike in their first 16 characters
+
+
 @dataclass(frozen=True)
 class KilledRun:
-    """A run of the small table (run ``k1``, table ``killed``) during which an executor was killed."""
+    """A run of the small table (run ``KILLED``, table ``killed``) during which an executor was killed."""
 
     run: SparkRun
     killed: int
@@ -193,7 +196,7 @@ def killed_run(spark: Any, spark_cluster: SparkCluster, small: Small) -> KilledR
     tracker = spark.sparkContext.statusTracker()
     done: list[SparkRun] = []
     runner = threading.Thread(target=lambda: done.append(
-        score_table(spark, small.cfg, str(small.events), Target(table="killed"), "k1")))
+        score_table(spark, small.cfg, str(small.events), Target(table="killed"), KILLED)))
     killed: list[int] = []
     runner.start()
     deadline = time.monotonic() + 240
@@ -222,11 +225,16 @@ def test_an_executor_killed_mid_job_is_replaced_and_each_row_lands_once(
 def test_a_committed_run_id_is_refused_and_force_replaces_its_rows(spark: Any, killed_run: KilledRun,
                                                                     small: Small) -> None:
     assert killed_run.run.predictions == SMALL - 2
-    with pytest.raises(ReplayFinishedError, match="'k1' already committed into streamer.killed"):
-        score_table(spark, small.cfg, str(small.events), Target(table="killed"), "k1")
-    forced = score_table(spark, small.cfg, str(small.events), Target(table="killed"), "k1", force=True)
+    with pytest.raises(ReplayFinishedError, match=f"'{KILLED}' already committed into streamer.killed"):
+        score_table(spark, small.cfg, str(small.events), Target(table="killed"), KILLED)
+    # A run alike in its first 16 characters, then the first one forced: its rows alone are replaced.
+    score_table(spark, small.cfg, str(small.events), Target(table="killed"), NEXT)
+    forced = score_table(spark, small.cfg, str(small.events), Target(table="killed"), KILLED, force=True)
     assert (forced.predictions, forced.rejects) == (SMALL - 2, 2)
-    assert each_row_once(small.cfg.lake, "killed") == (SMALL - 2, SMALL - 2)
+    location = open_catalog(small.cfg.lake).load_table("streamer.killed").metadata_location
+    per_run = connect().sql(f"SELECT run_id, count(*), count(DISTINCT source_partition * 100000 + source_offset) "
+                            f"FROM iceberg_scan('{location}') GROUP BY run_id ORDER BY run_id").fetchall()
+    assert per_run == [(KILLED, SMALL - 2, SMALL - 2), (NEXT, SMALL - 2, SMALL - 2)]
     table = open_catalog(small.cfg.lake).load_table("streamer.killed")
     runs = [s.summary.get("streamer.run-id") for s in table.snapshots() if s.summary is not None]
-    assert runs == ["k1", "k1"]
+    assert runs == [KILLED, NEXT, KILLED]
