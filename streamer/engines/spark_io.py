@@ -6,8 +6,8 @@ the scorer's POSITION columns, so every row is named as ``streamer score`` names
 path, the file's number, its row in the file) and the rows equal ``streamer score``'s. An Iceberg
 table (``streamer.<namespace>.<table>`` in Spark) is read with Iceberg's ``_file`` and ``_pos``.
 
-An Iceberg target gets two commits, rejects first, each replacing the run's own rows
-(``overwrite(run_id = <run>)``) and carrying the run's snapshot properties; a Parquet target's
+An Iceberg target gets two commits, rejects first, each an append (or, where an earlier attempt
+of the run committed into the table, ``overwrite(run_id = <run>)``) and carrying the run's snapshot properties; a Parquet target's
 run folders are emptied, written (Hive-partitioned by ``event_date``, rejects by
 ``rejected_date``, as the lake's dataset is) and marked done with ``_SUCCESS``, last.
 """

@@ -11,7 +11,7 @@ Flags:
     bundle on the classpath, as the ``spark`` image has it).
 ``--to-table NAME`` | ``--to-parquet PATH``
     an Iceberg table of the lake's catalog (made as ``streamer score`` makes it, with
-    ``NAME_rejects``; one commit each, rejects first, replacing the run's own rows), or a Parquet
+    ``NAME_rejects``; one commit each, rejects first, replacing the rows of an earlier attempt), or a Parquet
     folder on a local or shared filesystem (the run's rows in ``PATH/run_id=<run>/event_date=.../``,
     its rejects in ``PATH_rejects/run_id=<run>/rejected_date=.../``, ``_SUCCESS`` written last).
 ``--run-id ID``
