@@ -31,7 +31,7 @@ from ray.data import ActorPoolStrategy, Dataset
 
 from streamer.config import Config, LakeConfig
 from streamer.engines.ray_read import placed_source
-from streamer.engines.runs import RunTarget, clear_run, mark_done, prepare
+from streamer.engines.runs import EngineRun, RunTarget, clear_run, mark_done, prepare
 from streamer.engines.scorer import ArrowScorer, split_outcomes
 from streamer.lake.places import catalog_uri, filesystem, io_properties, warehouse_uri
 from streamer.wiring.lake import BATCH_SIZE, Target
@@ -92,16 +92,10 @@ def score_dataset(ds: Dataset, cfg: Config, run_id: str, concurrency: int | None
 
 
 @dataclass(frozen=True, slots=True)
-class RayRun:
-    """What a Ray run wrote: its counts and where."""
+class RayRun(EngineRun):
+    """What a Ray run wrote, with its pool's size, and its summary lines."""
 
-    run_id: str
-    source: str
-    target: RunTarget
-    predictions: int
-    rejects: int
-    seconds: float
-    concurrency: int | None
+    concurrency: int | None = None
 
     def lines(self) -> list[str]:
         rows = self.predictions + self.rejects

@@ -66,6 +66,18 @@ class RunTarget:
         return {RUN: self.run_id, ENGINE: engine}
 
 
+@dataclass(frozen=True, slots=True)
+class EngineRun:
+    """What an engine run wrote: its counts, where, and its own seconds (a session's start apart)."""
+
+    run_id: str
+    source: str
+    target: RunTarget
+    predictions: int
+    rejects: int
+    seconds: float
+
+
 def prepare(lake: LakeConfig, target: Target, run_id: str, schema: pa.Schema, *, force: bool = False) -> RunTarget:
     """The run's target, its tables made (partitioned by day, as ``streamer score`` makes them) or
     checked against ``schema``; ReplayFinishedError when ``run_id`` committed there and not ``force``."""

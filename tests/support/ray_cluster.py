@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamer.dev.broker import _log_tail, free_ports
+from tests.support.binaries import beside_python
 
 START_TIMEOUT_S = 90.0  # a node of a busy two-core machine starts in 4 to 10 s
 STOP_TIMEOUT_S = 15.0  # `ray start --block` stops its daemons on SIGTERM, then exits
@@ -95,13 +96,10 @@ class RayCluster:
 
 def ray_binary() -> Path:
     """The ``ray`` next to this Python (the ray extra's), else the one on PATH."""
-    beside = Path(sys.executable).parent / "ray"
-    if beside.exists():
-        return beside
-    found = shutil.which("ray")
+    found = beside_python("ray")
     if found is None:
         raise RayStartError(f"no 'ray' beside {sys.executable} or on PATH (pip install -e '.[ray]')")
-    return Path(found)
+    return found
 
 
 def _node_command(head_address: str | None, temp_dir: Path) -> tuple[list[str], int]:
