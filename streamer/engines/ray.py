@@ -129,6 +129,7 @@ def run_ray(cfg: Config, location: str, target: Target, run_id: str, *, address:
     started = time.monotonic()
     source, name = placed_source(cfg.lake, location)
     scorer = ArrowScorer(cfg, run_id, batch_rows=batch_size)
+    scorer.check(location)
     run = prepare(cfg.lake, target, run_id, scorer.schema, force=force)  # a committed run id: refused before any work
     connect(address)
     concurrency = concurrency or default_concurrency()

@@ -33,7 +33,7 @@ from streamer.config import Config
 from streamer.lake.arrow_fields import ArrowFields
 from streamer.lake.columns import REJECTS, rejects_table
 from streamer.lake.run import Predictions
-from streamer.lake.table import Positions, table_rows
+from streamer.lake.table import Positions, TableSource, table_rows
 from streamer.pipeline.validate import EventValidator
 from streamer.wiring.lake import BATCH_SIZE, lake_house
 
@@ -58,7 +58,7 @@ class _Loaded:
     def __init__(self, cfg: Config, run_id: str) -> None:
         house = lake_house(cfg)
         contract = house.model.contract
-        self.cfg = house.cfg
+        self.cfg, self.contract = house.cfg, contract
         self.schema = house.columns.schema
         self.validator = EventValidator(house.cfg.input, contract, house.cfg.output.include)
         self.stack = contract.stack
@@ -94,6 +94,14 @@ class ArrowScorer:
         if self._loaded is None:
             self._loaded = _Loaded(self.cfg, self.run_id)
         return self._loaded
+
+    def check(self, location: str, key: str = "--from") -> None:
+        """Refuse a source (Parquet files, a table of the catalog) whose columns the model's inputs
+        cannot read, before any row is scored: ConfigError naming the input and the column, as
+        ``streamer score`` refuses it."""
+        loaded = self.loaded
+        source = TableSource(loaded.cfg.lake, location, loaded.validator, loaded.stack, self.batch_rows, None, key)
+        source.check(loaded.contract)
 
     @property
     def schema(self) -> pa.Schema:

@@ -81,6 +81,7 @@ def score_table(spark: Any, cfg: Config, source: str, target: Target, run_id: st
     if (target.parquet or "").startswith("s3://"):
         raise ConfigError("--to-parquet", "the Spark engine writes Parquet to a local or shared filesystem path")
     scorer = scorer or ArrowScorer(cfg, run_id)
+    scorer.check(source)
     run = prepare(cfg.lake, target, run_id, scorer.schema, force=force)
     started = time.monotonic()
     frame, files = read_source(spark, cfg.lake, source)
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> str:
     conf = catalog_conf(cfg.lake)
     target = Target(table=args.to_table, parquet=args.to_parquet)
     scorer = ArrowScorer(cfg, run_id)
-    prepare(cfg.lake, target, run_id, scorer.schema, force=args.force)  # refused before a session starts
+    scorer.check(args.source)  # a source or run id refused before a session starts
+    prepare(cfg.lake, target, run_id, scorer.schema, force=args.force)
     builder = SparkSession.builder.appName(f"streamer score {run_id}")
     for key, value in conf.items():
         builder = builder.config(key, value)

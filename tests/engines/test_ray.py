@@ -165,6 +165,16 @@ def test_a_ray_run_that_cannot_write_once_per_run_id_is_refused_naming_the_flag(
     assert code == 2 and len(lines) == 1 and named in lines[0], lines
 
 
+def test_a_source_the_models_inputs_cannot_read_is_refused_before_ray_is_reached(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pq.write_table(events(10, {}).drop_columns(["features"]), tmp_path / "in.parquet")
+    code = main(["score", "--config", str(config_file(tmp_path)), "--from", str(tmp_path / "in.parquet"),
+                 "--engine", "ray", "--address", "127.0.0.1:1", "--to-parquet", str(tmp_path / "out")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("streamer:")]
+    assert code == 2 and len(lines) == 1 and "features" in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_ray_flags_are_refused_on_the_local_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["score", "--config", str(EXAMPLE), "--from", str(tmp_path), "--to-parquet", str(tmp_path / "o"),
                  "--address", "127.0.0.1:1"])

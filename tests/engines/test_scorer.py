@@ -11,9 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+import pytest
 
 from streamer.commands.lake import Target, run_score
 from streamer.engines.scorer import POSITION, REJECT, ArrowScorer, split_outcomes
+from streamer.errors import ConfigError
 from tests.lake.test_score import config, events
 
 STAMPS = ("run_id", "scored_at", "rejected_at")  # the run's own, never equal across two runs
@@ -51,3 +53,12 @@ def test_batches_score_as_streamer_score_does_rejects_included(tmp_path: Path) -
     back = split_outcomes(outcomes, scorer.schema)
     assert unstamped(back.predictions).equals(unstamped(got))
     assert unstamped(back.rejects).equals(unstamped(got_rejects))
+
+
+def test_a_source_the_inputs_cannot_read_is_refused_before_a_row_is_scored(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    pq.write_table(events(10, {}).drop_columns(["features"]), tmp_path / "nofeatures.parquet")
+    with pytest.raises(ConfigError, match="features"):
+        ArrowScorer(cfg, "r1").check(str(tmp_path / "nofeatures.parquet"))
+    pq.write_table(events(10, {}), tmp_path / "good.parquet")
+    ArrowScorer(cfg, "r1").check(str(tmp_path / "good.parquet"))

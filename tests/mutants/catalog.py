@@ -955,4 +955,11 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit("streamer/engines/runs.py", "_exact_run_ids", 'if table.properties.get(RUN_ID_METRICS) != "full":',
               "if False:"),),
     ),
+    Mutant(
+        "122-engine-source-unchecked",
+        "an engine run scores a source its model's inputs cannot read: every row a reject, where streamer score "
+        "refuses the source naming the input",
+        ("tests/engines/test_ray.py::test_a_source_the_models_inputs_cannot_read_is_refused_before_ray_is_reached",),
+        (Edit("streamer/engines/ray.py", "run_ray", "scorer.check(location)", "scorer.schema"),),
+    ),
 )
