@@ -1,8 +1,8 @@
 """A real Ray cluster for the tests: a head and one more node (``ray start --block``), on loopback ports of their own.
 
 Each node is one ``ray start ... --block`` process of the ``ray`` beside this Python; it runs the
-node's daemons (the head: GCS, raylet, the log monitor; the other: its raylet) as its children
-and stops them all when it takes SIGTERM, so a stop touches this cluster alone. ``ray stop`` is
+node's daemons (the head: GCS, raylet, the log monitor; the other: its raylet) as its children,
+in a process group of its own that a stop kills, so a stop touches this cluster alone. ``ray stop`` is
 never run: it stops every Ray of the host, other sessions' included.
 
 Every port a node would otherwise take at a fixed default (GCS 6379, the client server 10001, the
@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +40,7 @@ from streamer.dev.broker import _log_tail, free_ports
 from tests.support.binaries import beside_python
 
 START_TIMEOUT_S = 90.0  # a node of a busy two-core machine starts in 4 to 10 s
-STOP_TIMEOUT_S = 15.0  # `ray start --block` stops its daemons on SIGTERM, then exits
+STOP_TIMEOUT_S = 15.0  # a killed node's `ray start` is reaped within it
 OBJECT_STORE_BYTES = 400 * 1024 * 1024  # per node (Ray's floor is 75 MiB): a million scored rows, little spilled
 CPUS = 2  # logical CPUs per node
 READY = "Ray runtime started."
@@ -135,14 +136,11 @@ def _await_started(proc: subprocess.Popen[bytes], log_file: Path, what: str) -> 
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)  # the node's own process group: its daemons, nobody else's
-            proc.wait()
+    """SIGKILL to the node's own process group (its daemons and workers, nobody else's): a test
+    cluster keeps nothing, and a graceful stop costs each node seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(STOP_TIMEOUT_S)
 
 
 @contextlib.contextmanager
