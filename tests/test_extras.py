@@ -1,5 +1,5 @@
-"""A missing extra is one line: each command or flag that needs the lake, eval, online or optimize
-extra, run in a real environment without it (streamer installed from this checkout with its
+"""A missing extra is one line: each command or flag that needs an optional extra (lake, eval, online,
+optimize, kv, ray, spark), run in a real environment without it (streamer installed from this checkout with its
 runtime dependencies alone), exits 2 naming the extra and the install line for a clone."""
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ COMMANDS: dict[str, list[tuple[str, list[str]]]] = {  # extra -> (what the line 
                ("online.enabled", ["run", "--config", "ONLINE"])],
     "optimize": [("model optimize", ["model", "optimize", MODEL, "--out", "optimized.onnx"])],
     "kv": [("features load", ["features", "load", "--config", EXAMPLE_CONFIG, "--from", "rows.parquet"])],
+    "ray": [("--engine ray", ["score", "--config", EXAMPLE_CONFIG, "--from", "in.parquet", "--to-parquet", "out",
+                              "--engine", "ray"])],
+    "spark": [("spark_main.py", ["SPARK_MAIN", "--config", EXAMPLE_CONFIG, "--from", "in.parquet",
+                                 "--to-parquet", "out", "--run-id", "r1"])],
 }
 
 
@@ -58,8 +62,10 @@ def test_a_command_without_its_extra_exits_2_in_one_line_with_the_clone_install_
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     for what, args in COMMANDS[extra]:
         args = [online_config(tmp_path) if a == "ONLINE" else a for a in args]
-        done = subprocess.run([str(core), "-m", "streamer", *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=120)
+        # spark-submit's entry point is a script of its own; every other command is streamer's.
+        command = [str(ROOT / "streamer" / "engines" / "spark_main.py"), *args[1:]] if args[0] == "SPARK_MAIN" \
+            else ["-m", "streamer", *args]
+        done = subprocess.run([str(core), *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1, done.stderr

@@ -1,4 +1,4 @@
-"""A Spark run's rows in and out: a Parquet source or an Iceberg table as a DataFrame with each row's place, and a run's two frames written into its target.
+"""A Spark run on a session: its rows in (a Parquet source or an Iceberg table as a DataFrame with each row's place), scored once, and its two frames written into its target (score_table).
 
 A Parquet file or folder (as ``streamer score --from`` names one: its files sorted, less those
 under ``_`` or ``.`` names) is read with ``_metadata.file_path`` and ``_metadata.row_index`` as
@@ -14,16 +14,19 @@ run folders are emptied, written (Hive-partitioned by ``event_date``, rejects by
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamer.config import LakeConfig
-from streamer.engines.runs import RunTarget, clear_run, mark_done
-from streamer.engines.scorer import POSITION
-from streamer.engines.spark import CATALOG
+from streamer.config import Config, LakeConfig
+from streamer.engines.runs import EngineRun, RunTarget, clear_run, mark_done, prepare
+from streamer.engines.scorer import POSITION, ArrowScorer
+from streamer.engines.spark import CATALOG, scored_frame, split
 from streamer.errors import ConfigError
 from streamer.lake.places import identifier
 from streamer.lake.table import parquet_files
+from streamer.wiring.lake import Target
 
 ENGINE = "spark"
 
@@ -78,3 +81,35 @@ def _commit(frame: Any, table: str, run: RunTarget) -> None:
         writer.overwrite(F.col("run_id") == F.lit(run.run_id))
     else:
         writer.append()
+
+
+@dataclass(frozen=True, slots=True)
+class SparkRun(EngineRun):
+    """What a Spark run wrote, and its summary line."""
+
+    def line(self) -> str:
+        return (f"spark: scored {self.predictions + self.rejects} rows of {self.source} into {self.target.name} "
+                f"({self.predictions} predictions, {self.rejects} rejects into {self.target.rejects_at}), "
+                f"run {self.run_id}, engine {ENGINE}, in {self.seconds:.1f}s")
+
+
+def score_table(spark: Any, cfg: Config, source: str, target: Target, run_id: str, *, force: bool = False,
+                scorer: ArrowScorer | None = None) -> SparkRun:
+    """Score every row of ``source`` into ``target`` under ``run_id`` on the session ``spark`` (its
+    catalog set by :func:`~streamer.engines.spark.catalog_conf`); ReplayFinishedError when the run
+    id committed and not ``force``."""
+    if (target.parquet or "").startswith("s3://"):
+        raise ConfigError("--to-parquet", "the Spark engine writes Parquet to a local or shared filesystem path")
+    scorer = scorer or ArrowScorer(cfg, run_id)
+    scorer.check(source)
+    run = prepare(cfg.lake, target, run_id, scorer.schema, force=force)
+    started = time.monotonic()
+    frame, files = read_source(spark, cfg.lake, source)
+    scored = scored_frame(frame, cfg, run_id, files, scorer)
+    predictions, rejects = split(scored, scorer.schema)
+    try:
+        counts = (predictions.count(), rejects.count())
+        write_run(cfg.lake, run, predictions, rejects)
+    finally:
+        scored.unpersist()
+    return SparkRun(run_id, source, run, counts[0], counts[1], time.monotonic() - started)

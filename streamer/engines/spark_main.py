@@ -34,20 +34,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from dataclasses import dataclass
-from typing import Any
 
-from streamer.config import Config
 from streamer.config_file import load_config
-from streamer.engines.runs import EngineRun, prepare
-from streamer.engines.scorer import ArrowScorer
-from streamer.engines.spark import catalog_conf, scored_frame, split
-from streamer.engines.spark_io import ENGINE, read_source, write_run
 from streamer.errors import EXIT_CONFIG, ConfigError
 from streamer.extras import need
 from streamer.house import new_run_id
-from streamer.wiring.lake import Target
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -63,42 +54,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@dataclass(frozen=True, slots=True)
-class SparkRun(EngineRun):
-    """What a Spark run wrote, and its summary line."""
-
-    def line(self) -> str:
-        return (f"spark: scored {self.predictions + self.rejects} rows of {self.source} into {self.target.name} "
-                f"({self.predictions} predictions, {self.rejects} rejects into {self.target.rejects_at}), "
-                f"run {self.run_id}, engine {ENGINE}, in {self.seconds:.1f}s")
-
-
-def score_table(spark: Any, cfg: Config, source: str, target: Target, run_id: str, *, force: bool = False,
-                scorer: ArrowScorer | None = None) -> SparkRun:
-    """Score every row of ``source`` into ``target`` under ``run_id`` on the session ``spark`` (its
-    catalog set by :func:`~streamer.engines.spark.catalog_conf`); ReplayFinishedError when the run
-    id committed and not ``force``."""
-    if (target.parquet or "").startswith("s3://"):
-        raise ConfigError("--to-parquet", "the Spark engine writes Parquet to a local or shared filesystem path")
-    scorer = scorer or ArrowScorer(cfg, run_id)
-    scorer.check(source)
-    run = prepare(cfg.lake, target, run_id, scorer.schema, force=force)
-    started = time.monotonic()
-    frame, files = read_source(spark, cfg.lake, source)
-    scored = scored_frame(frame, cfg, run_id, files, scorer)
-    predictions, rejects = split(scored, scorer.schema)
-    try:
-        counts = (predictions.count(), rejects.count())
-        write_run(cfg.lake, run, predictions, rejects)
-    finally:
-        scored.unpersist()
-    return SparkRun(run_id, source, run, counts[0], counts[1], time.monotonic() - started)
-
-
 def run(args: argparse.Namespace) -> str:
-    """The run, on a session of its own; its summary line."""
+    """The run, on a session of its own; its summary line. The spark extra's modules are imported
+    here, once it is known to be installed: without it, one line says so."""
     need("spark", "spark_main.py")
     from pyspark.sql import SparkSession
+
+    from streamer.engines.runs import prepare
+    from streamer.engines.scorer import ArrowScorer
+    from streamer.engines.spark import catalog_conf
+    from streamer.engines.spark_io import score_table
+    from streamer.wiring.lake import Target
 
     cfg = load_config(args.config)
     run_id = new_run_id(args.run_id)

@@ -26,7 +26,7 @@ from streamer.config import Config, LakeConfig
 from streamer.engines import spark_main
 from streamer.engines.scorer import ArrowScorer
 from streamer.engines.spark import catalog_conf, score_dataframe
-from streamer.engines.spark_main import SparkRun, score_table
+from streamer.engines.spark_io import SparkRun, score_table
 from streamer.errors import ReplayFinishedError
 from streamer.lake.places import open_catalog
 from tests.conftest import EXAMPLE
