@@ -93,16 +93,24 @@ class SparkRun(EngineRun):
                 f"run {self.run_id}, engine {ENGINE}, in {self.seconds:.1f}s")
 
 
-def score_table(spark: Any, cfg: Config, source: str, target: Target, run_id: str, *, force: bool = False,
-                scorer: ArrowScorer | None = None) -> SparkRun:
-    """Score every row of ``source`` into ``target`` under ``run_id`` on the session ``spark`` (its
-    catalog set by :func:`~streamer.engines.spark.catalog_conf`); ReplayFinishedError when the run
-    id committed and not ``force``."""
+def checked_run(cfg: Config, source: str, target: Target, run_id: str, scorer: ArrowScorer, *,
+                force: bool = False) -> RunTarget:
+    """A run's target made or checked, and its source checked, before any session works on it:
+    ConfigError for a target or source the run cannot take, ReplayFinishedError when the run id
+    committed and not ``force``."""
     if (target.parquet or "").startswith("s3://"):
         raise ConfigError("--to-parquet", "the Spark engine writes Parquet to a local or shared filesystem path")
-    scorer = scorer or ArrowScorer(cfg, run_id)
     scorer.check(source)
-    run = prepare(cfg.lake, target, run_id, scorer.schema, force=force)
+    return prepare(cfg.lake, target, run_id, scorer.schema, force=force)
+
+
+def score_table(spark: Any, cfg: Config, source: str, target: Target, run_id: str, *, force: bool = False,
+                scorer: ArrowScorer | None = None, run: RunTarget | None = None) -> SparkRun:
+    """Score every row of ``source`` into ``target`` under ``run_id`` on the session ``spark`` (its
+    catalog set by :func:`~streamer.engines.spark.catalog_conf`); ReplayFinishedError when the run
+    id committed and not ``force``. ``run``: the target :func:`checked_run` gave already."""
+    scorer = scorer or ArrowScorer(cfg, run_id)
+    run = run or checked_run(cfg, source, target, run_id, scorer, force=force)
     started = time.monotonic()
     frame, files = read_source(spark, cfg.lake, source)
     scored = scored_frame(frame, cfg, run_id, files, scorer)

@@ -60,10 +60,9 @@ def run(args: argparse.Namespace) -> str:
     need("spark", "spark_main.py")
     from pyspark.sql import SparkSession
 
-    from streamer.engines.runs import prepare
     from streamer.engines.scorer import ArrowScorer
     from streamer.engines.spark import catalog_conf
-    from streamer.engines.spark_io import score_table
+    from streamer.engines.spark_io import checked_run, score_table
     from streamer.wiring.lake import Target
 
     cfg = load_config(args.config)
@@ -71,14 +70,13 @@ def run(args: argparse.Namespace) -> str:
     conf = catalog_conf(cfg.lake)
     target = Target(table=args.to_table, parquet=args.to_parquet)
     scorer = ArrowScorer(cfg, run_id)
-    scorer.check(args.source)  # a source or run id refused before a session starts
-    prepare(cfg.lake, target, run_id, scorer.schema, force=args.force)
+    run = checked_run(cfg, args.source, target, run_id, scorer, force=args.force)  # refused before a session starts
     builder = SparkSession.builder.appName(f"streamer score {run_id}")
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
-        return score_table(spark, cfg, args.source, target, run_id, force=args.force, scorer=scorer).line()
+        return score_table(spark, cfg, args.source, target, run_id, scorer=scorer, run=run).line()
     finally:
         spark.stop()
 

@@ -908,7 +908,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "115-spark-run-id-always-forced",
         "a Spark run retried with a run id that committed writes the run again instead of being refused",
         ("tests/engines/test_spark.py::test_a_committed_run_id_is_refused_and_force_replaces_its_rows",),
-        (Edit("streamer/engines/spark_io.py", "score_table", "scorer.schema, force=force)",
+        (Edit("streamer/engines/spark_io.py", "checked_run", "scorer.schema, force=force)",
               "scorer.schema, force=True)"),),
     ),
     Mutant(
