@@ -11,8 +11,9 @@ batch's outcome is stored once, when its task succeeds.
 
 :func:`run_ray` is a whole run: the source read with each row's place (ray_read.py), the run's
 target made or refused (runs.py: a run id that committed is refused unless forced), then the
-rejects' commit and the predictions' (an Iceberg ``write_iceberg`` that overwrites the run's own
-rows, with ``streamer.run-id`` and ``streamer.engine`` in its snapshot summary), or the run's
+rejects' commit and the predictions' (an Iceberg ``write_iceberg`` that appends, or replaces the
+rows an earlier attempt of the run committed, with ``streamer.run-id`` and ``streamer.engine`` in
+its snapshot summary), or the run's
 Parquet folders written anew (``event_date=`` / ``rejected_date=`` folders, ``_SUCCESS`` last).
 """
 
@@ -33,7 +34,7 @@ from streamer.config import Config, LakeConfig
 from streamer.engines.ray_read import placed_source
 from streamer.engines.runs import EngineRun, RunTarget, clear_run, mark_done, prepare
 from streamer.engines.scorer import ArrowScorer, split_outcomes
-from streamer.lake.places import catalog_uri, filesystem, io_properties, warehouse_uri
+from streamer.lake.places import catalog_properties, filesystem
 from streamer.wiring.lake import BATCH_SIZE, Target
 
 ENGINE = "ray"
@@ -145,11 +146,7 @@ def run_ray(cfg: Config, location: str, target: Target, run_id: str, *, address:
 
 def catalog_kwargs(lake: LakeConfig) -> dict[str, Any]:
     """pyiceberg's ``load_catalog`` keywords for the project's catalog (places.py's)."""
-    kind = {"type": "rest"} if lake.catalog == "rest" else {"type": "sql"}
-    secrets = {k: v.value for k, v in (("token", lake.catalog_token), ("credential", lake.catalog_credential))
-               if v is not None}
-    return {"name": "streamer", **kind, "uri": catalog_uri(lake), "warehouse": warehouse_uri(lake),
-            **io_properties(lake), **secrets}
+    return {"name": "streamer", "type": lake.catalog, **catalog_properties(lake)}
 
 
 def _write_tables(lake: LakeConfig, run: RunTarget, predictions: Dataset, rejects: Dataset) -> None:

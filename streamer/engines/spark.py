@@ -34,7 +34,7 @@ import pyarrow as pa
 from streamer.config import Config, LakeConfig
 from streamer.engines.scorer import POSITION, REJECT, ArrowScorer
 from streamer.errors import ConfigError
-from streamer.lake.places import catalog_uri
+from streamer.lake.places import catalog_uri, warehouse_uri
 
 CATALOG = "streamer"  # the Spark catalog of the lake's tables: streamer.<namespace>.<table>
 _WORKER_SCORERS: dict[str, ArrowScorer] = {}  # one per run in an executor's Python worker
@@ -44,8 +44,7 @@ def catalog_conf(lake: LakeConfig) -> dict[str, str]:
     """The Spark settings of the lake's catalog as Spark's catalog :data:`CATALOG`, and the
     session settings its writes need (UTC days, microsecond Parquet timestamps, nullable columns)."""
     prefix = f"spark.sql.catalog.{CATALOG}"
-    warehouse = str(lake.warehouse) if lake.warehouse.remote else Path(lake.warehouse).resolve().as_uri()
-    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.warehouse": warehouse,
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.warehouse": warehouse_uri(lake),
             "spark.sql.iceberg.check-nullability": "false",
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",

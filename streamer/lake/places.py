@@ -47,6 +47,16 @@ def io_properties(lake: LakeConfig) -> dict[str, str]:
     return props
 
 
+def catalog_properties(lake: LakeConfig) -> dict[str, str]:
+    """pyiceberg's properties of the configured catalog: its URI, the warehouse, the object store's
+    FileIO, and a REST catalog's token or credential (secrets unwrapped: for the client alone)."""
+    props = {"uri": catalog_uri(lake), "warehouse": warehouse_uri(lake), **io_properties(lake)}
+    if lake.catalog == "rest":
+        props.update({k: v.value for k, v in (("token", lake.catalog_token), ("credential", lake.catalog_credential))
+                      if v is not None})
+    return props
+
+
 def open_catalog(lake: LakeConfig) -> Any:
     """The configured catalog (pyiceberg's), its namespace created when missing. Processes that
     open a new SQL catalog at once (``--workers``, a Job's pods) race to create its tables: the
@@ -64,18 +74,16 @@ def _open_catalog(lake: LakeConfig) -> Any:
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.catalog.sql import SqlCatalog
 
-    props = {"warehouse": warehouse_uri(lake), **io_properties(lake)}
+    props = catalog_properties(lake)
     secrets = [s for s in (lake.catalog_uri, lake.catalog_token, lake.catalog_credential, lake.s3.secret_access_key)
                if s is not None]
     try:
         if lake.catalog == "rest":
-            rest = {k: v.value for k, v in (("token", lake.catalog_token), ("credential", lake.catalog_credential))
-                    if v is not None}
-            catalog: Any = RestCatalog("streamer", uri=catalog_uri(lake), **props, **rest)
+            catalog: Any = RestCatalog("streamer", **props)
         else:
             if not lake.warehouse.remote:
                 Path(lake.warehouse).mkdir(parents=True, exist_ok=True)
-            catalog = SqlCatalog("streamer", uri=catalog_uri(lake), **props)
+            catalog = SqlCatalog("streamer", **props)
         catalog.create_namespace_if_not_exists(lake.namespace)
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy's and HTTP's many errors: the key is what matters
         reason = str(exc)
