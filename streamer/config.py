@@ -21,6 +21,21 @@ from typing import Any, Literal, Protocol
 
 from streamer.config_check import Location, Secret, above, at_least, check_types, file_exists
 from streamer.config_contract import InputSource, OutputTarget
+from streamer.config_models import (
+    MANIFEST,
+    MODEL_FILE,
+    ModelConfig,
+    ModelEntry,
+    ModelsConfig,
+    Provider,
+    RouteConfig,
+    check_models,
+    default_model,
+    model_entries,
+    model_shadow,
+    model_versions,
+    route_models,
+)
 from streamer.config_sections import (
     MAX_BATCH_SIZE,
     BatchingConfig,
@@ -37,14 +52,16 @@ from streamer.config_sections import (
 )
 from streamer.errors import ConfigError
 
-__all__ = ["MAX_BATCH_SIZE", "BatchingConfig", "CacheConfig", "ChallengerConfig", "FeaturesConfig", "Guarantee",
+__all__ = ["InputSource", "OutputTarget",  # the contract's, defined in config_contract.py
+           "MODEL_FILE", "ModelConfig", "ModelEntry", "ModelsConfig", "Provider", "RouteConfig",
+           "check_models", "default_model", "model_entries", "model_shadow", "model_versions", "route_models",  # the model sections, defined in config_models.py
+           "MAX_BATCH_SIZE", "BatchingConfig", "CacheConfig", "ChallengerConfig", "FeaturesConfig", "Guarantee",
            "KvConfig", "MetricsConfig", "OnlineConfig", "ProcessingConfig", "ShadowConfig"]  # sections defined in config_sections.py, used from here
 
 Format = Literal["avro", "avro-confluent", "json", "json-schema-confluent", "protobuf-confluent"]  # input
 OutputFormat = Literal["avro", "avro-confluent", "json"]
 SubjectStrategy = Literal["topic", "record", "topic-record"]  # Confluent's TopicNameStrategy, ...
 OutputKey = Literal["input", "entity_id", "event_id"]
-Provider = Literal["cuda", "cpu"]
 
 SECRET_KEY = re.compile(r"(password|secret|credentials|user\.info|token|key\.pem)", re.IGNORECASE)
 KAFKA_NEEDS = "must be a mapping with at least 'bootstrap.servers'"
@@ -117,72 +134,6 @@ class InputConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelConfig:
-    path: Path  # an ONNX file, or a folder of versions '<n>/model.onnx' (the highest is served)
-    name: str  # the model's name in predictions and metrics
-    version: str  # written as model.version in every prediction, exactly as given
-    # The model's contract (model/contract.py). None: a single input from input.features_field
-    # and a single output as 'scores' (a model with more of either needs these mappings).
-    inputs: Mapping[str, InputSource] | None = None  # model input name -> where its values come from
-    outputs: Mapping[str, OutputTarget] | None = None  # prediction field -> model output
-    providers: tuple[Provider, ...] = ("cuda", "cpu")  # ONNX Runtime providers, tried in this order
-    intra_op_threads: int = 1  # 1: no spinning thread pool competing with librdkafka; 0: ONNX Runtime decides
-    drift_profile: Path | None = None  # the training features' profile (observe/drift.py); None: no drift metrics
-    drift_window_rows: int = 100_000  # the live rows compared with it (a sliding window)
-    reload_check_ms: int = 2_000  # how often model.path is looked at for a new model; 0: on SIGHUP only
-    pipelined: bool | None = None  # score on an inference thread (pipeline/inference.py); None: when heavy
-    io_binding: bool | None = None  # bind input and output to device buffers; None: on CUDA
-    cuda_device_id: int = 0  # the GPU the CUDA provider runs on
-    cuda_mem_limit_mb: int = 0  # the CUDA arena's limit; 0: none
-    cuda_arena: Literal["next_power_of_two", "same_as_requested"] = "next_power_of_two"  # how the arena grows
-    # Degrade, don't fail (pipeline/serving.py): with a fallback, a failing or slow model trips a
-    # circuit breaker and the fallback scores, its predictions flagged degraded. None: hold and retry.
-    fallback_path: Path | None = None  # a simpler ONNX model, same input width
-    fallback_scores: tuple[float, ...] | None = None  # or a constant output row
-    timeout_ms: int = 0  # a batch slower than this opens the breaker; 0: no limit
-    breaker_failures: int = 3  # failed batches in a row that open it
-    breaker_probe_ms: int = 1_000  # open: the first probe of the model after this, then doubling
-    breaker_probe_max_ms: int = 60_000  # the longest wait between probes
-
-    def __post_init__(self) -> None:
-        check_types(self, "model")
-        for name, source in (self.inputs or {}).items():
-            source.check(f"model.inputs.{name}")
-        if self.inputs == {}:
-            raise ConfigError("model.inputs", "maps no input (leave it out for the default)")
-        if self.outputs == {}:
-            raise ConfigError("model.outputs", "maps no output (leave it out for the default)")
-        if self.outputs is not None and self.fallback_scores is not None:
-            raise ConfigError("model.fallback_scores", "a constant row stands in for 'scores' only; with "
-                                                      "model.outputs use model.fallback_path")
-        if not self.providers:
-            raise ConfigError("model.providers", "needs at least one of 'cuda', 'cpu'")
-        at_least(0, "model.intra_op_threads", self.intra_op_threads)
-        at_least(1, "model.drift_window_rows", self.drift_window_rows)
-        at_least(0, "model.reload_check_ms", self.reload_check_ms)
-        at_least(0, "model.cuda_device_id", self.cuda_device_id)
-        at_least(0, "model.cuda_mem_limit_mb", self.cuda_mem_limit_mb)
-        at_least(0, "model.timeout_ms", self.timeout_ms)
-        at_least(1, "model.breaker_failures", self.breaker_failures)
-        above(0, "model.breaker_probe_ms", self.breaker_probe_ms)
-        if self.breaker_probe_max_ms < self.breaker_probe_ms:
-            raise ConfigError("model.breaker_probe_max_ms", f"{self.breaker_probe_max_ms} is below "
-                                                            f"model.breaker_probe_ms {self.breaker_probe_ms}")
-        if self.fallback_path is not None and self.fallback_scores is not None:
-            raise ConfigError("model.fallback_scores", "set model.fallback_path or model.fallback_scores, not both")
-        if self.fallback_scores == ():
-            raise ConfigError("model.fallback_scores", "needs at least one score")
-        if not (self.path.is_dir() and model_versions(self.path)):  # a file, or a folder of versions
-            file_exists("model.path", "model", self.path)
-        file_exists("model.fallback_path", "fallback model", self.fallback_path)
-        file_exists("model.drift_profile", "drift profile", self.drift_profile)
-
-    @property
-    def fallback(self) -> bool:
-        return self.fallback_path is not None or self.fallback_scores is not None
-
-
-@dataclass(frozen=True, slots=True)
 class OutputConfig:
     topic: str  # where predictions are written
     schema: Path | None = None  # None: the bundled streamer/schemas/prediction.avsc, or one made from model.outputs
@@ -196,6 +147,7 @@ class OutputConfig:
     subject_strategy: SubjectStrategy = "topic"  # '<topic>-value', '<record name>', '<topic>-<record name>'
     auto_register: bool = True  # False: the schema must already be registered under the subject
     key: OutputKey = "input"  # the prediction's key: the input message's, or a prediction field
+    topic_per_model: bool = False  # each model's predictions to '<topic>.<model name>' (models, route)
 
     def __post_init__(self) -> None:
         check_types(self, "output")
@@ -262,12 +214,12 @@ class Config:
     online: OnlineConfig = field(default_factory=OnlineConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     kv: KvConfig = field(default_factory=KvConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    route: RouteConfig = field(default_factory=RouteConfig)
 
     def __post_init__(self) -> None:
         _check_sections(self)
-        if self.model.name in {c.name for c in self.shadow.challengers}:
-            raise ConfigError("shadow.challengers", f"a challenger cannot be named like the champion "
-                                                    f"({self.model.name!r})")
+        check_models(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,14 +322,34 @@ def with_overrides(cfg: Config, **sections: Any) -> Config:
     return replace(cfg, **changes)
 
 
-MODEL_FILE = "model.onnx"  # inside each numbered version folder of a model directory
+# ---- several models (config_models.py's sections) ---------------------------------------------
+
+def model_key(cfg: Config, name: str) -> str:
+    """The config key a model's section is under: ``model``, ``models.named.<name>.model``, or
+    ``models.repository.<name>.model`` for one of the repository folder's."""
+    if name not in cfg.models.named:
+        return "model"
+    folder = cfg.models.repository
+    if folder is not None and (folder / name / MANIFEST).is_file():
+        return f"models.repository.{name}.model"
+    return f"models.named.{name}.model"
 
 
-def model_versions(folder: Path) -> dict[int, Path]:
-    """A model directory's versions (Triton's and TF Serving's layout): ``<folder>/<n>/model.onnx``
-    for each whole number n; the highest is the one served."""
-    found = {}
-    for child in folder.iterdir() if folder.is_dir() else ():
-        if child.name.isdigit() and (child / MODEL_FILE).is_file():
-            found[int(child.name)] = child / MODEL_FILE
-    return found
+def prediction_topic(cfg: Config, name: str) -> str:
+    """Where the predictions of model ``name`` go: ``output.topic``, or ``<output.topic>.<name>``
+    with ``output.topic_per_model``."""
+    return f"{cfg.output.topic}.{name}" if cfg.output.topic_per_model else cfg.output.topic
+
+
+def for_model(cfg: Config, name: str | None = None, key: str = "--model") -> Config:
+    """The one-model config model ``name`` scores with (None: the default model): its model section,
+    its batching and challengers, and its prediction topic; no other model and no route. An
+    unknown name is refused on ``key``."""
+    name = name or default_model(cfg)
+    entries = model_entries(cfg)
+    if name not in entries:
+        raise ConfigError(key, f"no model {name!r}; the models are {', '.join(sorted(entries))}")
+    entry = entries[name]
+    return replace(cfg, model=entry.model, batching=entry.batching or cfg.batching, shadow=model_shadow(cfg, name, entry),
+                   output=replace(cfg.output, topic=prediction_topic(cfg, name), topic_per_model=False),
+                   models=ModelsConfig(), route=RouteConfig())

@@ -21,8 +21,9 @@ from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
 
 import yaml
 
-from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, Secret, UnscoredConfig
+from streamer.config import KAFKA_NEEDS, SECRET_KEY, Config, ModelEntry, ModelsConfig, Secret, UnscoredConfig
 from streamer.config_check import Location, kind_of
+from streamer.config_models import MANIFEST
 from streamer.errors import ConfigError, FileError
 from streamer.kafka.clients import check_properties  # the one place librdkafka dicts are built
 
@@ -104,7 +105,9 @@ def config_from_dict(raw: Any, base_dir: Path = Path("."),
     raw = _interpolate(raw, "", env)
     if not isinstance(raw.get("kafka"), Mapping):
         raise ConfigError("kafka", KAFKA_NEEDS)
-    cfg: Config = _places(_build(Config, _with_secrets(raw), "", base_dir), base_dir)  # each section validates itself
+    given = _models(raw, base_dir, env)
+    raw = {k: v for k, v in raw.items() if k not in given}
+    cfg: Config = _places(_build(Config, _with_secrets(raw), "", base_dir, given), base_dir)  # each section validates itself
     check_properties(cfg)
     return cfg
 
@@ -155,23 +158,90 @@ def _librdkafka_str(v: Any) -> str:
     return str(v)
 
 
-def _build(cls: type, raw: Any, prefix: str, base_dir: Path) -> Any:
+def _models(raw: Mapping[str, Any], base_dir: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``models`` section built first, with the models of its repository folder, and the
+    ``model`` section it stands for when the file has none (its default model): as ``_build``'s
+    given fields. Empty without a ``models`` section."""
+    if "models" not in raw:
+        return {}
+    models = cast(ModelsConfig, _convert(ModelsConfig, raw["models"], "models", base_dir))
+    if models.repository is not None:
+        found = _repository(models.repository, env)
+        for name in found.keys() & models.named.keys():
+            raise ConfigError(f"models.named.{name}", f"is also a model of models.repository ({models.repository})")
+        models = replace(models, named={**models.named, **found})
+    given: dict[str, Any] = {"models": models}
+    if "model" not in raw:
+        if models.default is None:
+            raise ConfigError("models.default", "is required without a model section (the default model's name)")
+        if models.default not in models.named:
+            raise ConfigError("models.default", f"no model {models.default!r}; the models are "
+                                                f"{', '.join(sorted(models.named)) or 'none'}")
+        given["model"] = models.named[models.default].model
+    return given
+
+
+def _repository(folder: Path, env: Mapping[str, str]) -> dict[str, ModelEntry]:
+    """The models of a repository folder: each sub-folder holding a ``model.yaml`` (the sections
+    ``model``, ``batching`` and ``shadow``, paths relative to the sub-folder; ``model.path``
+    defaults to the sub-folder, a folder of versions) is one, named by the sub-folder."""
+    found: dict[str, ModelEntry] = {}
+    for manifest in sorted(folder.glob(f"*/{MANIFEST}")):
+        name, here = manifest.parent.name, manifest.parent
+        raw = _read(manifest)
+        key = f"models.repository.{name}"
+        if not isinstance(raw, Mapping):
+            raise ConfigError(key, f"{manifest} must be a mapping of sections (model, batching, shadow)")
+        raw = _interpolate(raw, key, env)
+        section = raw.get("model", {})
+        if isinstance(section, Mapping):
+            raw = {**raw, "model": {"path": ".", **section}}
+        found[name] = _convert(ModelEntry, _named(raw, name), key, here)
+    return found
+
+
+def _named(raw: Any, name: str) -> Any:
+    """A model entry's raw mapping with its model section named like the entry (unless it names
+    itself, which ModelsConfig then checks)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("model"), Mapping) and "name" not in raw["model"]:
+        return {**raw, "model": {**raw["model"], "name": name}}
+    return raw
+
+
+def _build(cls: type, raw: Any, prefix: str, base_dir: Path, given: Mapping[str, Any] | None = None) -> Any:
+    """``cls`` from its raw mapping at ``prefix``; ``given``: fields already built."""
     if not isinstance(raw, Mapping):
         raise ConfigError(prefix or "<root>", f"must be a mapping, got {kind_of(raw)}")
+    given = given or {}
     hints = typing.get_type_hints(cls)
     names = {f.name for f in fields(cls)}
     for k in raw:
         if k not in names:
             raise ConfigError(f"{prefix}{k}", f"unknown key (expected one of: {', '.join(sorted(names))})")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = dict(given)
     for f in fields(cls):
         key = f"{prefix}{f.name}"
+        if f.name in given:
+            continue
         if f.name not in raw:
             if f.default is MISSING and f.default_factory is MISSING:
                 raise ConfigError(key, "is required but missing")
             continue
         kwargs[f.name] = _convert(hints[f.name], raw[f.name], key, base_dir)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise _nested(exc, prefix) from exc.__cause__
+
+
+def _nested(exc: ConfigError, prefix: str) -> ConfigError:
+    """A section's refusal keyed where the section sits: a model entry's ``model`` section
+    refuses ``model.path``, which is ``models.named.<name>.model.path`` there."""
+    parts = prefix.rstrip(".").split(".")
+    own = parts[-1] + "."
+    if len(parts) < 2 or type(exc) is not ConfigError or not exc.key.startswith(own):
+        return exc
+    return ConfigError(".".join(parts[:-1]) + "." + exc.key, exc.reason)
 
 
 def _convert(tp: Any, value: Any, key: str, base_dir: Path) -> Any:
@@ -221,6 +291,10 @@ def _convert(tp: Any, value: Any, key: str, base_dir: Path) -> Any:
     if isinstance(tp, type) and hasattr(tp, "__dataclass_fields__"):
         return _build(tp, value, f"{key}.", base_dir)
     if origin is not None and issubclass(origin, Mapping):
+        if args and args[1] is ModelEntry:  # models.named: name -> a model's sections
+            if not isinstance(value, Mapping):
+                raise ConfigError(key, f"expected a mapping, got {kind_of(value)}")
+            return {str(k): _convert(ModelEntry, _named(v, str(k)), f"{key}.{k}", base_dir) for k, v in value.items()}
         if args and hasattr(args[1], "parse"):  # model.inputs, model.outputs: name -> spec
             if not isinstance(value, Mapping):
                 raise ConfigError(key, f"expected a mapping, got {kind_of(value)}")

@@ -247,8 +247,9 @@ def code_defaults(cls: type = Config, prefix: str = "") -> dict[str, Any]:
             out.update(code_defaults(sections[0], f"{key}."))
         elif f.default is not dataclasses.MISSING:
             out[key] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # a mapping's: empty
+            out[key] = f.default_factory()
         else:
-            assert f.default_factory is dataclasses.MISSING, key
             out[key] = REQUIRED
     return out
 

@@ -97,10 +97,20 @@ def _described(cls: type) -> dict[str, str]:
 
 
 def section_of(tp: Any) -> type | None:
-    """The dataclass a field's value is a section (or a list of sections) of; None for a leaf."""
+    """The dataclass a field's value is a section (or a list, or a mapping of names to sections)
+    of; None for a leaf."""
     inner, _ = _optional(tp)
-    item = get_args(inner)[0] if get_origin(inner) is tuple else inner
-    return typing.cast(type, item) if is_dataclass(item) and item is not Secret else None
+    origin = get_origin(inner)
+    item = get_args(inner)[0] if origin is tuple else get_args(inner)[1] if origin is Mapping else inner
+    leaf = item is Secret or hasattr(item, "parse")  # a value parsed from YAML's short forms: its own page part
+    return typing.cast(type, item) if is_dataclass(item) and not leaf else None
+
+
+def _top_sections() -> dict[type, str]:
+    """The top-level sections by their dataclass: a section nested again (a model entry's
+    ``model``) has the top-level one's keys, and no table of its own."""
+    hints = typing.get_type_hints(Config)
+    return {typing.cast(type, s): f.name for f in fields(Config) if (s := section_of(hints[f.name])) is not None}
 
 
 def sections(cls: type = Config, prefix: str = "") -> list[Section]:
@@ -109,14 +119,17 @@ def sections(cls: type = Config, prefix: str = "") -> list[Section]:
     notes = _described(cls)
     rows: list[Key] = []
     below: list[Section] = []
+    top = _top_sections()
     for f in fields(cls):
         tp, key = hints[f.name], f"{prefix}{f.name}"
         inner = section_of(tp)
+        again = prefix and inner in top  # the keys of a top-level section, nested
         if prefix or inner is None:  # a top-level section has its own table, and no row
-            rows.append(Key(key, type_name(tp), _default(f), notes.get(f.name, "")))
-        if inner is not None:
-            many = get_origin(_optional(tp)[0]) is tuple
-            below.extend(sections(inner, f"{key}[]." if many else f"{key}."))
+            kind = f"the keys of `{top[typing.cast(type, inner)]}`" if again else type_name(tp)
+            rows.append(Key(key, kind, _default(f), notes.get(f.name, "")))
+        if inner is not None and not again:
+            many = {tuple: "[].", Mapping: ".<name>."}.get(get_origin(_optional(tp)[0]), ".")
+            below.extend(sections(inner, key + many))
     written = cls.__doc__ or ""
     doc = "" if written.startswith(f"{cls.__name__}(") else plain(inspect.cleandoc(written))  # dataclass's own
     own = Section(prefix.rstrip(".") or "kafka", doc if prefix else "", tuple(rows))
