@@ -4,7 +4,9 @@ requests and answers as a grpc.aio service.
 The service's messages come from the vendored protocol's descriptor (online/oip_descriptor.py)
 in a private descriptor pool, so a process that also imports tritonclient.grpc (which registers
 the same names in the default pool) still starts. Served: ServerLive, ServerReady, ModelReady,
-ServerMetadata, ModelMetadata and ModelInfer; other methods answer UNIMPLEMENTED.
+ServerMetadata, ModelMetadata and ModelInfer, for every model the plane serves; other methods
+answer UNIMPLEMENTED. The repository extension is HTTP's only (online/repository_http.py): the
+protocol's gRPC service has no repository methods (Triton adds them in a service of its own).
 
 Tensors travel as ``raw_input_contents`` / ``raw_output_contents`` (what tritonclient.grpc sends
 and reads); typed ``contents`` are read too. The deadline is the earlier of the call's gRPC
@@ -86,7 +88,7 @@ class GrpcTransport:
 
     async def model_metadata(self, request: Any, context: Any) -> Any:
         try:
-            return metadata_response(self.plane.model_metadata(request.name, request.version))
+            return metadata_response(await self.plane.metadata(request.name, request.version))
         except Refused as exc:
             await _abort(context, exc)
 
@@ -100,14 +102,14 @@ class GrpcTransport:
             except BadRequest as exc:
                 raise plane.refused(message.model_name, message.model_version, 400, str(exc)) from None
             answered = await plane.infer(request, deadline)
-            response = infer_response(answered, lambda: plane.encoded(answered.done_at))
+            response = infer_response(answered, lambda: plane.encoded(answered.done_at, message.model_name))
             code = "OK"
             return response
         except Refused as exc:
             code = _status(exc).name
             await _abort(context, exc)
         finally:
-            plane.ended("grpc", code, started)
+            plane.ended("grpc", code, started, message.model_name)
 
 
 def infer_request(message: Any) -> InferRequest:

@@ -3,8 +3,8 @@ Starlette routes, with a bare ASGI path for inference.
 
 Routes: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2`` (server metadata),
 ``GET /v2/models/{name}`` (model metadata), ``GET /v2/models/{name}/ready``,
-``POST /v2/models/{name}/infer`` and ``GET /metrics``; a ``/versions/{version}`` segment after
-the name is taken and must name the served version. Health answers by status: 200 for yes, 503
+``POST /v2/models/{name}/infer`` and ``GET /metrics``, for every model the plane serves; a
+``/versions/{version}`` segment after the name is taken and must name the served version. Health answers by status: 200 for yes, 503
 for no. Every refusal is ``{"error": ...}`` (what ``tritonclient`` reads) with the plane's status
 (online/plane.py), and 413 for a body past ``max_body_bytes``.
 
@@ -32,6 +32,7 @@ from streamer.online.tensors import HEADER, decode_request, encode_response, err
 
 TIMEOUT_HEADER = "x-request-timeout-ms"
 JSON = {"content-type": "application/json"}
+PREFIX, SUFFIX = "/v2/models/", "/infer"  # the hot path's, around the model's name
 Answered = tuple[int, bytes, dict[str, str]]  # an infer request's status, body and headers
 
 
@@ -54,7 +55,7 @@ class HttpTransport:
             Route(base + "/versions/{version}/infer", self.infer, methods=["POST"]), *more,
             Route("/metrics", self.metrics),
         ])
-        return _FastInfer(self.plane.model.name, self, router)
+        return _FastInfer(self, router)
 
     async def answer(self, body: bytes | None, size: int, header_length: str | None, timeout: str | None,
                      model: str, version: str = "") -> Answered:
@@ -72,11 +73,11 @@ class HttpTransport:
             except BadRequest as exc:
                 raise plane.refused(model, version, 400, str(exc)) from None
             response = await plane.infer(request, deadline)
-            content, headers = encode_response(response, request, lambda: plane.encoded(response.done_at))
+            content, headers = encode_response(response, request, lambda: plane.encoded(response.done_at, model))
             status = 200
         except Refused as exc:
             status, content, headers = exc.status, error_body(str(exc)), {**JSON, **exc.headers}
-        plane.ended("http", str(status), started)
+        plane.ended("http", str(status), started, model)
         return status, content, headers
 
     async def infer(self, request: Request) -> Response:
@@ -102,7 +103,7 @@ class HttpTransport:
     async def metadata(self, request: Request) -> Response:
         name, version = request.path_params["name"], request.path_params.get("version")
         try:
-            return Response(orjson.dumps(self.plane.model_metadata(name, version)), media_type="application/json")
+            return Response(orjson.dumps(await self.plane.metadata(name, version)), media_type="application/json")
         except Refused as exc:
             return json_error(exc.status, str(exc))
 
@@ -114,26 +115,27 @@ class HttpTransport:
             return json_error(exc.status, str(exc))
 
     async def metrics(self, request: Request) -> Response:
-        return Response(generate_latest(self.plane.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
+        return Response(generate_latest(self.plane.registry), headers={"content-type": CONTENT_TYPE_LATEST})
 
 
 class _FastInfer:
-    """The ASGI application: ``POST /v2/models/<served>/infer``, the hot path, straight to the
+    """The ASGI application: ``POST /v2/models/<name>/infer``, the hot path, straight to the
     answer (no router, no middleware: a third of a request's time at saturation); every other
     request to the router."""
 
-    def __init__(self, model: str, http: HttpTransport, router: Starlette) -> None:
-        self.model, self.path, self.router = model, f"/v2/models/{model}/infer", router
-        self.answer, self.max_body_bytes = http.answer, http.max_body_bytes
+    def __init__(self, http: HttpTransport, router: Starlette) -> None:
+        self.router, self.answer, self.max_body_bytes = router, http.answer, http.max_body_bytes
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+        path = scope.get("path", "")
+        model = path[len(PREFIX):-len(SUFFIX)] if path.startswith(PREFIX) and path.endswith(SUFFIX) else ""
+        if scope["type"] != "http" or scope["method"] != "POST" or not model or "/" in model:
             await self.router(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         body, size = await read_body(_chunks(receive), self.max_body_bytes)
         status, content, out = await self.answer(body, size, headers.get(HEADER), headers.get(TIMEOUT_HEADER),
-                                                 self.model)
+                                                 model)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(k.encode(), v.encode()) for k, v in out.items()]})
         await send({"type": "http.response.body", "body": content})

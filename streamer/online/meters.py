@@ -1,11 +1,18 @@
 """The online server's Prometheus metrics: requests by transport and status, requests shed at
 admission (and why), rows queued, each request's latency and its hops (feature fetch, queue, model
 call, encode), the rows per model call, the answers by source and the degraded ones by reason, and
-the drift of the online features (with ``model.drift_profile``)."""
+the drift of the online features (with ``model.drift_profile``).
+
+Several models online (``models``): each model's meters are on a registry of its own, and the
+server exposes them together (:class:`ModelsRegistry`), each sample labelled with its ``model``
+(and the consumer ``group``), so one dashboard selects a model as it selects a processor."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 HOP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
@@ -48,3 +55,32 @@ class OnlineMetrics:
         self.sources = {source: self.answers.labels(source) for source in SOURCES}
         self.reasons = {reason: self.degraded.labels(reason) for reason in DEGRADED}
         self.hops = {hop: self.hop.labels(hop) for hop in HOPS}
+
+
+class ModelsRegistry(CollectorRegistry):
+    """The online meters of several models as one registry: :meth:`of` a model is the registry its
+    meters live on; a collection yields each metric once, its samples labelled ``group`` and
+    ``model``, whichever models' registries hold it."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__()
+        self._group = group
+        self._models: dict[str, CollectorRegistry] = {}
+
+    def of(self, model: str) -> CollectorRegistry:
+        """Model ``model``'s registry (made at its first call, kept across its loads)."""
+        return self._models.setdefault(model, CollectorRegistry())
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for metric in super().collect():
+            merged[metric.name] = metric
+        for model, registry in list(self._models.items()):
+            for metric in registry.collect():  # fresh Metric objects on every collection
+                samples = [s._replace(labels={"group": self._group, "model": model, **s.labels}) for s in metric.samples]
+                if metric.name in merged:
+                    merged[metric.name].samples += samples
+                else:
+                    metric.samples = samples
+                    merged[metric.name] = metric
+        yield from merged.values()

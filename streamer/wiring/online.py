@@ -1,4 +1,8 @@
-"""The online server's house: the config's model served alone (`streamer serve`), or beside the stream on the stream's serving (`streamer run` with `online.enabled`).
+"""The online server's house: the config's models served alone (`streamer serve`), or beside the stream on the stream's serving (`streamer run` with `online.enabled`).
+
+Every model of ``models`` is served at ``/v2/models/<name>``: without ``models.max_loaded`` each
+is loaded and checked at start (a bad one refused on its own key); with it, the default model at
+start and the others on demand (wiring/models.py builds each house).
 
 Beside the stream, one model is in memory and one serving scores both (one load, one reload,
 one breaker), online batches first (pipeline/priority.py); the stream's loop reloads the model
@@ -12,9 +16,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from streamer.config import Config
+from streamer.config import Config, default_model, model_entries
+from streamer.pipeline.serving import Serving
 from streamer.processor import Processor
 from streamer.wiring.model import model_house
+from streamer.wiring.models import house_of
 from streamer.wiring.stream import build_processor
 
 if TYPE_CHECKING:
@@ -24,12 +30,24 @@ JOIN_S = 60.0  # the longest the stream's end waits for the online server's drai
 
 
 def online_server(cfg: Config) -> OnlineServer:
-    """``cfg``'s model served alone: checked as at the stream's start-up, with its fallback and
-    challengers (Kafka only for their shadow predictions)."""
+    """``cfg``'s models served alone: each checked as at the stream's start-up, with its fallback
+    and challengers (Kafka only for their shadow predictions)."""
     from streamer.online.server import OnlineServer, check_ports  # the online extra's
 
     check_ports(cfg.online)  # a taken port is refused before the model loads
-    return OnlineServer(cfg, model_house(cfg).serving)
+    return OnlineServer(cfg, model_house(cfg).serving, servings=_at_start(cfg), load=_loader(cfg))
+
+
+def _at_start(cfg: Config) -> dict[str, Serving]:
+    """The models other than the default loaded at start: every one without ``models.max_loaded``."""
+    if cfg.models.max_loaded:
+        return {}
+    return {name: house_of(cfg, name).serving for name in model_entries(cfg) if name != cfg.model.name}
+
+
+def _loader(cfg: Config) -> Callable[[str], Serving]:
+    """A model's serving, loaded on demand (its house checked as at start-up)."""
+    return lambda name: house_of(cfg, name).serving
 
 
 class StreamAndOnline:
@@ -78,4 +96,7 @@ def running(cfg: Config, stopping: Callable[[], bool] = lambda: False) -> Proces
     check_ports(cfg.online)  # a taken port is refused before the stream starts
     processor = build_processor(cfg, stopping=stopping)
 
-    return StreamAndOnline(processor, OnlineServer(cfg, processor.serving, beside_stream=True))
+    shared = {default_model(cfg): processor.serving}  # the stream's models: one load each, never unloaded
+    return StreamAndOnline(processor, OnlineServer(cfg, processor.serving, beside_stream=True,
+                                                   servings={n: s for n, s in shared.items() if n != cfg.model.name},
+                                                   load=_loader(cfg)))

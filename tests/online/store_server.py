@@ -75,13 +75,14 @@ def exchange(url: str, body: dict[str, Any] | None = None, timeout_s: float = TI
 
 
 def metrics(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of the server's /metrics: (name, its labels but ``group``, sorted) -> value."""
+    """Every sample of the server's /metrics (one model's): (name, its labels but ``group`` and
+    ``model``, sorted) -> value."""
     with urllib.request.urlopen(f"{base}/metrics", timeout=TIMEOUT_S) as r:
         text = r.read().decode()
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            out[s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "group"))] = s.value
+            out[s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("group", "model")))] = s.value
     return out
 
 

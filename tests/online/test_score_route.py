@@ -77,14 +77,15 @@ def test_a_bad_event_is_422_naming_the_field_and_a_bad_body_400(url: str) -> Non
 
 
 def test_the_online_metrics_carry_the_consumer_group_as_the_streams_do(url: str) -> None:
-    """The dashboard's group variable selects the online server's series with the stream's."""
+    """The dashboard's group variable selects the online server's series with the stream's, and its
+    model variable the model's."""
     x = np.zeros(32, np.float32)
     assert post(url, json.dumps({"event_id": "e-4", "event_time": 1, "features": x.tolist()}).encode())[0] == 200
     with urllib.request.urlopen(f"{url}/metrics", timeout=TIMEOUT_S) as r:
         text = r.read().decode()
-    group = example().input.group_id
-    assert f'streamer_online_requests_total{{code="200",group="{group}",transport="score"}}' in text
-    assert f'streamer_online_queued_rows{{group="{group}"}} 0.0' in text
+    group, model = example().input.group_id, example().model.name
+    assert f'streamer_online_requests_total{{code="200",group="{group}",model="{model}",transport="score"}}' in text
+    assert f'streamer_online_queued_rows{{group="{group}",model="{model}"}} 0.0' in text
 
 
 def test_the_jobs_api_is_off_without_a_token(url: str) -> None:
