@@ -31,6 +31,9 @@ KV_KILLED = "tests/stores/test_precompute.py::test_a_precompute_killed_mid_way_r
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
+MANY_MODELS = "tests/online/test_many_models.py::"
+LANES = "streamer/online/lanes.py"
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "01-commit-before-acks",
@@ -961,5 +964,34 @@ MUTANTS: tuple[Mutant, ...] = (
         "refuses the source naming the input",
         ("tests/engines/test_ray.py::test_a_source_the_models_inputs_cannot_read_is_refused_before_ray_is_reached",),
         (Edit("streamer/engines/ray.py", "run_ray", "scorer.check(location)", "scorer.schema"),),
+    ),
+    Mutant(
+        "140-online-lru-unloads-the-one-just-used",
+        "models.max_loaded unloads the most recently used model for the one coming in, not the least recently used",
+        (MANY_MODELS + "test_twenty_models_answer_within_their_deadlines_and_five_in_memory",),
+        (Edit(LANES, "Lanes._make_room", "victim = min(free, key=lambda lane: lane.used)",
+              "victim = max(free, key=lambda lane: lane.used)"),),
+    ),
+    Mutant(
+        "141-online-load-without-warm-up",
+        "a model loaded on demand answers before its warm-up ran",
+        (MANY_MODELS + "test_twenty_models_answer_within_their_deadlines_and_five_in_memory",),
+        (Edit("streamer/online/server.py", "OnlineServer._build", "warm()\nloaded.dispatcher.start()\n",
+              "loaded.dispatcher.start()\n"),),
+    ),
+    Mutant(
+        "142-online-unload-without-the-token",
+        "the repository extension loads and unloads models without the jobs token",
+        (MANY_MODELS + "test_the_repository_extension_loads_and_unloads_behind_the_jobs_token",),
+        (Edit("streamer/online/repository_http.py", "RepositoryApi.routes", "g = self._guarded",
+              "g = lambda handler: handler  # noqa: E731"),),
+    ),
+    Mutant(
+        "143-online-request-to-the-wrong-model",
+        "a request naming a model of the repository is answered by the default model",
+        (MANY_MODELS + "test_three_models_each_answer_at_their_own_path_as_onnx_runtime_does",
+         MANY_MODELS + "test_twenty_models_answer_within_their_deadlines_and_five_in_memory"),
+        (Edit("streamer/online/plane.py", "DataPlane.lane", "if self.lanes is None or name == self.model.name:",
+              "if True:"),),
     ),
 )
