@@ -215,14 +215,20 @@ class DataPlane:
 
     async def infer(self, request: InferRequest, deadline: float) -> InferResponse:
         """``request`` answered by ``deadline`` (the clock's time), or :class:`Refused`."""
-        model, dispatcher = await self.lane(request.model, request.version, deadline)
-        try:
-            features = model.columns(request.inputs)
-        except BadRequest as exc:
-            raise Refused(400, str(exc)) from None
-        if not model.ready():
-            raise _not_ready()
-        answer = await dispatcher.answer(features, deadline, request.id)
+        for again in (False, True):
+            model, dispatcher = await self.lane(request.model, request.version, deadline)
+            try:
+                features = model.columns(request.inputs)
+            except BadRequest as exc:
+                raise Refused(400, str(exc)) from None
+            try:
+                if not model.ready():
+                    raise _not_ready()
+                answer = await dispatcher.answer(features, deadline, request.id)
+                break
+            except Refused as exc:
+                if again or not self._unloaded_since(request.model, model, exc):
+                    raise
         scored = answer.scored
         outputs = scored.scores.arrays
         if request.outputs:
@@ -232,6 +238,16 @@ class DataPlane:
             outputs = {k: v for k, v in outputs.items() if k in request.outputs}
         return InferResponse(model.name, scored.model.version, outputs, request.id,
                              {**parameters(scored), **self.hops(answer, dispatcher.metrics)}, answer.done_at)
+
+    def _unloaded_since(self, name: str, model: OnlineModel, refused: Refused) -> bool:
+        """Whether ``refused`` came from model ``name``'s lane unloaded (for another model) between
+        the request's lookup and its admission, while the server serves: it is looked up again, once."""
+        if self.lanes is None or name == self.model.name or not self.model.ready():
+            return False
+        if refused.status != 503:  # not ready, or shed as its dispatcher stopped
+            return False
+        loaded = self.lanes.lane(name).loaded
+        return loaded is None or loaded.model is not model
 
     async def score(self, features: Columns, deadline: float, name: str | None = None) -> Answer:
         """Rows already in the model's columns (an event's: ``/v1/score``) answered by ``deadline``,

@@ -39,6 +39,9 @@ class Doubler:
     def ready(self) -> bool:
         return self.is_ready
 
+    def set_ready(self, ready: bool) -> None:
+        self.is_ready = ready
+
     def metadata(self) -> dict[str, Any]:
         return {"name": self.name, "versions": [self.version], "platform": "onnx_onnxv1",
                 "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}],
