@@ -176,9 +176,10 @@ def _model(args: argparse.Namespace) -> int:
             return _optimize(args)
         print(model.inspect(Path(args.path)))
         return 0
+    from streamer.config import for_model
     from streamer.config_file import load_config
 
-    print(model.schema(load_config(args.config)))
+    print(model.schema(for_model(load_config(args.config), args.model)))
     return 0
 
 

@@ -30,6 +30,7 @@ exit codes: 0 done, 2 fix the config or the input file, 3 restart it (a broker o
 `streamer COMMAND --help` describes one command; docs/ is the reference (make docs builds it)."""
 
 CONFIG = "the YAML config file (docs/configuration.md lists every key)"
+MODEL = "a model of the config's models (models.named, models.repository) to score with (default: models.default)"
 DLQ_TOPIC = ("the dead-letter topic (default processing.dead_letter_topic); a replay's is <its output topic>.dlq, "
              "which its summary names")
 
@@ -146,7 +147,10 @@ def parser() -> argparse.ArgumentParser:
                     help="ISO-8601 time, a duration ago (2h), earliest, or partition:offset,...")
     rp.add_argument("--to", metavar="WHEN", help="same forms (default: the end offsets when the run starts)")
     rp.add_argument("--output-topic", help="default: <output.topic>.backfill")
-    rp.add_argument("--model", help="score with another ONNX model file")
+    rp.add_argument("--model", metavar="NAME",
+                    help="a model of the config's models to score every event with (default: routed by route.field "
+                         "as the stream routes, else models.default)")
+    rp.add_argument("--model-file", metavar="PATH", help="score with another ONNX model file (of --model's contract)")
     rp.add_argument("--model-version", help="the version the predictions carry")
     run_flags(rp)
     rp.add_argument("--batch-size", type=int,
@@ -173,6 +177,7 @@ def parser() -> argparse.ArgumentParser:
                  "the reason and the row. Exactly once per run: a run can be resumed by its id; SIGTERM or Ctrl+C "
                  "stops it after the open batch, committed, and exits 6.")
     sc.add_argument("--config", required=True, help=CONFIG)
+    sc.add_argument("--model", metavar="NAME", help=MODEL)
     sc.add_argument("--from", dest="from_", required=True, metavar="PATH|TABLE",
                     help="a Parquet file, a folder of them (local or s3://), or an Iceberg table's name")
     lake_targets(sc)
@@ -257,6 +262,9 @@ def parser() -> argparse.ArgumentParser:
                  "(the report is written either way); 2: the candidate cannot serve the config; 6: stopped by SIGTERM or "
                  "Ctrl+C (the report covers what was read).")
     ev.add_argument("--config", required=True, help=CONFIG)
+    ev.add_argument("--model", metavar="NAME", help="the champion: a model of the config's models, its contract the "
+                                                    "candidate's; every event of the range is scored by both "
+                                                    "(default: models.default)")
     ev.add_argument("--candidate", required=True, metavar="PATH", help="the candidate's .onnx file")
     ev.add_argument("--candidate-version", help="the version its predictions carry (default: the file's name)")
     ev.add_argument("--from", dest="from_", required=True, metavar="WHEN", help="as replay: 7d, an ISO-8601 time, "
@@ -340,6 +348,7 @@ def parser() -> argparse.ArgumentParser:
     opt.add_argument("--config", help=f"{CONFIG}; for --calibrate-from")
     schema = command("schema", "print the prediction schema a config gives (its model checked)")
     schema.add_argument("--config", required=True, help=CONFIG)
+    schema.add_argument("--model", metavar="NAME", help="a model of the config's models (default: models.default)")
 
     lag = command("lag-exporter", "serve a consumer group's lag to Prometheus, with or without live members")
     lag.add_argument("--config", help="the processors' config; only kafka, input.group_id, input.topics and "
