@@ -13,9 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from streamer.cli import main
-from streamer.cli_jobs import JobRunner
+from streamer.cli_jobs import JobRunner, job_config
 from streamer.commands import check
 from streamer.commands.jobs import status_lines
+from streamer.config import Config, model_entries
 from streamer.config_file import load_config, model_names
 from streamer.errors import ConfigError
 from streamer.jobs.spec import parse_spec
@@ -104,7 +105,7 @@ def test_a_job_spec_names_its_model_and_the_worker_scores_with_it(tmp_path: Path
     ids, x = features_of(source)
     raw = {"model": "acme", "source": {"parquet": str(source)}, "target": {"parquet": str(tmp_path / "out")}}
     spec = parse_spec(raw)
-    status = JobStatus.queued("job-acme", spec, now_ms=1000)
+    status = JobStatus.queued("job-acme", spec.with_id("job-acme"), now_ms=1000)  # as submit queues it
     assert status.job.model == "acme"  # the spec as the worker reads it from the queue
     assert "model acme" in status_lines(status)
     done = JobRunner(str(config)).run("job-acme", status.job, threading.Event(), lambda rows, total: None)
@@ -153,3 +154,44 @@ def test_check_lists_every_model_and_refuses_a_bad_one_on_its_key(tmp_path: Path
     findings = check._models(load_config(models_config(tmp_path, acme=bad)))
     assert [(f.key, f.ok) for f in findings] == [("model.path", True), ("models.named.acme.model.path", False)]
     assert findings[1].detail.startswith("model 'acme': ")
+
+
+def routed_config(folder: Path) -> Path:
+    config = models_config(folder)
+    config.write_text(config.read_text() + "route:\n  field: tenant\n  map: {a: acme}\n")
+    return config
+
+
+def test_a_replay_of_a_routed_config_routes_to_a_topic_and_names_its_model_into_the_lake(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamer.commands import replay
+
+    config = routed_config(tmp_path)
+    ran: list[Config] = []
+
+    def run_replay(cfg: Config, *_: object, **__: object) -> None:
+        ran.append(cfg)
+        raise ConfigError("--from", "planned")  # where the replay would first reach the broker
+
+    monkeypatch.setattr(replay, "run_replay", run_replay)
+    assert main(["replay", "--config", str(config), "--from", "earliest"]) == 2
+    assert ran[-1].route.field == "tenant" and set(model_entries(ran[-1])) == {"acme", "fraud_mlp"}  # every model
+    assert main(["replay", "--config", str(config), "--model", "acme", "--from", "earliest"]) == 2
+    assert ran[-1].route.field is None and ran[-1].model.name == "acme"
+    capsys.readouterr()
+    for flags, says in ((["--to-table", "scores"], "flag --model: a replay into the lake scores with one model"),
+                        (["--model-file", str(ENCODER)], "flag --model-file: is one model's: name it with --model")):
+        assert main(["replay", "--config", str(config), "--from", "earliest", *flags]) == 2
+        assert capsys.readouterr().err.startswith(f"streamer: {says}")
+
+
+def test_a_job_of_a_routed_config_without_a_model(tmp_path: Path) -> None:
+    cfg = load_config(routed_config(tmp_path))
+    topic = parse_spec({"source": {"topic": {"from": "earliest"}}, "target": {"topic": "backfill"}})
+    assert job_config(cfg, topic) is cfg  # a replay to a topic routes as the stream does
+    lake = parse_spec({"source": {"topic": {"from": "earliest"}}, "target": {"table": "scores"}})
+    with pytest.raises(ConfigError) as refused:
+        job_config(cfg, lake)
+    assert refused.value.key == "job.model"
+    files = parse_spec({"source": {"parquet": "events/"}, "target": {"table": "scores"}})
+    assert job_config(cfg, files).model.name == "fraud_mlp"  # rows of files: the default model

@@ -28,6 +28,7 @@ DEGRADE = "tests/online/test_degrade_redis.py::"
 KV_SINK = "streamer/stores/sink.py"
 KV_TESTS = "tests/stores/test_sink.py::"
 KV_KILLED = "tests/stores/test_precompute.py::test_a_precompute_killed_mid_way_resumes_and_readers_only_ever_see_a_complete_run"
+MODELS_BATCH = "tests/commands/test_models_batch.py::"
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
@@ -344,8 +345,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "streamer check passes a nullable Avro field mapped without fill silently (each null a dead letter)",
         ("tests/commands/test_check.py::test_a_nullable_field_mapped_without_fill_is_a_warning_that_names_its_dead_letters",),
         (Edit("streamer/commands/check.py", "_model",
-              "*(Finding(key, True, words, warn=True) for key, words in runner.contract.nullable_fields(schema_in))]",
-              "]"),),
+              "*(Finding(_under(k, key), True, f\"{which}{words}\", warn=True)\n"
+              "  for k, words in runner.contract.nullable_fields(schema_in))]\n",
+              "]\n"),),
     ),
     Mutant(
         "36-labels-columns-types-unchecked",
@@ -961,5 +963,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "refuses the source naming the input",
         ("tests/engines/test_ray.py::test_a_source_the_models_inputs_cannot_read_is_refused_before_ray_is_reached",),
         (Edit("streamer/engines/ray.py", "run_ray", "scorer.check(location)", "scorer.schema"),),
+    ),
+    Mutant(
+        "140-model-flag-ignored",
+        "a batch command given --model NAME scores with the default model",
+        (MODELS_BATCH + "test_score_with_model_writes_that_models_predictions_and_its_version",
+         "tests/commands/test_models_batch_kafka.py::test_replay_with_model_writes_that_models_predictions_and_its_version",
+         "tests/commands/test_models_batch_kafka.py::test_evaluate_with_model_proves_a_candidate_against_that_model"),
+        (Edit("streamer/cli_batch.py", "one_model", "return for_model(cfg, args.model)", "return for_model(cfg, None)"),),
+    ),
+    Mutant(
+        "141-job-model-dropped-on-the-way-to-the-worker",
+        "a job spec's model is left out of the queued spec: the worker scores the job with the default model",
+        (MODELS_BATCH + "test_a_job_spec_names_its_model_and_the_worker_scores_with_it",),
+        (Edit("streamer/jobs/spec.py", "JobSpec.with_id", "self.priority, self.labels, model=self.model)",
+              "self.priority, self.labels)"),),
+    ),
+    Mutant(
+        "142-worker-ignores-the-jobs-model",
+        "the worker runs every job with the default model, whatever its spec's model",
+        (MODELS_BATCH + "test_a_job_spec_names_its_model_and_the_worker_scores_with_it",),
+        (Edit("streamer/cli_jobs.py", "JobRunner.run", "cfg = job_config(load_config(self.config), spec)",
+              "cfg = load_config(self.config)"),),
+    ),
+    Mutant(
+        "143-check-only-the-default-model",
+        "streamer check loads the default model alone: a broken model of the repository passes",
+        (MODELS_BATCH + "test_check_lists_every_model_and_refuses_a_bad_one_on_its_key",),
+        (Edit("streamer/commands/check.py", "_models", "if len(names) == 1:", "if True:"),),
     ),
 )
