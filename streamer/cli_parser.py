@@ -105,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--retention-ms", type=int, help="retention.ms of each topic created (default: the broker's)")
 
     check = command("check", "check what start-up checks, touching nothing",
-                    " The config, the model against the schemas, the cluster, the topics and the Schema "
+                    " The config, each model against the schemas, the cluster, the topics and the Schema "
                     "Registry: one line each, ok or FAIL with the config key to change. Exit 0 when all are "
                     "ok, 2 otherwise. Nothing is consumed, produced or registered.")
     check.add_argument("--config", required=True, help=CONFIG)
@@ -195,7 +195,7 @@ def parser() -> argparse.ArgumentParser:
 
     jb = command("jobs", "submit batch jobs to the workers' queue, and follow them",
                  " A job is a spec (YAML or JSON): a source (Parquet files or a folder, an Iceberg table, a topic's "
-                 "range), a target (an Iceberg table, a Parquet dataset, a topic), and optionally not_before, "
+                 "range), a target (an Iceberg table, a Parquet dataset, a topic), and optionally a model, not_before, "
                  "within (its window), priority, labels, a schedule or a trigger. Its id is its run id: a job "
                  "retried or submitted twice scores each row once. See the Batch jobs page.")
     act = actions(jb, "action")
@@ -230,7 +230,7 @@ def parser() -> argparse.ArgumentParser:
 
     wk = command("worker", "run batch jobs from the jobs' queue, one at a time, as a member of the workers' group",
                  " Takes jobs from jobs.topic in the consumer group jobs.group_id and runs each with the config's "
-                 "model. A worker that dies mid-job leaves it to the group: another worker resumes it from its last "
+                 "model (the job spec's model: one of the config's models). A worker that dies mid-job leaves it to the group: another worker resumes it from its last "
                  "commit. SIGTERM stops the job at its next commit (another worker resumes it) and exits 0.")
     wk.add_argument("--config", required=True, help=CONFIG)
     wk.add_argument("--name", help="the worker's name in the jobs' statuses (default: host name and process id)")

@@ -5,6 +5,7 @@ command that scores), a job spec's ``model`` carried to the worker and checked a
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +196,21 @@ def test_a_job_of_a_routed_config_without_a_model(tmp_path: Path) -> None:
     assert refused.value.key == "job.model"
     files = parse_spec({"source": {"parquet": "events/"}, "target": {"table": "scores"}})
     assert job_config(cfg, files).model.name == "fraud_mlp"  # rows of files: the default model
+
+
+def test_the_jobs_api_refuses_a_spec_with_an_unknown_model(tmp_path: Path) -> None:
+    pytest.importorskip("starlette")
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from streamer.config import Secret
+    from streamer.online.jobs_http import JobsApi
+
+    cfg = load_config(models_config(tmp_path))
+    api = JobsApi(replace(cfg, jobs=replace(cfg.jobs, api_token=Secret("t"))), contract=None)  # type: ignore[arg-type]
+    with TestClient(Starlette(routes=api.routes())) as client:  # refused before the queue is reached
+        answer = client.post("/v1/jobs", headers={"authorization": "Bearer t"},
+                             json={"model": "nope", "source": {"parquet": "events/"}, "target": {"table": "s"}})
+    assert answer.status_code == 422
+    assert answer.json() == {"error": "config key 'job.model': no model 'nope'; the models are acme, fraud_mlp",
+                             "field": "job.model"}

@@ -992,4 +992,10 @@ MUTANTS: tuple[Mutant, ...] = (
         (MODELS_BATCH + "test_check_lists_every_model_and_refuses_a_bad_one_on_its_key",),
         (Edit("streamer/commands/check.py", "_models", "if len(names) == 1:", "if True:"),),
     ),
+    Mutant(
+        "144-jobs-api-queues-an-unknown-model",
+        "POST /v1/jobs queues a spec naming no model of the config: its job fails on a worker instead of a 422",
+        (MODELS_BATCH + "test_the_jobs_api_refuses_a_spec_with_an_unknown_model",),
+        (Edit(JOBS_HTTP, "JobsApi._spec", "check_model(spec, model_entries(self.cfg))\n", "pass\n"),),
+    ),
 )
