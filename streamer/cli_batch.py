@@ -202,6 +202,7 @@ def _a_file(where: str) -> bool:
 
 def files(args: argparse.Namespace) -> int:
     from streamer.commands.produce import produce_file, tail
+    from streamer.config import for_model
     from streamer.config_file import load_config, load_unscored
 
     if args.command == "produce":  # the model's file need not be here
@@ -209,7 +210,8 @@ def files(args: argparse.Namespace) -> int:
         done = produce_file(cfg, Path(args.file), args.key_field, skip=args.skip, stop=stop_event())
         print("\n".join(done.lines(cfg.input.format)))
         return EXIT_STOPPED if done.stopped else 0
-    tail(load_config(args.config), sys.stdout, args.limit, args.topic)  # decodes with the prediction schema
+    scored = for_model(load_config(args.config), args.model)  # the model's prediction schema, and its topic
+    tail(scored, sys.stdout, args.limit, args.topic)
     return 0
 
 

@@ -134,6 +134,8 @@ def parser() -> argparse.ArgumentParser:
                    " Reads committed data only (read_committed) and commits nothing.")
     tail.add_argument("--config", required=True, help=CONFIG)
     tail.add_argument("--topic", help="a prediction topic (default output.topic), e.g. <output.topic>.backfill")
+    tail.add_argument("--model", metavar="NAME", help="a model of the config's models: its predictions' schema, and "
+                                                      "its topic with output.topic_per_model (default: models.default)")
     tail.add_argument("--limit", type=int, help="stop after this many")
 
     rp = command("replay", "score a bounded range of the input topics again, for a backfill",
@@ -346,6 +348,8 @@ def parser() -> argparse.ArgumentParser:
                           "forms: 2h..latest, earliest..latest); needs --config")
     opt.add_argument("--calibrate-rows", type=int, default=10_000, help="rows to calibrate on (default 10000)")
     opt.add_argument("--config", help=f"{CONFIG}; for --calibrate-from")
+    opt.add_argument("--model", metavar="NAME", help="with --calibrate-from: the model of the config's models whose "
+                                                     "contract reads the rows (default: models.default)")
     schema = command("schema", "print the prediction schema a config gives (its model checked)")
     schema.add_argument("--config", required=True, help=CONFIG)
     schema.add_argument("--model", metavar="NAME", help="a model of the config's models (default: models.default)")

@@ -77,6 +77,7 @@ def test_score_with_model_writes_that_models_predictions_and_its_version(tmp_pat
     ["replay", "--from", "earliest", "--to-table", "scores"],
     ["evaluate", "--candidate", "c.onnx", "--from", "earliest"],
     ["schema"],
+    ["tail"],
 ])
 def test_an_unknown_model_exits_2_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     command: list[str]) -> None:
@@ -88,6 +89,16 @@ def test_an_unknown_model_exits_2_naming_the_flag(tmp_path: Path, capsys: pytest
     assert main([command[0], "--config", str(config), "--model", "nope", *command[1:]]) == 2
     assert capsys.readouterr().err.strip() == (
         "streamer: flag --model: no model 'nope'; the models are acme, fraud_mlp")
+
+
+def test_optimize_calibrates_with_the_named_models_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnx")
+    config = models_config(tmp_path)
+    head = ["model", "optimize", str(ENCODER), "--out", str(tmp_path / "o.onnx"), "--config", str(config)]
+    assert main([*head, "--model", "nope", "--calibrate-from", "earliest..latest"]) == 2
+    assert capsys.readouterr().err.strip() == "streamer: flag --model: no model 'nope'; the models are acme, fraud_mlp"
+    assert main([*head, "--model", "acme"]) == 2
+    assert "give --calibrate-from too" in capsys.readouterr().err
 
 
 def test_spark_main_takes_the_model_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
