@@ -9,7 +9,7 @@ cluster answering a metadata request with the configured security settings, the 
 topics existing, and each configured Schema Registry answering. A missing input topic with
 ``input.create_topics``, or a missing dead-letter topic with ``processing.create_dead_letter_topic``,
 is ok: start-up creates it (``will be created at start``); without them, as a missing output
-topic, it is a FAIL (run waits for it, unhealthy, naming it). Each finding is one line, ``ok`` or ``FAIL`` with the key to change;
+topic (with ``output.topic_per_model``, each topic of a model the stream scores with), it is a FAIL (run waits for it, unhealthy, naming it). Each finding is one line, ``ok`` or ``FAIL`` with the key to change;
 the command exits 0 when all are ok, else 2. A field of the Avro ``input.schema`` that can be
 null, mapped in ``model.inputs`` without a ``fill``, is a ``warn`` line (each null is a dead
 letter; the run starts): the exit code stays 0. Nothing is consumed, produced or registered.
@@ -31,6 +31,8 @@ from streamer.config import (
     model_entries,
     model_key,
     output_registry,
+    prediction_topic,
+    route_models,
 )
 from streamer.errors import ConfigError
 from streamer.formats.configured import input_schema, prediction_schema
@@ -98,8 +100,11 @@ def _kafka(cfg: Config, timeout_s: float) -> list[Finding]:
     # (key, topic, whether start-up creates it when missing), as clients.check_topics and
     # open_kafka do
     wanted = [(f"input.topics[{n}]", t, cfg.input.create_topics) for n, t in enumerate(cfg.input.topics)]
-    wanted += [("output.topic", cfg.output.topic, False),
-               ("processing.dead_letter_topic", dead_letter_topic(cfg), cfg.processing.create_dead_letter_topic)]
+    if cfg.output.topic_per_model:  # each model's topic the stream writes to
+        wanted += [("output.topic_per_model", prediction_topic(cfg, name), False) for name in route_models(cfg)]
+    else:
+        wanted.append(("output.topic", cfg.output.topic, False))
+    wanted.append(("processing.dead_letter_topic", dead_letter_topic(cfg), cfg.processing.create_dead_letter_topic))
     for key, topic, created in wanted:
         meta = topics.get(topic)
         if (meta is None or meta.error is not None) and created:

@@ -225,3 +225,19 @@ def test_the_jobs_api_refuses_a_spec_with_an_unknown_model(tmp_path: Path) -> No
     assert answer.status_code == 422
     assert answer.json() == {"error": "config key 'job.model': no model 'nope'; the models are acme, fraud_mlp",
                              "field": "job.model"}
+
+
+def test_check_looks_for_each_routed_models_topic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    config = routed_config(tmp_path)
+    config.write_text(config.read_text().replace("output:\n", "output:\n  topic_per_model: true\n", 1))
+    cfg = load_config(config)
+    out = cfg.output.topic
+    listing = SimpleNamespace(topics={t: SimpleNamespace(error=None, partitions={0: None})
+                                      for t in (*cfg.input.topics, f"{out}.acme")})
+    monkeypatch.setattr(check, "make_admin", lambda cfg: SimpleNamespace(list_topics=lambda timeout: listing))
+    found = [(f.key, f.ok, f.detail.split(",")[0]) for f in check._kafka(cfg, 1.0) if f.key.startswith("output.")]
+    assert found == [("output.topic_per_model", False, f"topic '{out}.fraud_mlp' does not exist on {NOWHERE} "
+                                                       "(`streamer topics create` creates it)"),  # the default
+                     ("output.topic_per_model", True, f"topic '{out}.acme'")]  # and the route's models
