@@ -46,18 +46,27 @@ def read_spec(path: str) -> JobSpec:
     return parse_spec(raw)
 
 
+def checked_spec(path: str, config: str) -> JobSpec:
+    """A spec file checked, its ``model`` against the models of the config file (whose files need
+    not be here)."""
+    from streamer.config_file import model_names
+
+    spec = read_spec(path)
+    names = model_names(config)
+    if names is not None:
+        check_model(spec, names)
+    return spec
+
+
 def jobs(args: argparse.Namespace) -> int:
     from streamer.commands import jobs as cmd
-    from streamer.config_file import load_unscored, model_names
+    from streamer.config_file import load_unscored
     from streamer.jobs.board import Board
     from streamer.jobs.queue import cancel
 
     cfg = load_unscored(args.config)
     if args.action == "submit":
-        spec = read_spec(args.spec)
-        names = model_names(args.config)  # the models' files need not be here
-        if names is not None:
-            check_model(spec, names)
+        spec = checked_spec(args.spec, args.config)
         if args.id:
             spec = replace(spec, id=args.id)
         print(cmd.submit_spec(cfg, spec, args.slot))
@@ -107,7 +116,7 @@ def _watch(cfg: Any, args: argparse.Namespace) -> int:
     stop = stop_event()
     from streamer.jobs.watch import watch
 
-    return watch(cfg, read_spec(args.spec), stop, args.interval, args.once, lambda line: print(line, flush=True))
+    return watch(cfg, checked_spec(args.spec, args.config), stop, args.interval, args.once, lambda line: print(line, flush=True))
 
 
 def worker(args: argparse.Namespace) -> int:

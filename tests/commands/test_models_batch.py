@@ -131,12 +131,16 @@ def test_a_job_spec_names_its_model_and_the_worker_scores_with_it(tmp_path: Path
     assert unknown.value.key == "job.model"
 
 
-def test_a_job_spec_with_an_unknown_model_is_refused_at_submit(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("action", "spec_text"), [
+    (["submit"], "source: {parquet: events/}"),
+    (["watch", "--once"], "name: nightly\ntrigger: {folder: events/}"),
+])
+def test_a_job_spec_with_an_unknown_model_is_refused_at_submit(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               action: list[str], spec_text: str) -> None:
     config = models_config(tmp_path)
     spec = tmp_path / "job.yaml"
-    spec.write_text("model: nope\nsource: {parquet: events/}\ntarget: {table: scores}\n")
-    assert main(["jobs", "submit", "--config", str(config), str(spec)]) == 2  # before the queue is reached
+    spec.write_text(f"model: nope\n{spec_text}\ntarget: {{table: scores}}\n")
+    assert main(["jobs", action[0], "--config", str(config), str(spec), *action[1:]]) == 2  # before the queue
     assert capsys.readouterr().err.strip() == (
         "streamer: config key 'job.model': no model 'nope'; the models are acme, fraud_mlp")
 
