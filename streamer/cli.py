@@ -176,9 +176,10 @@ def _model(args: argparse.Namespace) -> int:
             return _optimize(args)
         print(model.inspect(Path(args.path)))
         return 0
+    from streamer.config import for_model
     from streamer.config_file import load_config
 
-    print(model.schema(load_config(args.config)))
+    print(model.schema(for_model(load_config(args.config), args.model)))
     return 0
 
 
@@ -188,14 +189,18 @@ def _optimize(args: argparse.Namespace) -> int:
     from streamer.model.optimize import optimize
 
     calibration = None
+    if args.model and not args.calibrate_from:
+        raise ConfigError("--model", "names the model whose contract reads --calibrate-from's rows: give --calibrate-from too")
     if args.calibrate_from:
+        from streamer.config import for_model
         from streamer.config_file import load_config
 
         if not args.config:
             raise ConfigError("--config", "is required with --calibrate-from: it names the input topics and the contract")
         if args.calibrate_rows < 1:
             raise ConfigError("--calibrate-rows", f"must be >= 1, got {args.calibrate_rows}")
-        calibration = calibration_rows(load_config(args.config), args.calibrate_from, args.calibrate_rows)
+        calibration = calibration_rows(for_model(load_config(args.config), args.model), args.calibrate_from,
+                                       args.calibrate_rows)
     done = optimize(Path(args.path), Path(args.out), level=args.level, int8=args.int8, calibration=calibration)
     print("\n".join(done.lines()))
     return 0

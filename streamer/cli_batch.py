@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streamer.cli_signals import stop_event
 from streamer.errors import EXIT_CONFIG, EXIT_STOPPED, ConfigError, ReplayFinishedError
 from streamer.extras import need
+
+if TYPE_CHECKING:
+    from streamer.config import Config
 
 
 def dlq(args: argparse.Namespace) -> int:
@@ -61,7 +65,7 @@ def lake(args: argparse.Namespace) -> int:
     from streamer.commands import lake
     from streamer.config_file import load_config
 
-    cfg = load_config(args.config)
+    cfg = one_model(load_config(args.config), args)
     target = lake.Target(args.to_table, args.to_parquet, args.to_kv)
     if args.command == "score":
         summary = lake.run_score(cfg, args.from_, target, run_id=args.run_id, force=args.force,
@@ -78,7 +82,7 @@ def lake(args: argparse.Namespace) -> int:
             summary = lake.run_lake_replay(
                 cfg, parse_when(args.from_, "--from"), parse_when(args.to or "latest", "--to"), target,
                 run_id=args.run_id, shard=shard, force=args.force, batch_size=args.batch_size,
-                model_path=Path(args.model).resolve() if args.model else None, model_version=args.model_version,
+                model_path=Path(args.model_file).resolve() if args.model_file else None, model_version=args.model_version,
                 stop=stop)
         except ReplayFinishedError:  # a resumed --workers run: a shard that had finished has nothing to read
             if args.finished_ok:
@@ -101,7 +105,7 @@ def ray_score(args: argparse.Namespace) -> int:
     from streamer.commands import lake
     from streamer.config_file import load_config
 
-    cfg = load_config(args.config)
+    cfg = one_model(load_config(args.config), args)
     run = lake.run_ray_score(cfg, args.from_, lake.Target(args.to_table, args.to_parquet, args.to_kv),
                              run_id=args.run_id, force=args.force, batch_size=args.batch_size, address=args.address,
                              concurrency=args.concurrency)
@@ -119,11 +123,11 @@ def replay(args: argparse.Namespace) -> int:
     from streamer.config_file import load_config
     from streamer.kafka.ranges import parse_when
 
-    cfg = load_config(args.config)
+    cfg = one_model(load_config(args.config), args)
     summary = run_replay(
         cfg, parse_when(args.from_, "--from"), parse_when(args.to, "--to") if args.to else None,
         run_id=args.run_id, output_topic=args.output_topic,
-        model_path=Path(args.model).resolve() if args.model else None,
+        model_path=Path(args.model_file).resolve() if args.model_file else None,
         model_version=args.model_version, force=args.force, batch_size=args.batch_size,
         max_wait_ms=args.max_wait_ms, allow_live_output=args.allow_live_output,
         exactly_once=not args.at_least_once, stop=stop)
@@ -160,7 +164,7 @@ def evaluate(args: argparse.Namespace) -> int:
     if args.labels_from:
         labels_from = LabelsFrom(args.labels_from, args.labels_key, args.labels_column or "label", args.labels_time,
                                  parse_within(args.labels_within))
-    cfg = load_config(args.config)
+    cfg = one_model(load_config(args.config), args)
     start, end = parse_when(args.from_, "--from"), parse_when(args.to or "latest", "--to")
     ev = Evaluation(Path(args.candidate), start, end, report=Path(args.report) if args.report else None,
                     candidate_version=args.candidate_version, labels=args.labels, labels_from=labels_from,
@@ -172,6 +176,25 @@ def evaluate(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def one_model(cfg: Config, args: argparse.Namespace) -> Config:
+    """The config a batch command scores with: model ``--model``'s one-model config (None: the
+    default model's), taken here once. A replay to a topic of a routed config without ``--model``
+    keeps every model and routes as the stream does; into the lake it names its one model."""
+    from streamer.config import for_model, model_entries
+
+    if args.command == "replay" and args.model is None and cfg.route.field is not None:
+        if args.to_table or args.to_parquet or args.to_kv is not None:
+            raise ConfigError("--model", f"a replay into the lake scores with one model, and the config routes each "
+                                         f"event by route.field {cfg.route.field!r}: name one of "
+                                         f"{', '.join(sorted(model_entries(cfg)))}, or replay to a topic")
+        for flag in ("--model-file", "--model-version"):
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                raise ConfigError(flag, "is one model's: name it with --model (the config routes each event by "
+                                        f"route.field {cfg.route.field!r})")
+        return cfg
+    return for_model(cfg, args.model)
+
+
 def _a_file(where: str) -> bool:
     """``--labels-from`` names a file or folder (else a table), as evaluate/labels.py reads it."""
     return "/" in where or where.endswith((".csv", ".parquet")) or Path(where).exists()
@@ -179,6 +202,7 @@ def _a_file(where: str) -> bool:
 
 def files(args: argparse.Namespace) -> int:
     from streamer.commands.produce import produce_file, tail
+    from streamer.config import for_model
     from streamer.config_file import load_config, load_unscored
 
     if args.command == "produce":  # the model's file need not be here
@@ -186,7 +210,8 @@ def files(args: argparse.Namespace) -> int:
         done = produce_file(cfg, Path(args.file), args.key_field, skip=args.skip, stop=stop_event())
         print("\n".join(done.lines(cfg.input.format)))
         return EXIT_STOPPED if done.stopped else 0
-    tail(load_config(args.config), sys.stdout, args.limit, args.topic)  # decodes with the prediction schema
+    scored = for_model(load_config(args.config), args.model)  # the model's prediction schema, and its topic
+    tail(scored, sys.stdout, args.limit, args.topic)
     return 0
 
 

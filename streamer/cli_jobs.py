@@ -24,10 +24,10 @@ from typing import Any
 import yaml
 
 from streamer.cli_signals import stop_event
-from streamer.config import Config
-from streamer.errors import EXIT_FATAL, FileError, ReplayFinishedError
+from streamer.config import Config, for_model, model_entries
+from streamer.errors import EXIT_FATAL, ConfigError, FileError, ReplayFinishedError
 from streamer.extras import need
-from streamer.jobs.spec import JobSource, JobSpec, JobTarget, parse_spec
+from streamer.jobs.spec import JobSource, JobSpec, JobTarget, check_model, parse_spec
 from streamer.jobs.states import Done, State
 from streamer.jobs.worker import Outcome
 from streamer.kafka.ranges import When, parse_when
@@ -46,6 +46,18 @@ def read_spec(path: str) -> JobSpec:
     return parse_spec(raw)
 
 
+def checked_spec(path: str, config: str) -> JobSpec:
+    """A spec file checked, its ``model`` against the models of the config file (whose files need
+    not be here)."""
+    from streamer.config_file import model_names
+
+    spec = read_spec(path)
+    names = model_names(config)
+    if names is not None:
+        check_model(spec, names)
+    return spec
+
+
 def jobs(args: argparse.Namespace) -> int:
     from streamer.commands import jobs as cmd
     from streamer.config_file import load_unscored
@@ -54,7 +66,7 @@ def jobs(args: argparse.Namespace) -> int:
 
     cfg = load_unscored(args.config)
     if args.action == "submit":
-        spec = read_spec(args.spec)
+        spec = checked_spec(args.spec, args.config)
         if args.id:
             spec = replace(spec, id=args.id)
         print(cmd.submit_spec(cfg, spec, args.slot))
@@ -104,7 +116,7 @@ def _watch(cfg: Any, args: argparse.Namespace) -> int:
     stop = stop_event()
     from streamer.jobs.watch import watch
 
-    return watch(cfg, read_spec(args.spec), stop, args.interval, args.once, lambda line: print(line, flush=True))
+    return watch(cfg, checked_spec(args.spec, args.config), stop, args.interval, args.once, lambda line: print(line, flush=True))
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -153,7 +165,7 @@ class JobRunner:
         from streamer.commands import lake
         from streamer.config_file import load_config
 
-        cfg = load_config(self.config)
+        cfg = job_config(load_config(self.config), spec)
         source, target = spec.source, spec.target
         assert source is not None
         quiet = io.StringIO()  # a worker logs; the progress is the job's status
@@ -187,6 +199,21 @@ class JobRunner:
         st = summary.stats
         return Outcome(Done(st.outputs, st.predictions, sum(st.dead_letters.values()), f"topic {summary.output_topic}",
                             f"topic {summary.dead_letter_topic}"), summary.stopped)
+
+
+def job_config(cfg: Config, spec: JobSpec) -> Config:
+    """The config a job scores with: its ``model``'s one-model config (None: the default model's),
+    an unknown one refused on ``job.model``. A replay of a routed config without one, to a topic,
+    keeps every model and routes as the stream does; into the lake, it is refused (as
+    `streamer replay --to-table` is)."""
+    replay = spec.source is not None and spec.source.kind == "topic"
+    if spec.model is None and replay and cfg.route.field is not None:
+        if spec.target.topic is None:
+            raise ConfigError("job.model", f"a replay into the lake scores with one model, and the config routes "
+                                           f"each event by route.field {cfg.route.field!r}: name one of "
+                                           f"{', '.join(sorted(model_entries(cfg)))}")
+        return cfg
+    return for_model(cfg, spec.model, key="job.model")
 
 
 def _where(source: JobSource) -> Any:

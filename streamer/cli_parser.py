@@ -30,6 +30,7 @@ exit codes: 0 done, 2 fix the config or the input file, 3 restart it (a broker o
 `streamer COMMAND --help` describes one command; docs/ is the reference (make docs builds it)."""
 
 CONFIG = "the YAML config file (docs/configuration.md lists every key)"
+MODEL = "a model of the config's models (models.named, models.repository) to score with (default: models.default)"
 DLQ_TOPIC = ("the dead-letter topic (default processing.dead_letter_topic); a replay's is <its output topic>.dlq, "
              "which its summary names")
 
@@ -104,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--retention-ms", type=int, help="retention.ms of each topic created (default: the broker's)")
 
     check = command("check", "check what start-up checks, touching nothing",
-                    " The config, the model against the schemas, the cluster, the topics and the Schema "
+                    " The config, each model against the schemas, the cluster, the topics and the Schema "
                     "Registry: one line each, ok or FAIL with the config key to change. Exit 0 when all are "
                     "ok, 2 otherwise. Nothing is consumed, produced or registered.")
     check.add_argument("--config", required=True, help=CONFIG)
@@ -133,6 +134,8 @@ def parser() -> argparse.ArgumentParser:
                    " Reads committed data only (read_committed) and commits nothing.")
     tail.add_argument("--config", required=True, help=CONFIG)
     tail.add_argument("--topic", help="a prediction topic (default output.topic), e.g. <output.topic>.backfill")
+    tail.add_argument("--model", metavar="NAME", help="a model of the config's models: its predictions' schema, and "
+                                                      "its topic with output.topic_per_model (default: models.default)")
     tail.add_argument("--limit", type=int, help="stop after this many")
 
     rp = command("replay", "score a bounded range of the input topics again, for a backfill",
@@ -146,7 +149,10 @@ def parser() -> argparse.ArgumentParser:
                     help="ISO-8601 time, a duration ago (2h), earliest, or partition:offset,...")
     rp.add_argument("--to", metavar="WHEN", help="same forms (default: the end offsets when the run starts)")
     rp.add_argument("--output-topic", help="default: <output.topic>.backfill")
-    rp.add_argument("--model", help="score with another ONNX model file")
+    rp.add_argument("--model", metavar="NAME",
+                    help="a model of the config's models to score every event with (default: routed by route.field "
+                         "as the stream routes, else models.default)")
+    rp.add_argument("--model-file", metavar="PATH", help="score with another ONNX model file (of --model's contract)")
     rp.add_argument("--model-version", help="the version the predictions carry")
     run_flags(rp)
     rp.add_argument("--batch-size", type=int,
@@ -173,6 +179,7 @@ def parser() -> argparse.ArgumentParser:
                  "the reason and the row. Exactly once per run: a run can be resumed by its id; SIGTERM or Ctrl+C "
                  "stops it after the open batch, committed, and exits 6.")
     sc.add_argument("--config", required=True, help=CONFIG)
+    sc.add_argument("--model", metavar="NAME", help=MODEL)
     sc.add_argument("--from", dest="from_", required=True, metavar="PATH|TABLE",
                     help="a Parquet file, a folder of them (local or s3://), or an Iceberg table's name")
     lake_targets(sc)
@@ -190,7 +197,7 @@ def parser() -> argparse.ArgumentParser:
 
     jb = command("jobs", "submit batch jobs to the workers' queue, and follow them",
                  " A job is a spec (YAML or JSON): a source (Parquet files or a folder, an Iceberg table, a topic's "
-                 "range), a target (an Iceberg table, a Parquet dataset, a topic), and optionally not_before, "
+                 "range), a target (an Iceberg table, a Parquet dataset, a topic), and optionally a model, not_before, "
                  "within (its window), priority, labels, a schedule or a trigger. Its id is its run id: a job "
                  "retried or submitted twice scores each row once. See the Batch jobs page.")
     act = actions(jb, "action")
@@ -225,7 +232,7 @@ def parser() -> argparse.ArgumentParser:
 
     wk = command("worker", "run batch jobs from the jobs' queue, one at a time, as a member of the workers' group",
                  " Takes jobs from jobs.topic in the consumer group jobs.group_id and runs each with the config's "
-                 "model. A worker that dies mid-job leaves it to the group: another worker resumes it from its last "
+                 "model (the job spec's model: one of the config's models). A worker that dies mid-job leaves it to the group: another worker resumes it from its last "
                  "commit. SIGTERM stops the job at its next commit (another worker resumes it) and exits 0.")
     wk.add_argument("--config", required=True, help=CONFIG)
     wk.add_argument("--name", help="the worker's name in the jobs' statuses (default: host name and process id)")
@@ -257,6 +264,9 @@ def parser() -> argparse.ArgumentParser:
                  "(the report is written either way); 2: the candidate cannot serve the config; 6: stopped by SIGTERM or "
                  "Ctrl+C (the report covers what was read).")
     ev.add_argument("--config", required=True, help=CONFIG)
+    ev.add_argument("--model", metavar="NAME", help="the champion: a model of the config's models, its contract the "
+                                                    "candidate's; every event of the range is scored by both "
+                                                    "(default: models.default)")
     ev.add_argument("--candidate", required=True, metavar="PATH", help="the candidate's .onnx file")
     ev.add_argument("--candidate-version", help="the version its predictions carry (default: the file's name)")
     ev.add_argument("--from", dest="from_", required=True, metavar="WHEN", help="as replay: 7d, an ISO-8601 time, "
@@ -338,8 +348,11 @@ def parser() -> argparse.ArgumentParser:
                           "forms: 2h..latest, earliest..latest); needs --config")
     opt.add_argument("--calibrate-rows", type=int, default=10_000, help="rows to calibrate on (default 10000)")
     opt.add_argument("--config", help=f"{CONFIG}; for --calibrate-from")
+    opt.add_argument("--model", metavar="NAME", help="with --calibrate-from: the model of the config's models whose "
+                                                     "contract reads the rows (default: models.default)")
     schema = command("schema", "print the prediction schema a config gives (its model checked)")
     schema.add_argument("--config", required=True, help=CONFIG)
+    schema.add_argument("--model", metavar="NAME", help="a model of the config's models (default: models.default)")
 
     lag = command("lag-exporter", "serve a consumer group's lag to Prometheus, with or without live members")
     lag.add_argument("--config", help="the processors' config; only kafka, input.group_id, input.topics and "

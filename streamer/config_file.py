@@ -62,6 +62,28 @@ def load_unscored(path: str | Path, env: Mapping[str, str] | None = None) -> Uns
     return cfg
 
 
+def model_names(path: str | Path, env: Mapping[str, str] | None = None) -> frozenset[str] | None:
+    """The names of a config file's models, read without loading them (``jobs submit`` runs where
+    their files are not): the model section's, ``models.named``'s, and each folder of
+    ``models.repository`` holding a model.yaml. None when that folder is not here: the worker,
+    which loads the models, refuses an unknown name then."""
+    path = Path(path)
+    raw = _read(path)
+    if not isinstance(raw, Mapping):
+        raise ConfigError("<root>", "the config must be a mapping of sections")
+    model, models = raw.get("model"), raw.get("models")
+    names = {str(model["name"])} if isinstance(model, Mapping) and "name" in model else set()
+    if isinstance(models, Mapping):
+        names.update(map(str, models.get("named") or {}))
+        if models.get("repository") is not None:
+            folder = path.parent / str(_interpolate(models["repository"], "models.repository",
+                                                    os.environ if env is None else env))
+            if not folder.is_dir():
+                return None
+            names.update(manifest.parent.name for manifest in folder.glob(f"*/{MANIFEST}"))
+    return frozenset(names)
+
+
 def _read(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text())

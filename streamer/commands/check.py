@@ -1,13 +1,15 @@
 """`streamer check --config FILE`: a dry run of start-up that names every problem it finds.
 
 It checks what `streamer run` needs before it scores anything, and touches nothing: the config
-(loaded by the caller: a bad key is exit 2 before any of this), the model against the schemas
-(signature, ``model.inputs`` and ``model.outputs``, a probe batch: the checks start-up runs), the
+(loaded by the caller: a bad key is exit 2 before any of this), each model against the schemas
+(signature, ``model.inputs`` and ``model.outputs``, a probe batch: the checks start-up runs), every
+model of ``models`` (``models.named``, ``models.repository``) on a line of its own, the default
+first, a refusal naming its own key (``models.named.<name>.model.path``), the
 cluster answering a metadata request with the configured security settings, the input and output
 topics existing, and each configured Schema Registry answering. A missing input topic with
 ``input.create_topics``, or a missing dead-letter topic with ``processing.create_dead_letter_topic``,
 is ok: start-up creates it (``will be created at start``); without them, as a missing output
-topic, it is a FAIL (run waits for it, unhealthy, naming it). Each finding is one line, ``ok`` or ``FAIL`` with the key to change;
+topic (with ``output.topic_per_model``, each topic of a model the stream scores with), it is a FAIL (run waits for it, unhealthy, naming it). Each finding is one line, ``ok`` or ``FAIL`` with the key to change;
 the command exits 0 when all are ok, else 2. A field of the Avro ``input.schema`` that can be
 null, mapped in ``model.inputs`` without a ``fill``, is a ``warn`` line (each null is a dead
 letter; the run starts): the exit code stays 0. Nothing is consumed, produced or registered.
@@ -19,7 +21,19 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
-from streamer.config import Config, RegistryConfig, dead_letter_topic, librdkafka_config, output_registry
+from streamer.config import (
+    Config,
+    RegistryConfig,
+    dead_letter_topic,
+    default_model,
+    for_model,
+    librdkafka_config,
+    model_entries,
+    model_key,
+    output_registry,
+    prediction_topic,
+    route_models,
+)
 from streamer.errors import ConfigError
 from streamer.formats.configured import input_schema, prediction_schema
 from streamer.formats.subjects import redact, registry_client
@@ -40,19 +54,38 @@ class Finding:
 
 def check(cfg: Config, timeout_s: float = 10.0) -> list[Finding]:
     """Every finding, in the order start-up meets them; see the module docstring."""
-    return [*_model(cfg), *_kafka(cfg, timeout_s), *_registries(cfg)]
+    return [*_models(cfg), *_kafka(cfg, timeout_s), *_registries(cfg)]
 
 
-def _model(cfg: Config) -> list[Finding]:
+def _models(cfg: Config) -> list[Finding]:
+    """Each model's findings, the default model's first; with several, each line names its model."""
+    default = default_model(cfg)
+    names = sorted(model_entries(cfg), key=lambda name: (name != default, name))
+    if len(names) == 1:
+        return _model(for_model(cfg, default), "model", "")
+    return [finding for name in names
+            for finding in _model(for_model(cfg, name), model_key(cfg, name), f"model {name!r}"
+                                  f"{' (the default)' if name == default else ''}: ")]
+
+
+def _model(cfg: Config, key: str, which: str) -> list[Finding]:
+    """One model's findings, its keys under ``key`` (``model``, ``models.named.<name>.model``)."""
     try:
         schema_in = input_schema(cfg.input)
-        runner = checked_runner(cfg, schema_in=schema_in)
+        runner = checked_runner(cfg, schema_in=schema_in, key=f"{key}.path")
         schema = prediction_schema(cfg.output, runner.contract, schema_in)
     except ConfigError as exc:
-        return [Finding(exc.key, False, exc.reason)]
+        return [Finding(_under(exc.key, key), False, f"{which}{exc.reason}")]
     fields = ", ".join(f["name"] for f in schema["fields"])
-    return [Finding("model.path", True, f"{cfg.model.path.name} serves; predictions carry {fields}"),
-            *(Finding(key, True, words, warn=True) for key, words in runner.contract.nullable_fields(schema_in))]
+    return [Finding(f"{key}.path", True, f"{which}{cfg.model.path.name} serves version {cfg.model.version}; "
+                                         f"predictions carry {fields}"),
+            *(Finding(_under(k, key), True, f"{which}{words}", warn=True)
+              for k, words in runner.contract.nullable_fields(schema_in))]
+
+
+def _under(found: str, key: str) -> str:
+    """A model section's key (``model.inputs.x``) under the model's own (``models.named.a.model``)."""
+    return key + found[len("model"):] if found == "model" or found.startswith("model.") else found
 
 
 def _kafka(cfg: Config, timeout_s: float) -> list[Finding]:
@@ -67,8 +100,11 @@ def _kafka(cfg: Config, timeout_s: float) -> list[Finding]:
     # (key, topic, whether start-up creates it when missing), as clients.check_topics and
     # open_kafka do
     wanted = [(f"input.topics[{n}]", t, cfg.input.create_topics) for n, t in enumerate(cfg.input.topics)]
-    wanted += [("output.topic", cfg.output.topic, False),
-               ("processing.dead_letter_topic", dead_letter_topic(cfg), cfg.processing.create_dead_letter_topic)]
+    if cfg.output.topic_per_model:  # each model's topic the stream writes to
+        wanted += [("output.topic_per_model", prediction_topic(cfg, name), False) for name in route_models(cfg)]
+    else:
+        wanted.append(("output.topic", cfg.output.topic, False))
+    wanted.append(("processing.dead_letter_topic", dead_letter_topic(cfg), cfg.processing.create_dead_letter_topic))
     for key, topic, created in wanted:
         meta = topics.get(topic)
         if (meta is None or meta.error is not None) and created:

@@ -41,6 +41,8 @@ def submit_spec(cfg: JobsSections, spec: JobSpec, slot: str | None, now: dt.date
 def status_lines(status: JobStatus) -> list[str]:
     """One job, as ``jobs status`` prints it."""
     out = [f"job {status.id}: {status.state}"]
+    if status.spec.get("model"):
+        out.append(f"model {status.spec['model']}")
     if status.worker:
         out.append(f"worker {status.worker}, attempt {status.attempt}")
     if status.rows_done or status.rows_total:

@@ -4,6 +4,8 @@ Flags:
 
 ``--config FILE``
     the stream's config (model, contract, ``output.include``, ``lake:``), as ``streamer score`` reads it.
+``--model NAME``
+    a model of the config's models (``models.named``, ``models.repository``) to score with; default: ``models.default``.
 ``--from TABLE|PATH``
     a Parquet file or folder on a local or shared filesystem (``s3://`` Parquet is refused: Spark
     reads it through Hadoop's S3 connector, which the ``spark`` extra leaves out), or an Iceberg
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from streamer.config import for_model
 from streamer.config_file import load_config
 from streamer.errors import EXIT_CONFIG, ConfigError
 from streamer.extras import need
@@ -44,6 +47,7 @@ from streamer.house import new_run_id
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="spark_main.py", description="Score a table into the lake on Spark.")
     parser.add_argument("--config", required=True, help="the stream's config file")
+    parser.add_argument("--model", metavar="NAME", help="a model of the config's models (default: models.default)")
     parser.add_argument("--from", dest="source", required=True, metavar="TABLE|PATH",
                         help="a Parquet file or folder, or a table of the lake's catalog")
     to = parser.add_mutually_exclusive_group(required=True)
@@ -65,7 +69,7 @@ def run(args: argparse.Namespace) -> str:
     from streamer.engines.spark_io import checked_run, score_table
     from streamer.wiring.lake import Target
 
-    cfg = load_config(args.config)
+    cfg = for_model(load_config(args.config), args.model)  # the one model the run scores with
     run_id = new_run_id(args.run_id)
     conf = catalog_conf(cfg.lake)
     target = Target(table=args.to_table, parquet=args.to_parquet)

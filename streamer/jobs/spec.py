@@ -1,13 +1,17 @@
 """A job's spec: what to score (source), where to (target), when (not before, within), and how it is named.
 
 A spec is a small mapping, from YAML, JSON or the HTTP API, checked once here: a bad field
-raises ConfigError naming ``job.<field>``, before anything is queued. The model is the worker
-config's. The job's id is its run id, so a job retried, resumed on another worker or submitted
+raises ConfigError naming ``job.<field>``, before anything is queued. ``model`` names the model
+of the worker config's models (``models.named``, ``models.repository``) the job scores with;
+without it, the default model (a replay to a topic of a routed config routes as the stream does).
+Submitting checks the name against the config's models (:func:`check_model`), the worker takes
+it again when the job runs. The job's id is its run id, so a job retried, resumed on another worker or submitted
 twice scores each row once.
 
 Worked example::
 
     name: nightly-scores
+    model: acme
     source: {parquet: s3://events/2026-12-04/}
     target: {table: scores}
     within: 24h
@@ -24,7 +28,7 @@ import datetime as dt
 import re
 import uuid
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +41,7 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]{1,60}$")
 _ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _WITHIN = re.compile(r"^(\d+)\s*(s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_FIELDS = {"name", "id", "source", "target", "not_before", "within", "priority", "labels", "schedule", "timezone",
+_FIELDS = {"name", "id", "model", "source", "target", "not_before", "within", "priority", "labels", "schedule", "timezone",
            "trigger"}
 
 
@@ -106,6 +110,7 @@ class JobSpec:
     schedule: str | None = None
     timezone: str = "UTC"
     trigger: Trigger | None = None
+    model: str | None = None  # a model of the worker config's models; None: the default model
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as it is parsed (``parse_spec(spec.to_dict()) == spec``)."""
@@ -114,6 +119,8 @@ class JobSpec:
             out["name"] = self.name
         if self.id:
             out["id"] = self.id
+        if self.model:
+            out["model"] = self.model
         if self.source is not None:
             out["source"] = self.source.to_dict()
         out["target"] = self.target.to_dict()
@@ -135,7 +142,7 @@ class JobSpec:
         """The one job this spec is under ``job_id`` (a schedule's slot, a trigger's snapshot): no
         schedule, no trigger, ``source`` when given."""
         return JobSpec(self.target, source or self.source, self.name, job_id, self.not_before_ms, self.within_s,
-                       self.priority, self.labels)
+                       self.priority, self.labels, model=self.model)
 
 
 def parse_spec(raw: Any) -> JobSpec:
@@ -147,6 +154,9 @@ def parse_spec(raw: Any) -> JobSpec:
         raise ConfigError(f"job.{unknown[0]}", f"is not a field of a job spec (fields: {', '.join(sorted(_FIELDS))})")
     name = _text(raw, "name", _NAME, "letters, digits, '.', '_' and '-', up to 60")
     job_id = _text(raw, "id", _ID, "letters, digits, '.', '_' and '-', up to 100")
+    model = raw.get("model")
+    if model is not None and (not isinstance(model, str) or not model):
+        raise ConfigError("job.model", f"must be a model's name, got {model!r}")
     trigger = _trigger(raw.get("trigger"))
     if trigger is not None and "source" in raw:
         raise ConfigError("job.source", "a triggered job's rows are the trigger's: give trigger or source, not both")
@@ -172,7 +182,13 @@ def parse_spec(raw: Any) -> JobSpec:
                                                  for k, v in labels.items()):
         raise ConfigError("job.labels", "must be a mapping of names to text")
     return JobSpec(target, source, name, job_id, _not_before(raw.get("not_before")), _within(raw.get("within")),
-                   priority, {k: str(v) for k, v in labels.items()}, schedule, str(zone), trigger)
+                   priority, {k: str(v) for k, v in labels.items()}, schedule, str(zone), trigger, model)
+
+
+def check_model(spec: JobSpec, models: Collection[str]) -> None:
+    """Refuse a spec whose ``model`` is not one of ``models`` (the config's), on ``job.model``."""
+    if spec.model is not None and spec.model not in models:
+        raise ConfigError("job.model", f"no model {spec.model!r}; the models are {', '.join(sorted(models))}")
 
 
 def new_job_id(spec: JobSpec, now: dt.datetime) -> str:

@@ -41,11 +41,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from streamer.config import Config
+from streamer.config import Config, model_entries
 from streamer.errors import BrokerError, ConfigError, NoSuchJob, Refused
 from streamer.jobs.board import Board, ensure_topics
 from streamer.jobs.queue import cancel, submit
-from streamer.jobs.spec import JobSource, JobSpec, JobTarget, new_job_id, parse_spec
+from streamer.jobs.spec import JobSource, JobSpec, JobTarget, check_model, new_job_id, parse_spec
 from streamer.jobs.states import JobStatus, State
 from streamer.lake.table import TableSource
 from streamer.model.contract import Contract
@@ -164,6 +164,7 @@ class JobsApi:
                                               "`streamer jobs submit --slot`): give a spec without a schedule")
         if spec.trigger is not None:
             raise ConfigError("job.trigger", "a triggered spec runs under `streamer jobs watch`, not submitted")
+        check_model(spec, model_entries(self.cfg))
         return await self._submit(spec)
 
     async def _file(self, request: Request, kind: str) -> Response:

@@ -53,7 +53,7 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[Config]:
      "streamer: config key 'batching.max_size': must be between 1 and 65536, got 1000000"),
     (["--batch-size", "0"], "streamer: config key 'batching.max_size': must be between 1 and 65536, got 0"),
     (["--max-wait-ms", "-1"], "streamer: config key 'batching.max_wait_ms': must be >= 0, got -1"),
-    (["--model", "no-such-model.onnx"], "streamer: config key 'model.path': no model file at"),
+    (["--model-file", "no-such-model.onnx"], "streamer: config key 'model.path': no model file at"),
 ])
 def test_a_bad_override_exits_2_naming_the_key_before_connecting(
         no_broker: list[Config], capsys: pytest.CaptureFixture[str], flags: list[str],

@@ -28,6 +28,7 @@ DEGRADE = "tests/online/test_degrade_redis.py::"
 KV_SINK = "streamer/stores/sink.py"
 KV_TESTS = "tests/stores/test_sink.py::"
 KV_KILLED = "tests/stores/test_precompute.py::test_a_precompute_killed_mid_way_resumes_and_readers_only_ever_see_a_complete_run"
+MODELS_BATCH = "tests/commands/test_models_batch.py::"
 EOS_REPLAY = ("tests/integration/test_replay_eos_kafka.py::"
               "test_a_replay_stopped_and_resumed_every_way_writes_each_prediction_once")
 
@@ -347,8 +348,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "streamer check passes a nullable Avro field mapped without fill silently (each null a dead letter)",
         ("tests/commands/test_check.py::test_a_nullable_field_mapped_without_fill_is_a_warning_that_names_its_dead_letters",),
         (Edit("streamer/commands/check.py", "_model",
-              "*(Finding(key, True, words, warn=True) for key, words in runner.contract.nullable_fields(schema_in))]",
-              "]"),),
+              "*(Finding(_under(k, key), True, f\"{which}{words}\", warn=True)\n"
+              "  for k, words in runner.contract.nullable_fields(schema_in))]\n",
+              "]\n"),),
     ),
     Mutant(
         "36-labels-columns-types-unchecked",
@@ -993,5 +995,45 @@ MUTANTS: tuple[Mutant, ...] = (
          MANY_MODELS + "test_twenty_models_answer_within_their_deadlines_and_five_in_memory"),
         (Edit("streamer/online/plane.py", "DataPlane.lane", "if self.lanes is None or name == self.model.name:",
               "if True:"),),
+    ),
+    Mutant(
+        "150-model-flag-ignored",
+        "a batch command given --model NAME scores with the default model",
+        (MODELS_BATCH + "test_score_with_model_writes_that_models_predictions_and_its_version",
+         "tests/commands/test_models_batch_kafka.py::test_replay_with_model_writes_that_models_predictions_and_its_version",
+         "tests/commands/test_models_batch_kafka.py::test_evaluate_with_model_proves_a_candidate_against_that_model"),
+        (Edit("streamer/cli_batch.py", "one_model", "return for_model(cfg, args.model)", "return for_model(cfg, None)"),),
+    ),
+    Mutant(
+        "151-job-model-dropped-on-the-way-to-the-worker",
+        "a job spec's model is left out of the queued spec: the worker scores the job with the default model",
+        (MODELS_BATCH + "test_a_job_spec_names_its_model_and_the_worker_scores_with_it",),
+        (Edit("streamer/jobs/spec.py", "JobSpec.with_id", "self.priority, self.labels, model=self.model)",
+              "self.priority, self.labels)"),),
+    ),
+    Mutant(
+        "152-worker-ignores-the-jobs-model",
+        "the worker runs every job with the default model, whatever its spec's model",
+        (MODELS_BATCH + "test_a_job_spec_names_its_model_and_the_worker_scores_with_it",),
+        (Edit("streamer/cli_jobs.py", "JobRunner.run", "cfg = job_config(load_config(self.config), spec)",
+              "cfg = load_config(self.config)"),),
+    ),
+    Mutant(
+        "153-check-only-the-default-model",
+        "streamer check loads the default model alone: a broken model of the repository passes",
+        (MODELS_BATCH + "test_check_lists_every_model_and_refuses_a_bad_one_on_its_key",),
+        (Edit("streamer/commands/check.py", "_models", "if len(names) == 1:", "if True:"),),
+    ),
+    Mutant(
+        "154-jobs-api-queues-an-unknown-model",
+        "POST /v1/jobs queues a spec naming no model of the config: its job fails on a worker instead of a 422",
+        (MODELS_BATCH + "test_the_jobs_api_refuses_a_spec_with_an_unknown_model",),
+        (Edit(JOBS_HTTP, "JobsApi._spec", "check_model(spec, model_entries(self.cfg))\n", "pass\n"),),
+    ),
+    Mutant(
+        "155-submit-queues-an-unknown-model",
+        "jobs submit and jobs watch queue a spec naming no model of the config: its job fails on a worker",
+        (MODELS_BATCH + "test_a_job_spec_with_an_unknown_model_is_refused_at_submit",),
+        (Edit("streamer/cli_jobs.py", "checked_spec", "if names is not None:", "if False:"),),
     ),
 )
