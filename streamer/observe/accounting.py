@@ -46,8 +46,8 @@ class _OfModel:
 
 
 class Accounting:
-    """Stats and metrics of one processor. ``models``: each model it scores with and its numeric
-    inputs' width (drift); None: ``cfg.model``'s, ``n_features`` wide."""
+    """Stats and metrics of one processor. ``models``: each model it scores with, the default
+    first, and its numeric inputs' width (drift); None: ``cfg.model``'s, ``n_features`` wide."""
 
     def __init__(self, stats: Stats, metrics: Metrics | None, cfg: Config, n_features: int,
                  clock: Callable[[], float] = time.monotonic,
@@ -57,8 +57,8 @@ class Accounting:
         self._held: str | None = None
         self._assigned = 0
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
-        self._default, self._output_topic = cfg.model.name, cfg.output.topic
         models = models or {cfg.model.name: (cfg.model, n_features)}
+        self._default, self._output_topic = next(iter(models)), cfg.output.topic  # the default model first
         self._model = {name: [name, m.version, ""] for name, (m, _) in models.items()}  # its model_info labels
         self.drifts = {name: DriftGauges.of(m.drift_profile, width, m.drift_window_rows,  # where it is exported
                                             _OfModel(self.metrics.feature_psi, name),

@@ -109,7 +109,8 @@ class Lanes:
         parts: dict[str, Rows] = {}
         rejects = {self.default.name: unrouted}
         for name, part in routed.items():
-            parts[name], rejects[name] = self.by_name[name].stages.decode(part)
+            parts[name], bad = self.by_name[name].stages.decode(part)
+            rejects[name] = rejects.get(name, []) + bad
         return parts, rejects
 
     @property

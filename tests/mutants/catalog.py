@@ -82,9 +82,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "05-max-wait-times-50",
         "the processor's batches wait 50 times max_wait_ms",
         ("tests/integration/test_processor_kafka.py::test_a_trickle_is_flushed_within_max_wait",),
-        (Edit(PROCESSOR, "Processor.__init__",
-              "MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,",
-              "MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms * 50, clock,"),),
+        (Edit("streamer/pipeline/lanes.py", "Lane.of",
+              "MicroBatcher(b.max_size, b.max_wait_ms, clock,",
+              "MicroBatcher(b.max_size, b.max_wait_ms * 50, clock,"),),
     ),
     Mutant(
         "06-latency-zero",
@@ -101,8 +101,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (P + "test_scores_reach_the_output_in_partition_order",
          "tests/integration/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed"),
         (Edit(PROCESSOR, "Processor._predictions",
-              "return Predictions(self.cfg.output.topic, values, rows)\n",
-              "return Predictions(self.cfg.output.topic, values[:-1], rows[:-1])\n"),),
+              "return Predictions(lane.topic, values, rows)\n",
+              "return Predictions(lane.topic, values[:-1], rows[:-1])\n"),),
     ),
     Mutant(
         "08-drop-row-marked-done",
@@ -110,11 +110,11 @@ MUTANTS: tuple[Mutant, ...] = (
         (P + "test_scores_reach_the_output_in_partition_order",
          "tests/integration/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed"),
         (Edit(PROCESSOR, "Processor._predictions",
-              "return Predictions(self.cfg.output.topic, values, rows)\n",
+              "return Predictions(lane.topic, values, rows)\n",
               "if len(rows):\n"
               "    dropped = rows[-1:].source\n"
               "    self._tracker.done((dropped.topics[0], int(dropped.partitions[0])), dropped.offsets)\n"
-              "return Predictions(self.cfg.output.topic, values[:-1], rows[:-1])\n"),),
+              "return Predictions(lane.topic, values[:-1], rows[:-1])\n"),),
     ),
     Mutant(
         "09-commit-prefix-plus-one",
@@ -174,7 +174,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the consume wait is not cut to what is left of the open batch's max_wait_ms",
         (P + "test_an_open_batch_is_flushed_within_max_wait_when_the_consume_timeout_is_longer",),
         (Edit(PROCESSOR, "Processor._consume",
-              "if (remaining := self._batcher.remaining_s()) is not None and not self._holds.blocked:\n"
+              "if (remaining := self._lanes.remaining_s()) is not None and not self._holds.blocked:\n"
               "    wait = min(wait, remaining)\n",
               ""),),
     ),
