@@ -962,4 +962,45 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/engines/test_ray.py::test_a_source_the_models_inputs_cannot_read_is_refused_before_ray_is_reached",),
         (Edit("streamer/engines/ray.py", "run_ray", "scorer.check(location)", "scorer.schema"),),
     ),
+    Mutant(
+        "123-route-to-the-next-model",
+        "a routed event goes to the model after the one its value names (a row scored by the wrong model)",
+        ("tests/pipeline/test_route.py::test_each_event_goes_to_the_model_its_value_names_in_chunk_order",
+         "tests/integration/test_routing_kafka.py::"
+         "test_three_models_score_their_tenants_as_onnx_runtime_does_each_on_its_topic"),
+        (Edit("streamer/pipeline/route.py", "Router._lane", "if at is not None:\n    return at\n",
+              "if at is not None:\n    return (at + 1) % len(self.lanes)\n"),),
+    ),
+    Mutant(
+        "124-lane-acks-commit-the-other-lanes",
+        "a lane's acknowledged outputs mark every offset up to its last row done, the other lanes' rows "
+        "between them included: offsets committed before those rows' acks",
+        ("tests/test_processor_lanes.py::test_each_model_writes_its_own_topic_and_commits_wait_for_every_lane",),
+        (Edit(PROCESSOR, "Processor._collect_acks", "self._observe.acked(acked)\n",
+              "self._observe.acked(acked)\n"
+              "for tp, offs in acked.offsets().items():\n"
+              "    self._tracker.done(tp, list(range(max(int(o.max()) for o in offs) + 1)))\n"),),
+    ),
+    Mutant(
+        "125-reload-swaps-every-model",
+        "one model's new version makes every model of the stream load again",
+        ("tests/integration/test_routing_kafka.py::test_one_model_reloads_alone_and_one_failing_model_degrades_alone",),
+        (Edit(PROCESSOR, "Processor._infer_and_produce",
+              "for lane in self._lanes:\n"
+              "    self._account.reloaded(lane.serving.poll(), lane.name)  # a new version goes in between batches\n",
+              "for lane in self._lanes:\n"
+              "    self._account.reloaded(done := lane.serving.poll(), lane.name)\n"
+              "    if done is not None:\n"
+              "        self._lanes.reload()\n"),),
+    ),
+    Mutant(
+        "126-unknown-value-scored-when-dead-letter-asked",
+        "route.unknown: dead_letter is ignored: an unknown tenant is silently scored by the default model",
+        ("tests/pipeline/test_route.py::test_each_event_goes_to_the_model_its_value_names_in_chunk_order",
+         "tests/integration/test_routing_kafka.py::"
+         "test_three_models_score_their_tenants_as_onnx_runtime_does_each_on_its_topic"),
+        (Edit("streamer/pipeline/route.py", "Router.__init__",
+              'self._unknown = _UNKNOWN if route.unknown == "dead_letter" else at[default]',
+              "self._unknown = at.get(default, 0)"),),
+    ),
 )
