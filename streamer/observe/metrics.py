@@ -118,7 +118,10 @@ class Metrics:
             self.rebalances.labels(kind)
 
     def of_model(self, model: str) -> None:
-        """Start a model's labelled series at zero (its flushes by reason, its reloads by result)."""
+        """Start a model's labelled series at zero (its batches, flushes by reason, degraded rows,
+        breaker, reloads by result and their seconds)."""
+        for metric in (self.batch_size, self.degraded, self.breaker_state, self.reload_seconds):
+            metric.labels(model)
         for reason in get_args(FlushReason):
             self.flushes.labels(model, reason)
         for result in ("swapped", "refused"):

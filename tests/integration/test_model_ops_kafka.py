@@ -113,8 +113,9 @@ def test_a_new_model_version_is_swapped_in_under_a_steady_stream(bootstrap: str,
           f"v1 {sum(p['model_version'] == '1' for p in preds)}, v2 {sum(p['model_version'] == '2' for p in preds)}")
 
 
-def gauge(registry: CollectorRegistry, name: str) -> float:
-    value = registry.get_sample_value(name)
+def gauge(registry: CollectorRegistry, name: str, model: str = "fraud_mlp") -> float:
+    """A model-side series of ``model`` (the example config's)."""
+    value = registry.get_sample_value(name, {"model": model})
     assert value is not None, name
     return value
 
