@@ -8,9 +8,10 @@ field and the value. An event that cannot be decoded is the ``deserialize`` dead
 stage would make of it. Each part keeps the chunk's order; the models' own decode stages read
 their parts (pipeline/stages.py).
 
-Reading the field: JSON (``input.format: json``) through msgspec with a type that holds only the
-field, so the rest of the event is stepped over, not built; every other format (and a JSON event
-msgspec refuses: NaN, a non-object above the field) through the input codec, as the reference.
+Reading the field: Avro, avro-confluent and JSON by their fast readers
+(formats/columnar/field_text.py: the field alone, not the event), every other format and every row
+a fast reader leaves by the input codec's decode, the reference. A fast reader stops at the field:
+an event broken after it reaches its model, whose decode stage dead-letters it.
 
 Worked example (``route: {field: tenant, map: {acme: a, "7": b}, unknown: dead_letter}``)::
 
@@ -26,31 +27,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from streamer.config import Config, RouteConfig, default_model
 from streamer.errors import DeserializeError, RecordError, RouteError, detach
 from streamer.formats.codec import Codec
-from streamer.formats.json_events import JsonCodec
+from streamer.formats.columnar.field_text import as_text, field_reader
 from streamer.pipeline.records import Messages, Origin
 
 Reject = tuple[RecordError, Origin]
 _FAILED = -2  # the event did not decode: its reject is made
-_UNKNOWN = -1  # no model for its value
+_UNKNOWN = -1  # no model for its value: a dead letter
 
-
-def as_text(value: Any) -> str | None:
-    """A field's value as ``route.map`` names it (None: no value)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
+__all__ = ["Router", "as_text", "field_of"]
 
 
 def field_of(payload: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -63,15 +52,6 @@ def field_of(payload: Mapping[str, Any], path: Sequence[str]) -> Any:
     return value
 
 
-def _json_type(path: Sequence[str]) -> Any:
-    """A msgspec type holding only the field at ``path`` (nested structs for a dotted path)."""
-    inner: Any = Any
-    for depth, name in reversed(list(enumerate(path))):
-        struct = msgspec.defstruct(f"Route{depth}", [(name, inner | None, None)])
-        inner = struct
-    return inner
-
-
 class Router:
     """The route of one processor: which of ``lanes`` (the models it scores with) each event goes to."""
 
@@ -82,7 +62,7 @@ class Router:
         at = {name: i for i, name in enumerate(self.lanes)}
         self._map = {value: at[name] for value, name in route.map.items()}
         self._unknown = _UNKNOWN if route.unknown == "dead_letter" else at[default]
-        self._json = msgspec.json.Decoder(_json_type(self._path)) if type(decoder) is JsonCodec else None
+        self._fast = field_reader(decoder, self._path)
 
     @classmethod
     def of(cls, cfg: Config, lanes: Sequence[str], decoder: Codec) -> Router | None:
@@ -92,9 +72,24 @@ class Router:
     def split(self, chunk: Messages) -> tuple[dict[str, Messages], list[Reject]]:
         """The chunk's part for each model that has rows (in lane order, each in the chunk's
         order), and the rejects: undecodable events, and unknown values when they are dead letters."""
-        rejects: list[Reject] = []
-        lane = np.fromiter((self._lane(m, rejects) for m in chunk.items), np.int64, len(chunk))
-        if len(lane) and (lane == lane[0]).all() and lane[0] >= 0:  # one model: the chunk as it is
+        items, n = chunk.items, len(chunk)
+        values = [m.value() for m in items]
+        texts: list[str | None] = [None] * n
+        ok = np.zeros(n, bool)
+        if self._fast is not None:
+            texts, ok = self._fast.read(values)
+        get, unknown = self._map.get, self._unknown
+        lane = np.array([get(t, unknown) for t in texts], np.int64) if n else np.empty(0, np.int64)  # type: ignore[arg-type]
+        failed: dict[int, RecordError] = {}
+        for i in np.flatnonzero(~ok).tolist():  # the reference's rows
+            try:
+                texts[i] = self._read(values[i])
+                lane[i] = get(texts[i], unknown)  # type: ignore[arg-type]
+            except RecordError as exc:
+                failed[i], lane[i] = detach(exc), _FAILED
+        rejects: list[Reject] = [(failed.get(i) or self._unknown_error(texts[i]), items[i])
+                                 for i in np.flatnonzero(lane < 0).tolist()]
+        if n and lane[0] >= 0 and (lane == lane[0]).all():  # one model: the chunk as it is
             return {self.lanes[int(lane[0])]: chunk}, rejects
         parts = {}
         for i, name in enumerate(self.lanes):
@@ -103,33 +98,13 @@ class Router:
                 parts[name] = chunk.take(idx)
         return parts, rejects
 
-    def _lane(self, message: Origin, rejects: list[Reject]) -> int:
-        value = message.value()
-        try:
-            text = self._read(value)
-        except RecordError as exc:
-            rejects.append((detach(exc), message))
-            return _FAILED
-        at = self._map.get(text) if text is not None else None
-        if at is not None:
-            return at
-        if self._unknown == _UNKNOWN:
-            reason = (f"route.field {self._field!r} is {text!r}: route.map names no model for it" if text is not None
-                      else f"route.field {self._field!r} is missing or null: no model for it")
-            rejects.append((RouteError(reason), message))
-            return _FAILED
-        return self._unknown
+    def _unknown_error(self, text: str | None) -> RouteError:
+        if text is None:
+            return RouteError(f"route.field {self._field!r} is missing or null: no model for it")
+        return RouteError(f"route.field {self._field!r} is {text!r}: route.map names no model for it")
 
     def _read(self, value: bytes | None) -> str | None:
-        """The route field's text in one event's bytes (raises the decode stage's error)."""
+        """The route field's text in one event's bytes, by the reference (raises the decode stage's error)."""
         if value is None:
             raise DeserializeError("tombstone (null value): nothing to score")
-        if self._json is not None:
-            try:
-                got: Any = self._json.decode(value)
-                for name in self._path:
-                    got = getattr(got, name) if got is not None else None
-                return as_text(got)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                pass  # the reference decides: a dead letter, or a value msgspec does not read
         return as_text(field_of(self._decoder.decode(value), self._path))
