@@ -25,6 +25,7 @@ Worked example (``route: {field: tenant, map: {acme: a, "7": b}, unknown: dead_l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -79,7 +80,7 @@ class Router:
         if self._fast is not None:
             texts, ok = self._fast.read(values)
         get, unknown = self._map.get, self._unknown
-        lane = np.array([get(t, unknown) for t in texts], np.int64) if n else np.empty(0, np.int64)  # type: ignore[arg-type]
+        lane = np.fromiter(map(get, texts, repeat(unknown)), np.int64, n)  # type: ignore[arg-type]
         failed: dict[int, RecordError] = {}
         for i in np.flatnonzero(~ok).tolist():  # the reference's rows
             try:

@@ -97,6 +97,7 @@ class AvroField:
 
     def __init__(self, levels: list[tuple[list[Node], Node]], offset: int) -> None:
         self._levels, self._offset = levels, offset  # per level: the fields before it, and it
+        self._nullable = any(b.kind == "null" for b in branches(levels[-1][1]))
 
     @classmethod
     def compile(cls, writer_schema: dict[str, Any], path: Sequence[str], offset: int = 0) -> AvroField | None:
@@ -129,7 +130,7 @@ class AvroField:
         ok[sel] = w.ok[sel]
         texts: list[str | None] = [None] * n
         if len(sel) == n and ok.all():
-            texts = [None if t == _NULL else t for t in got]
+            texts = [None if t == _NULL else t for t in got] if self._nullable else list(got)
         else:
             for i, t, good in zip(sel.tolist(), got, w.ok[sel].tolist(), strict=True):
                 texts[i] = None if not good or t == _NULL else t
