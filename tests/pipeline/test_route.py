@@ -18,6 +18,7 @@ from streamer.config import RouteConfig
 from streamer.errors import RouteError
 from streamer.formats.avro import AvroCodec, load_schema
 from streamer.formats.codec import Codec
+from streamer.formats.columnar.field_text import ConfluentAvroField
 from streamer.formats.json_events import JsonCodec
 from streamer.pipeline.records import Messages
 from streamer.pipeline.route import Router, as_text, field_of
@@ -160,3 +161,24 @@ def test_avro_routing_by_the_walk_agrees_with_the_reference_decoder(rows: list[t
     router = Router(RouteConfig(path, MAP, unknown), "general", LANES, codec)  # type: ignore[arg-type]
     assert router._fast is not None  # the walk reads this layout
     assert split(router, values) == reference(router, codec, values, unknown, path)
+
+
+class Registry:
+    """A ConfluentAvroCodec's reader lookup: schema id 1 is SCHEMA; any other id is unknown."""
+
+    def reader(self, schema_id: int) -> AvroCodec:
+        if schema_id != 1:
+            raise KeyError(schema_id)
+        return AvroCodec(SCHEMA)
+
+
+def test_avro_confluent_fields_are_read_per_writer_schema_id_and_unknown_ids_left_to_the_reference() -> None:
+    codec = AvroCodec(SCHEMA)
+    event = {"id": "e", "xs": [1.0], "meta": {"n": None, "tenant": None}}
+    one = [b"\x00\x00\x00\x00\x01" + codec.encode({**event, "tenant": t}) for t in ("acme", None, 7)]
+    unknown = b"\x00\x00\x00\x00\x02" + codec.encode({**event, "tenant": "acme"})
+    reader = ConfluentAvroField(Registry(), ["tenant"])  # type: ignore[arg-type]
+    texts, ok = reader.read(one)
+    assert (texts, ok.tolist()) == (["acme", None, "7"], [True, True, True])
+    texts, ok = reader.read([one[0], unknown, None, one[2]])
+    assert (texts, ok.tolist()) == (["acme", None, None, "7"], [True, False, False, True])
