@@ -6,6 +6,7 @@ prove the same end to end with converter models."""
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from streamer.config import (
     dead_letter_topic,
     for_model,
 )
+from streamer.errors import InferenceError
 from streamer.formats.configured import output_codec
 from streamer.formats.json_events import JsonCodec
 from streamer.house import ModelSide, Wiring
@@ -47,15 +49,21 @@ def routed(unknown: str = "dead_letter") -> Config:
                    output=replace(cfg.output, topic_per_model=True))
 
 
-def lanes_harness(cfg: Config) -> Harness:
-    """The fake clients' Harness with a processor of models a (scores x[:, 0]) and b (x[:, 0] + 1)."""
+def lanes_harness(cfg: Config, b_fails: threading.Event | None = None) -> Harness:
+    """The fake clients' Harness with a processor of models a (scores x[:, 0]) and b (x[:, 0] + 1;
+    failing while ``b_fails`` is set, with no fallback)."""
     h = Harness(config(max_wait_ms=60_000))  # its fake clients; its processor is replaced
     clients = KafkaClients(consumer=lambda **kw: h.consumer.configure(**kw), producer=h._producer,
                            ensure_topic=lambda topic, like: None)
     sides = []
     for name, add in (("a", 0.0), ("b", 1.0)):
         one = for_model(cfg, name)
-        runner = FunctionRunner(lambda x, add=add: x[:, :1] + np.float32(add), 32)
+        def score(x: np.ndarray, add: float = add) -> np.ndarray:
+            if add and b_fails is not None and b_fails.is_set():
+                raise InferenceError("CUDA error: an illegal memory access was encountered")
+            return x[:, :1] + np.float32(add)
+
+        runner = FunctionRunner(score, 32)
         sides.append(ModelSide(one, serving_of(one, runner, h.clock), output_codec(one)))
     h.processor = Processor(Wiring(cfg, sides[0].serving, JsonCodec(), sides[0].encoder, open_kafka(cfg, clients),
                                    clock=h.clock, models=tuple(sides)))
@@ -108,3 +116,32 @@ def test_an_unknown_value_is_scored_by_the_default_model_when_asked() -> None:
     assert h.consumer.committed == {P0: 3}
     assert [t for t, _ in h.producer.written] == ["scores.a", "scores.a", "scores.b"]  # b's at the drain
     assert h.processor.stats.dead_letters.total() == 0
+
+
+def test_a_failing_model_without_a_fallback_holds_the_stream_until_it_answers() -> None:
+    """Model b fails every batch (no fallback): the processor is unhealthy and commits nothing past
+    b's first row, while a's batches are scored; once b answers, everything is committed."""
+    cfg = routed()
+    named = dict(cfg.models.named)
+    named["b"] = replace(named["b"], batching=BatchingConfig(max_size=2, max_wait_ms=60_000))
+    failing = threading.Event()
+    failing.set()
+    h = lanes_harness(replace(cfg, models=replace(cfg.models, named=named)), failing)
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [tenant_event(i, t) for i, t in enumerate(["x", "y", "x", "y", "x", "x"])])
+    passes = [0]
+
+    def held_while_b_fails(s: Stats) -> bool:
+        assert all(c.get(P0, 0) <= 1 for c in h.consumer.commits), h.consumer.commits
+        if h.processor.unhealthy_reason is None:
+            return False
+        assert "model failing" in h.processor.unhealthy_reason
+        passes[0] += 1
+        if passes[0] < 40:  # many retries of b, and a's batches scored meanwhile
+            return False
+        assert sum(t == "scores.a" for t, _ in h.producer.written) == 4 and not any(
+            t == "scores.b" for t, _ in h.producer.written)
+        failing.clear()
+        return True
+
+    h.run(held_while_b_fails, lambda s: h.consumer.committed == {P0: 6} and h.processor.healthy)
