@@ -968,8 +968,9 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/pipeline/test_route.py::test_each_event_goes_to_the_model_its_value_names_in_chunk_order",
          "tests/integration/test_routing_kafka.py::"
          "test_three_models_score_their_tenants_as_onnx_runtime_does_each_on_its_topic"),
-        (Edit("streamer/pipeline/route.py", "Router._lane", "if at is not None:\n    return at\n",
-              "if at is not None:\n    return (at + 1) % len(self.lanes)\n"),),
+        (Edit("streamer/pipeline/route.py", "Router.__init__",
+              "self._map = {value: at[name] for value, name in route.map.items()}",
+              "self._map = {value: (at[name] + 1) % len(self.lanes) for value, name in route.map.items()}"),),
     ),
     Mutant(
         "124-lane-acks-commit-the-other-lanes",
