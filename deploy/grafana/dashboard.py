@@ -6,7 +6,7 @@ Conventions, for any Grafana and any Prometheus datasource:
 - a ``datasource`` variable (type prometheus) that every panel and query uses: no hard-coded uid;
 - ``job``, ``instance`` and ``group`` (consumer group) variables that every series selector uses,
   and a ``model`` variable that the model side's series (``{MSEL}``: batches, inference, drift,
-  degraded rows, the breaker, versions and reloads) use too: a stream of several models
+  degraded rows, the breaker, versions and reloads, the challengers) use too: a stream of several models
   (``route``) shows one model, some or all;
 - ``$__rate_interval`` for every range (never a fixed ``[1m]``);
 - a unit and a description on every panel.
@@ -116,20 +116,22 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
      "Share of the rows both scored on which a challenger's decision (score[0] >= "
      "shadow.flip_threshold) differs from the champion's, per challenger (shadow.challengers).",
      "percentunit",
-     [q("sum by (challenger) (rate(streamer_shadow_flips_total{SEL}[RATE])) / "
-        "clamp_min(sum by (challenger) (rate(streamer_shadow_compared_rows_total{SEL}[RATE])), 1e-9)",
-        "{{challenger}}")]),
+     [q("sum by (model, challenger) (rate(streamer_shadow_flips_total{MSEL}[RATE])) / "
+        "clamp_min(sum by (model, challenger) (rate(streamer_shadow_compared_rows_total{MSEL}[RATE])), 1e-9)",
+        "{{model}}: {{challenger}}")]),
     ("Shadow: score difference",
      "Absolute difference of each challenger's first score from the champion's on the same rows: "
      "median and 99th percentile.", "none",
-     quantiles("streamer_shadow_abs_diff", by="le, challenger", qs=(0.5, 0.99), legend=" {{challenger}}")),
+     quantiles("streamer_shadow_abs_diff", by="le, model, challenger", qs=(0.5, 0.99),
+               legend=" {{model}}: {{challenger}}", sel="MSEL")),
     ("Shadow: published and failed",
      "Shadow predictions acknowledged per second, and a challenger's rows not published, by stage "
      "(skipped: it lagged and its queue was full; score, encode, produce). The champion never waits "
      "for a challenger.", "ops",
-     [q("sum by (challenger) (rate(streamer_shadow_predictions_total{SEL}[RATE]))", "{{challenger}} published"),
-      q("sum by (challenger, stage) (rate(streamer_shadow_failures_total{SEL}[RATE]))",
-        "{{challenger}} {{stage}}")]),
+     [q("sum by (model, challenger) (rate(streamer_shadow_predictions_total{MSEL}[RATE]))",
+        "{{model}}: {{challenger}} published"),
+      q("sum by (model, challenger, stage) (rate(streamer_shadow_failures_total{MSEL}[RATE]))",
+        "{{model}}: {{challenger}} {{stage}}")]),
     ("Health",
      "Healthy is 0 while a processor is blocked (model failing, outputs unwritable, registry "
      "away); stalled partitions have work and no progress; paused partitions wait on a block.",

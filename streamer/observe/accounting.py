@@ -5,7 +5,8 @@ each into the summary counts (:class:`Stats`) and the exported metrics, so the l
 metric code. Without metrics, the no-op twin takes the calls.
 
 The model side's metrics carry a ``model`` label (the model's name): batch sizes, flushes,
-inference seconds, degraded rows, the breaker's state, reloads, drift and the model's info, so a
+inference seconds, degraded rows, the breaker's state, reloads, drift and the model's info (and
+the challengers', shadow.py), so a
 processor of several models (``route``) tells them apart.
 """
 

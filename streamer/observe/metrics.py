@@ -94,7 +94,7 @@ class Metrics:
                                "(swapped, refused)", ["model", "result"], registry=registry)
         self.reload_seconds = Histogram(f"{p}_model_reload_seconds", "From a model change seen (or SIGHUP) to "
                                         "its swap or refusal", ["model"], buckets=RELOAD_SECONDS, registry=registry)
-        ch = ["challenger"]
+        ch = ["model", "challenger"]  # the champion's name, the challenger's
         self.shadow_rows = Counter(f"{p}_shadow_compared_rows", "Rows a challenger scored that the champion "
                                    "scored itself (compared)", ch, registry=registry)
         self.shadow_flips = Counter(f"{p}_shadow_flips", "Compared rows whose decision (score[0] >= "
@@ -106,7 +106,7 @@ class Metrics:
                                           "broker", ch, registry=registry)
         self.shadow_failures = Counter(f"{p}_shadow_failures", "A challenger's rows not published, by stage "
                                        "(skipped: its queue was full; score, encode, produce)",
-                                       ["challenger", "stage"], registry=registry)
+                                       ["model", "challenger", "stage"], registry=registry)
         self.build_info = Gauge(f"{p}_build_info", "streamer and runtime versions (value is 1)",
                                 ["version", "python", "librdkafka"], registry=registry)
         self.build_info.labels(__version__, platform.python_version(), confluent_kafka.libversion()[0]).set(1)

@@ -72,7 +72,8 @@ def test_every_series_selector_filters_by_job_instance_and_group(title: str, tar
 
 MODEL_SIDE = ("streamer_batch_size_rows", "streamer_batch_flushes", "streamer_inference_seconds", "streamer_feature_psi",
               "streamer_feature_out_of_range_ratio", "streamer_degraded_predictions", "streamer_model_breaker_state",
-              "streamer_model_info", "streamer_model_reloads")
+              "streamer_model_info", "streamer_model_reloads", "streamer_shadow_flips", "streamer_shadow_compared_rows",
+              "streamer_shadow_abs_diff", "streamer_shadow_predictions", "streamer_shadow_failures")
 
 
 def test_a_model_variable_that_every_model_side_series_uses() -> None:

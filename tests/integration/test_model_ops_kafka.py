@@ -218,7 +218,7 @@ def test_challengers_score_in_shadow_and_a_failing_or_hung_one_never_touches_the
     feed(bootstrap, topics, n)
 
     def sample(name: str, **labels: str) -> float:
-        return registry.get_sample_value(name, labels) or 0.0
+        return registry.get_sample_value(name, {"model": cfg.model.name, **labels}) or 0.0
 
     running = Running(processor)
     try:
