@@ -76,8 +76,9 @@ def reloads(cfg: Config, k: int) -> list[float]:
     thread.start()
 
     def recorded() -> tuple[float, float]:
-        return (registry.get_sample_value("streamer_model_reload_seconds_count") or 0.0,
-                registry.get_sample_value("streamer_model_reload_seconds_sum") or 0.0)
+        model = {"model": cfg.model.name}
+        return (registry.get_sample_value("streamer_model_reload_seconds_count", model) or 0.0,
+                registry.get_sample_value("streamer_model_reload_seconds_sum", model) or 0.0)
 
     seen: list[float] = []
     deadline = time.monotonic() + 120

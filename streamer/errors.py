@@ -184,6 +184,13 @@ class ValidationError(RecordError):
     stage = "validate"
 
 
+class RouteError(RecordError):
+    """The event's route field names no model of ``route.map`` (or is missing), and
+    ``route.unknown`` is ``dead_letter``."""
+
+    stage = "route"
+
+
 class SerializeError(RecordError):
     """A prediction could not be encoded with the output schema."""
 
@@ -206,7 +213,7 @@ class ProduceError(RecordError):
 # dead-letter metric's labels and the choices of `dlq redrive --stage`. One RecordError subclass
 # per stage (tests/test_errors.py checks that none is left out).
 STAGES: tuple[str, ...] = tuple(error.stage for error in (
-    DeserializeError, ValidationError, PoisonRowError, SerializeError, ProduceError))
+    DeserializeError, RouteError, ValidationError, PoisonRowError, SerializeError, ProduceError))
 
 
 class InferenceError(StreamerError):

@@ -78,6 +78,7 @@ class Holds:
         self._broken_after = broken_after
         self._streak: tuple[str, int] = ("", 0)  # the last chunks' shared reason class, how many in a row
         self._redo: list[Output] = []
+        self._held_by = ""  # the model that holds (several models: pipeline/lanes.py)
 
     @property
     def blocked(self) -> bool:
@@ -133,13 +134,16 @@ class Holds:
         """False while the model is held and its retry is not due yet."""
         return self.model is None or self._clock() >= self.model.retry_at
 
-    def hold_model(self, reason: str) -> None:
-        """The model failed: block (or stay blocked) with a longer back-off."""
+    def hold_model(self, reason: str, model: str = "") -> None:
+        """A model failed: block (or stay blocked) with a longer back-off, held by ``model``."""
         self.model = self._backoff(self.model, f"model failing: {reason}")
+        self._held_by = model
         log.error("%s; input paused, retrying in %.1f s", reason, self.model.backoff_s)
 
-    def model_answered(self) -> None:
-        """The model scored a batch: unblock."""
+    def model_answered(self, model: str = "") -> None:
+        """A model scored a batch: unblock, unless another model holds (its answer alone releases it)."""
+        if self.model is not None and model != self._held_by:
+            return
         if self.model is not None:
             log.info("the model answers again: resuming input")
         self.model = None

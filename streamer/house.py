@@ -60,12 +60,24 @@ class Observers:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelSide:
+    """One model a routed processor scores with: its one-model config (config.for_model), its
+    serving and its predictions' codec."""
+
+    cfg: Config
+    serving: Serving
+    encoder: Codec
+
+
+@dataclass(frozen=True, slots=True)
 class Wiring:
     """Everything one processor needs, built and checked before it runs (wiring/stream.py builds it):
     the model that scores, the input and output codecs, the Kafka side to open when it runs, the
     metrics (None: not exported) and the clock. ``health`` serves /metrics, /healthz and /readyz for a
     status source (None: not served). ``observers`` watch the loop beside its accounting. ``topics``:
-    the topics the processor waits for before it reads anything (None: none, fake clients)."""
+    the topics the processor waits for before it reads anything (None: none, fake clients).
+    ``models``: the models of a route (``route.field``), the default first, whose serving and
+    encoder are ``serving`` and ``encoder``; empty: ``serving`` scores every event."""
 
     cfg: Config
     serving: Serving
@@ -77,6 +89,7 @@ class Wiring:
     health: Callable[[Callable[[], Status]], Any] | None = None
     observers: tuple[Observer, ...] = ()
     topics: TopicWait | None = None
+    models: tuple[ModelSide, ...] = ()
 
     @property
     def runner(self) -> ModelRunner:

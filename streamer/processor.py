@@ -35,11 +35,13 @@ from streamer.observe.accounting import Accounting
 from streamer.observe.health import Status, loop_status
 from streamer.observe.progress import ProgressWatch
 from streamer.observe.stats import Stats
-from streamer.pipeline.batcher import FlushReason, MicroBatcher
+from streamer.pipeline.batcher import FlushReason
 from streamer.pipeline.broken import wholly_broken
-from streamer.pipeline.inference import Inference, Inferred
+from streamer.pipeline.inference import Inferred
+from streamer.pipeline.lanes import Lane, Lanes
 from streamer.pipeline.records import ModelId, Partition, Rows, Stamp
-from streamer.pipeline.stages import Reject, Stages
+from streamer.pipeline.route import Router
+from streamer.pipeline.stages import Reject
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +56,14 @@ class Processor:
         runner = self.runner
         self.stats = Stats()
         self._observed = metrics is not None or cfg.metrics.log_interval_ms > 0  # librdkafka's lag wanted
-        self._account = Accounting(self.stats, metrics, cfg, runner.contract.numeric_width, clock)  # drift: numeric inputs
+        sides = wiring.models
+        models = {s.cfg.model.name: (s.cfg.model, s.serving.runner.contract.numeric_width) for s in sides} or None
+        self._account = Accounting(self.stats, metrics, cfg, runner.contract.numeric_width, clock, models)
         self._open_kafka, self._clock, self._topics = wiring.kafka, clock, wiring.topics
         self._observe = Observers((self._account, *wiring.observers))  # the accounting first
-        self._stages = Stages.serving(wiring.decoder, wiring.encoder, cfg, runner)
-        self._batcher: MicroBatcher[Rows] = MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,
-                                                         join=Rows.join)
-        self._inference = Inference(self.serving, cfg.model.pipelined, cfg.batching.max_size)  # in order
+        self._lanes = Lanes([Lane.of(side.cfg, side.serving, wiring.decoder, side.encoder, clock) for side in sides]
+                            or [Lane.of(cfg, self.serving, wiring.decoder, wiring.encoder, clock)])
+        self._router = Router.of(cfg, [lane.name for lane in self._lanes], wiring.decoder)  # None: no route
         self._assigned: set[Partition] = set()
         self._tracker = OffsetTracker()  # consumed and done offsets, shared with the checkpoint
         self._dlq_topic = dead_letter_topic(cfg)
@@ -80,6 +83,8 @@ class Processor:
         assert self._kafka is not None, "the Kafka side opens when the processor runs"
         return self._kafka
 
+    servings = property(lambda self: self._lanes.servings)  # every model's serving by name, the default's first
+
     healthy = property(lambda self: not self._holds.blocked)
     unhealthy_reason = property(lambda self: self._holds.reason)  # None while healthy
 
@@ -90,7 +95,7 @@ class Processor:
         replay) reads exactly ``[start, end)`` of each of its partitions, then stops. Nothing is
         opened until the topics it needs exist (unhealthy while it waits; a stop ends the wait)."""
         if self._topics is not None and not self._topics.wait(lambda: self._stop_asked):
-            self.serving.close(0.0)
+            self._lanes.close(0.0)
             return
         self._open()
         try:
@@ -115,8 +120,8 @@ class Processor:
             self._close()
 
     def reload(self) -> None:
-        """Load the model again between two batches (SIGHUP). Signal-safe."""
-        self.serving.ask_reload()
+        """Load every model again between two batches (SIGHUP). Signal-safe."""
+        self._lanes.reload()
 
     def stop(self) -> None:
         """Ask the loop to finish (flush, acks, commit, close); signal-safe, kept if sent in start-up."""
@@ -125,9 +130,7 @@ class Processor:
     # ---- steps ----------------------------------------------------------------------------
 
     def _open(self) -> None:
-        self.serving.warm_up()
-        self._inference.start()  # pipelined: the inference thread
-        self._account.started(self.serving.provider, self.serving.model.version)
+        self._lanes.start(self._account.started)  # pipelined: the inference threads
         self._kafka = self._open_kafka(self._tracker, self._clock, self.scope.commit_metadata,
                                        self._progress.on_stats if self._observed else None,
                                        on_full=lambda: self._collect_acks(timeout_s=0.05))
@@ -141,15 +144,15 @@ class Processor:
         self._running = not self._stop_asked  # a SIGTERM during start-up is not forgotten
 
     def _consume(self) -> list[Message]:
-        wait = min(self.cfg.input.consume_timeout_ms / 1000.0, self._inference.poll_s,  # results due soon
+        wait = min(self.cfg.input.consume_timeout_ms / 1000.0, self._lanes.poll_s,  # results due soon
                    self.kafka.deliveries.poll_s)  # acknowledgements to collect
-        if not self._holds.blocked and self._inference.behind(wait):  # waited for the model, read nothing
+        if not self._holds.blocked and self._lanes.behind(wait):  # waited for a model, read nothing
             return []
-        if (remaining := self._batcher.remaining_s()) is not None and not self._holds.blocked:
+        if (remaining := self._lanes.remaining_s()) is not None and not self._holds.blocked:
             wait = min(wait, remaining)
         return consume_batch(self.kafka.consumer, self.cfg.input.consume_max_messages, wait)
 
-    def _decode(self, messages: Sequence[Message]) -> Rows:
+    def _decode(self, messages: Sequence[Message]) -> dict[str, Rows]:
         chunk = consumed(messages)
         self._account.consumed(chunk.topics)
         # A partition revoked in the same consume() call is someone else's now (tracking it could
@@ -157,34 +160,40 @@ class Processor:
         chunk = chunk.within(self._assigned, None if self._range is None else self._range.past_end)
         by_tp = chunk.by_partition()
         try:
-            rows, rejects = self._stages.decode(chunk)
+            parts, rejects = self._lanes.decode(chunk, self._router)
         except BrokerError as exc:  # the registry is away: not the records' fault; read them again
             self._seek({tp: int(offsets[0]) for tp, offsets in by_tp.items()})
             self._holds.hold_input(str(exc))
-            return self._stages.empty
+            return {}
         if by_tp:  # something was read and decoded: whatever decoding needs answers again
             self._holds.input_decoded()
-            if self._holds.judge(wholly_broken(len(rows), rejects)):  # a config problem: read it again later
-                self._seek({tp: int(offsets[0]) for tp, offsets in by_tp.items()})
-                return self._stages.empty
+            good = sum(len(rows) for rows in parts.values())
+            if self._holds.judge(wholly_broken(good, [r for bad in rejects.values() for r in bad])):
+                self._seek({tp: int(offsets[0]) for tp, offsets in by_tp.items()})  # a config problem: later
+                return {}
         for tp, offsets in by_tp.items():
             self._tracker.consumed(tp, offsets)
-        self._dead_letter(rejects)
-        self._observe.decoded(rows)
-        return rows
+        for name, bad in rejects.items():
+            self._dead_letter(bad, self._lanes[name].serving.model)
+        for rows in parts.values():
+            self._observe.decoded(rows)
+        return parts
 
-    def _batch(self, rows: Rows) -> None:
-        self._inference.add(self._batcher.add(rows))  # add() also flushes an open batch that is due
+    def _batch(self, parts: dict[str, Rows]) -> None:
+        for lane in self._lanes:  # add() also flushes an open batch that is due
+            lane.inference.add(lane.batcher.add(parts.get(lane.name, lane.stages.empty)))
 
     def _infer_and_produce(self) -> None:
         """Produce scored batches in order (pipelined: those the inference thread finished); stop
         at one the model cannot take (then retry later)."""
-        self._account.reloaded(self.serving.poll())  # a new model version goes in between batches
-        for done in self._inference.ready(self._holds.model_may_run):
-            outputs = self._predictions(done)
-            if outputs is None:
-                return
-            self.kafka.send(outputs)
+        for lane in self._lanes:
+            self._account.reloaded(lane.serving.poll(), lane.name)  # a new version goes in between batches
+        for lane in self._lanes:
+            for done in lane.inference.ready(self._holds.model_may_run):
+                outputs = self._predictions(lane, done)
+                if outputs is None:
+                    return
+                self.kafka.send(outputs)
 
     def _collect_acks(self, timeout_s: float) -> None:
         """Serve delivery reports: acked outputs mark their offsets done; failures go by their verdict."""
@@ -222,12 +231,12 @@ class Processor:
 
     def _watch_progress(self) -> None:
         self._progress.check(self._tracker.in_flight)
-        self._account.queues(len(self._inference) + self.kafka.deliveries.units_in_flight,
+        self._account.queues(self._lanes.scoring + self.kafka.deliveries.units_in_flight,
                              len(self.kafka.deliveries.producer), self._progress.lag)
 
     def _bounds_done(self) -> bool:
         """A replay is done when every partition's reads reached its end and nothing is in flight."""
-        busy = self._tracker.in_flight() or len(self._inference) or len(self._batcher)
+        busy = self._tracker.in_flight() or self._lanes.scoring or self._lanes.batched
         return self._range is not None and not busy and self._range.read(self.kafka.consumer)
 
     def status(self) -> Status:
@@ -272,8 +281,7 @@ class Processor:
         self._progress.committed(commit.committed)
         self._account.commit(commit)
         if commit.rewind is not None:  # an aborted transaction: its outputs are gone, redo them
-            self._batcher.drop(lambda rows: rows[:0])
-            self._inference.clear()
+            self._lanes.clear()
             self._seek(commit.rewind)
             if commit.write_failure is not None:  # an output could not be written: wait first
                 self._holds.writes_failed(commit.write_failure)
@@ -284,35 +292,33 @@ class Processor:
 
     def _forget(self, tps: set[Partition]) -> None:
         """Drop every trace of these partitions' uncommitted work: its next owner redoes it."""
-        keep = partial(Rows.without, tps=tps)
-        self._batcher.drop(keep)
-        self._inference.keep(keep)
+        self._lanes.keep(partial(Rows.without, tps=tps))
         self._holds.forget(tps)
         self._tracker.forget(tps)
         self._assigned -= tps
         self._progress.forget(tps)
 
-    def _predictions(self, done: Inferred) -> Predictions | None:
-        """Predictions for a scored batch (its rejects go to dead letters); None while the model is held."""
+    def _predictions(self, lane: Lane, done: Inferred) -> Predictions | None:
+        """Predictions for a lane's scored batch (its rejects go to dead letters); None while its model is held."""
         if done.out is None:
-            self._holds.hold_model(str(done.error))
+            self._holds.hold_model(str(done.error), lane.name)
             return None
         batch, out = done.batch, done.out
-        self._account.breaker(self.serving.breaker.state.value)
-        self._holds.model_answered()
+        self._account.breaker(lane.serving.breaker.state.value, lane.name)
+        self._holds.model_answered(lane.name)
         stamp = Stamp.of(out, int(time.time() * 1000), self.scope.run_id)
-        rows, values, rejects = self._stages.encode(batch.rows, out.scores, out.poison, stamp)
+        rows, values, rejects = lane.stages.encode(batch.rows, out.scores, out.poison, stamp)
         self._observe.scored(batch, done.seconds, out, rows)
         self._dead_letter(rejects, out.model)  # named by the model that scored them
-        return Predictions(self.cfg.output.topic, values, rows)
+        return Predictions(lane.topic, values, rows)
 
     def _drain(self, reason: FlushReason) -> None:
         """Flush the open batch (unless blocked or failed), wait for the acks, commit what they acked."""
         if not (self._failed or self._holds.blocked):
-            self._inference.add(self._batcher.flush(reason) or [])
+            self._lanes.flush(reason)
             self._infer_and_produce()
-            while len(self._inference) and not self._holds.blocked:  # pipelined: the thread's batches
-                self._inference.wait()
+            while self._lanes.scoring and not self._holds.blocked:  # pipelined: the threads' batches
+                self._lanes.wait()
                 self._infer_and_produce()
         left = self.kafka.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
         self._collect_acks(timeout_s=0.0)
@@ -329,8 +335,7 @@ class Processor:
             self._kafka.checkpoint.close()
             self._kafka.deliveries.flush(self.cfg.output.ack_timeout_ms / 1000.0)
             self._kafka = None
-        self._inference.close()
-        self.serving.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
+        self._lanes.close(self.cfg.output.ack_timeout_ms / 1000.0)  # challengers publish what they have
         self._account.stopped(self._failed)
 
     def _dead_letter(self, rejects: Sequence[Reject],

@@ -91,19 +91,20 @@ class Shadow:
     def __init__(self, s: ShadowConfig, topic: str, challengers: list[tuple[ChallengerConfig, ModelRunner]],
                  stages: Stages, make_producer: Callable[[], Any], metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 ensure_topic: Callable[[str], object] = lambda topic: None) -> None:
+                 ensure_topic: Callable[[str], object] = lambda topic: None, model: str = "") -> None:
         """``s``: the ``shadow`` section; ``topic``: where shadow predictions go (config.shadow_topic);
-        ``stages``: the champion's encoder of predictions."""
+        ``stages``: the champion's encoder of predictions; ``model``: the champion's name (the
+        metrics' ``model`` label)."""
         self.challengers = [Challenger(spec, runner, s.queue_batches) for spec, runner in challengers]
         self.topic, self.threshold = topic, s.flip_threshold
         self._stages, self._make_producer, self._ensure = stages, make_producer, ensure_topic
-        self._clock = clock
+        self._clock, self.model = clock, model
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
         self._producer: Any = None
         self.compared = self.flips = self.skipped = self.failed = self.produced = 0  # for tests and notes
         for c in self.challengers:
             for stage in ("skipped", "score", "encode", "produce"):
-                self.metrics.shadow_failures.labels(c.model.name, stage)
+                self.metrics.shadow_failures.labels(self.model, c.model.name, stage)
 
     def start(self, rows: int) -> None:
         """Create the shadow topic if missing (shaped like the output topic), warm every
@@ -131,7 +132,7 @@ class Shadow:
                 c.inbox.put_nowait(job)
             except queue.Full:
                 self.skipped += len(rows)
-                self.metrics.shadow_failures.labels(c.model.name, "skipped").inc(len(rows))
+                self.metrics.shadow_failures.labels(self.model, c.model.name, "skipped").inc(len(rows))
 
     def pump(self) -> None:
         """Publish what the challengers finished: shadow predictions and agreement."""
@@ -191,9 +192,9 @@ class Shadow:
         flips = int(np.count_nonzero((theirs >= self.threshold) != (ours >= self.threshold)))
         self.compared += len(ours)
         self.flips += flips
-        self.metrics.shadow_rows.labels(c.model.name).inc(len(ours))
-        self.metrics.shadow_flips.labels(c.model.name).inc(flips)
-        observe_many(self.metrics.shadow_abs_diff.labels(c.model.name), np.abs(theirs - ours))
+        self.metrics.shadow_rows.labels(self.model, c.model.name).inc(len(ours))
+        self.metrics.shadow_flips.labels(self.model, c.model.name).inc(flips)
+        observe_many(self.metrics.shadow_abs_diff.labels(self.model, c.model.name), np.abs(theirs - ours))
 
     def _produce(self, c: Challenger, rows: Rows, values: list[bytes]) -> None:
         if self._producer is None:
@@ -203,7 +204,7 @@ class Shadow:
         def report(err: KafkaError | None, _msg: Any) -> None:
             if err is None:
                 self.produced += 1
-                self.metrics.shadow_predictions.labels(c.model.name).inc()
+                self.metrics.shadow_predictions.labels(self.model, c.model.name).inc()
             else:
                 self._failed(c, "produce", f"the broker refused a shadow prediction: {err}")
 
@@ -217,7 +218,7 @@ class Shadow:
 
     def _failed(self, c: Challenger, stage: str, why: str, count: int = 1) -> None:
         self.failed += count
-        self.metrics.shadow_failures.labels(c.model.name, stage).inc(count)
+        self.metrics.shadow_failures.labels(self.model, c.model.name, stage).inc(count)
         now = self._clock()
         if now - c.logged_at >= LOG_EVERY_S:
             c.logged_at = now
@@ -237,4 +238,4 @@ def shadow_of(cfg: Config, champion: ModelRunner, encoder: Codec, metrics: Metri
         challengers.append((spec, runner))
     stages = Stages.serving(JsonCodec(), encoder, cfg, champion)  # encodes only
     return Shadow(cfg.shadow, shadow_topic(cfg), challengers, stages, lambda: make_producer(cfg), metrics,
-                  ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic))
+                  ensure_topic=lambda topic: ensure_topic(cfg, topic, like=cfg.output.topic), model=cfg.model.name)

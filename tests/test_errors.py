@@ -17,7 +17,7 @@ def _record_errors(cls: type[RecordError]) -> set[type[RecordError]]:
 
 def test_stages_are_exactly_the_record_errors_stages_in_pipeline_order() -> None:
     assert sorted(STAGES) == sorted({e.stage for e in _record_errors(RecordError)})
-    assert STAGES == ("deserialize", "validate", "infer", "serialize", "produce")
+    assert STAGES == ("deserialize", "route", "validate", "infer", "serialize", "produce")
 
 
 def test_dlq_redrive_takes_the_stages_as_its_choices(capsys: pytest.CaptureFixture[str]) -> None:

@@ -45,6 +45,9 @@ class Sink:
         return 0
 
 
+MODEL = "fraud"  # the champion: tests/pipeline/test_serving.py config()'s model
+
+
 def make(tmp_path: Path, runners: dict[str, Any], **shadow: object) -> tuple[Shadow, Sink, CollectorRegistry]:
     model = ROOT / "models" / "fraud_mlp.onnx"
     specs = [ChallengerConfig(model, name, "9") for name in runners]
@@ -52,7 +55,8 @@ def make(tmp_path: Path, runners: dict[str, Any], **shadow: object) -> tuple[Sha
     cfg = replace(cfg, shadow=replace(cfg.shadow, challengers=tuple(specs), **shadow))
     sink, registry = Sink(), CollectorRegistry()
     s = Shadow(cfg.shadow, shadow_topic(cfg), list(zip(specs, runners.values(), strict=True)),
-               Stages(JsonCodec(), output_codec(cfg), cfg.input, Contract.of(matrix_signature(N))), lambda: sink, Metrics(registry), FakeClock())
+               Stages(JsonCodec(), output_codec(cfg), cfg.input, Contract.of(matrix_signature(N))), lambda: sink, Metrics(registry), FakeClock(),
+               model=cfg.model.name)
     s.start(8)
     return s, sink, registry
 
@@ -77,8 +81,8 @@ def test_flips_and_differences_are_counted_on_the_rows_the_champion_scored_itsel
     s.submit(rows(f), champion(f, degraded="breaker open"))  # the fallback's: not compared
     drain(s)
     assert (s.compared, s.flips) == (9, 3)
-    assert registry.get_sample_value("streamer_shadow_flips_total", {"challenger": "plus"}) == 3
-    assert registry.get_sample_value("streamer_shadow_abs_diff_count", {"challenger": "plus"}) == 9
+    assert registry.get_sample_value("streamer_shadow_flips_total", {"model": MODEL, "challenger": "plus"}) == 3
+    assert registry.get_sample_value("streamer_shadow_abs_diff_count", {"model": MODEL, "challenger": "plus"}) == 9
     assert len(sink.sent) == 20 and {t for t, _, _ in sink.sent} == {"out.shadow"}
     decoded = AvroCodec(load_schema(ROOT / "streamer" / "schemas" / "prediction.avsc")).decode(sink.sent[3][1])
     assert (decoded["model_name"], decoded["model_version"], decoded["source_offset"]) == ("plus", "9", 3)
@@ -96,7 +100,7 @@ def test_a_failing_challenger_is_counted_and_the_others_go_on(tmp_path: Path) ->
     for _ in range(3):
         s.submit(rows(f), champion(f))
     drain(s)
-    assert registry.get_sample_value("streamer_shadow_failures_total", {"challenger": "broken", "stage": "score"}) == 3
+    assert registry.get_sample_value("streamer_shadow_failures_total", {"model": MODEL, "challenger": "broken", "stage": "score"}) == 3
     assert (s.compared, s.flips, len(sink.sent)) == (18, 0, 18)
 
 
@@ -113,5 +117,5 @@ def test_a_challenger_that_lags_skips_batches_instead_of_holding_the_champion(tm
         s.submit(rows(f), champion(f))
     release.set()
     drain(s)
-    skipped = registry.get_sample_value("streamer_shadow_failures_total", {"challenger": "stuck", "stage": "skipped"})
+    skipped = registry.get_sample_value("streamer_shadow_failures_total", {"model": MODEL, "challenger": "stuck", "stage": "skipped"})
     assert skipped == s.skipped and 35 <= skipped <= 40 and s.compared + skipped == 50

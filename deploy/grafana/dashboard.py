@@ -4,7 +4,10 @@ script's output and that it keeps the conventions below).
 
 Conventions, for any Grafana and any Prometheus datasource:
 - a ``datasource`` variable (type prometheus) that every panel and query uses: no hard-coded uid;
-- ``job``, ``instance`` and ``group`` (consumer group) variables that every series selector uses;
+- ``job``, ``instance`` and ``group`` (consumer group) variables that every series selector uses,
+  and a ``model`` variable that the model side's series (``{MSEL}``: batches, inference, drift,
+  degraded rows, the breaker, versions and reloads, the challengers) use too: a stream of several models
+  (``route``) shows one model, some or all;
 - ``$__rate_interval`` for every range (never a fixed ``[1m]``);
 - a unit and a description on every panel.
 
@@ -21,16 +24,17 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parent / "dashboards" / "streamer.json"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'job=~"$job", instance=~"$instance", group=~"$group"'
+MSEL = SEL + ', model=~"$model"'  # a model-side series: the model variable too
 RATE = "$__rate_interval"
 
 
 def q(expr: str, legend: str) -> tuple[str, str]:
-    return legend, expr.replace("{SEL}", "{" + SEL + "}").replace("[RATE]", f"[{RATE}]")
+    return legend, expr.replace("{MSEL}", "{" + MSEL + "}").replace("{SEL}", "{" + SEL + "}").replace("[RATE]", f"[{RATE}]")
 
 
 def quantiles(metric: str, by: str = "le", qs: tuple[float, ...] = (0.5, 0.95, 0.99),
-              legend: str = "") -> list[tuple[str, str]]:
-    return [q(f"histogram_quantile({x}, sum by ({by}) (rate({metric}_bucket{{SEL}}[RATE])))",
+              legend: str = "", sel: str = "SEL") -> list[tuple[str, str]]:
+    return [q(f"histogram_quantile({x}, sum by ({by}) (rate({metric}_bucket{{{sel}}}[RATE])))",
               f"p{round(x * 100)}{legend}") for x in qs]
 
 
@@ -58,19 +62,19 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
      "(deserialize, validate, infer, serialize, produce).", "ops",
      [q("sum by (stage) (rate(streamer_dead_letters_total{SEL}[RATE]))", "{{stage}}")]),
     ("Batch size",
-     "Rows per model call: quantiles and mean. Small batches under load mean max_wait_ms flushes "
-     "them early.", "short",
-     quantiles("streamer_batch_size_rows", qs=(0.5, 0.99))
-     + [q("sum(rate(streamer_batch_size_rows_sum{SEL}[RATE])) / sum(rate(streamer_batch_size_rows_count{SEL}[RATE]))",
+     "Rows per model call of the selected models: quantiles and mean. Small batches under load mean "
+     "max_wait_ms flushes them early.", "short",
+     quantiles("streamer_batch_size_rows", qs=(0.5, 0.99), sel="MSEL")
+     + [q("sum(rate(streamer_batch_size_rows_sum{MSEL}[RATE])) / sum(rate(streamer_batch_size_rows_count{MSEL}[RATE]))",
           "mean")]),
     ("Flushes by reason",
-     "Why batches were closed, per second: size (max_size reached), time (max_wait_ms after the "
-     "first row), revoke or shutdown.", "ops",
-     [q("sum by (reason) (rate(streamer_batch_flushes_total{SEL}[RATE]))", "{{reason}}")]),
+     "Why batches were closed, per second, by model: size (max_size reached), time (max_wait_ms "
+     "after the first row), revoke or shutdown.", "ops",
+     [q("sum by (model, reason) (rate(streamer_batch_flushes_total{MSEL}[RATE]))", "{{model}} {{reason}}")]),
     ("Inference duration",
      "Duration of one model call (one batch), by model, version and execution provider.", "s",
      quantiles("streamer_inference_seconds", by="le, model, version, provider",
-               legend=" {{model}} v{{version}} ({{provider}})")),
+               legend=" {{model}} v{{version}} ({{provider}})", sel="MSEL")),
     ("End-to-end latency",
      "From an event's timestamp to its prediction's acknowledgement by the broker.", "s",
      quantiles("streamer_end_to_end_latency_seconds", qs=(0.5, 0.99))),
@@ -89,41 +93,45 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
      "Population stability index of each input feature over the drift window, against the model's "
      "training profile (model.drift_profile): below 0.1 stable, 0.1-0.25 moderate, above 0.25 a major "
      "shift. Empty when the model ships no profile.", "none",
-     [q("max by (feature) (streamer_feature_psi{SEL})", "{{feature}}")]),
+     [q("max by (model, feature) (streamer_feature_psi{MSEL})", "{{model}} {{feature}}")]),
     ("Features outside the training range",
      "Share of each feature's values in the drift window below the smallest or above the largest "
      "value of the training profile.", "percentunit",
-     [q("max by (feature) (streamer_feature_out_of_range_ratio{SEL})", "{{feature}}")]),
+     [q("max by (model, feature) (streamer_feature_out_of_range_ratio{MSEL})", "{{model}} {{feature}}")]),
     ("Degraded predictions",
-     "Share of predictions scored by the fallback (model.fallback_*) while the model's circuit breaker "
-     "was open or the model failed on the batch, and the breaker's state per processor: 0 closed, "
-     "1 half-open (probing the model), 2 open.", "percentunit",
-     [q("sum(rate(streamer_degraded_predictions_total{SEL}[RATE])) / "
+     "Share of all predictions scored by a selected model's fallback (model.fallback_*) while its "
+     "circuit breaker was open or it failed on the batch, and each model's breaker per processor: "
+     "0 closed, 1 half-open (probing the model), 2 open.", "percentunit",
+     [q("sum(rate(streamer_degraded_predictions_total{MSEL}[RATE])) / "
         "clamp_min(sum(rate(streamer_predictions_produced_total{SEL}[RATE])), 1e-9)", "degraded share"),
-      q("max by (instance) (streamer_model_breaker_state{SEL}) / 2", "breaker {{instance}} (1 = open)")]),
+      q("max by (instance, model) (streamer_model_breaker_state{MSEL}) / 2",
+        "breaker {{model}} {{instance}} (1 = open)")]),
     ("Model versions and reloads",
-     "The model version each processor serves (hot reload swaps it between two batches) and the "
-     "reloads that were swapped in or refused (a file that failed to load or its checks).", "short",
-     [q("count by (version) (streamer_model_info{SEL})", "serving v{{version}}"),
-      q("sum by (result) (increase(streamer_model_reloads_total{SEL}[RATE]))", "reloads {{result}}")]),
+     "The version of each model each processor serves (hot reload swaps it between two batches) and "
+     "the reloads that were swapped in or refused (a file that failed to load or its checks).", "short",
+     [q("count by (model, version) (streamer_model_info{MSEL})", "serving {{model}} v{{version}}"),
+      q("sum by (model, result) (increase(streamer_model_reloads_total{MSEL}[RATE]))",
+        "reloads {{model}} {{result}}")]),
     ("Shadow: decisions that flip",
      "Share of the rows both scored on which a challenger's decision (score[0] >= "
      "shadow.flip_threshold) differs from the champion's, per challenger (shadow.challengers).",
      "percentunit",
-     [q("sum by (challenger) (rate(streamer_shadow_flips_total{SEL}[RATE])) / "
-        "clamp_min(sum by (challenger) (rate(streamer_shadow_compared_rows_total{SEL}[RATE])), 1e-9)",
-        "{{challenger}}")]),
+     [q("sum by (model, challenger) (rate(streamer_shadow_flips_total{MSEL}[RATE])) / "
+        "clamp_min(sum by (model, challenger) (rate(streamer_shadow_compared_rows_total{MSEL}[RATE])), 1e-9)",
+        "{{model}}: {{challenger}}")]),
     ("Shadow: score difference",
      "Absolute difference of each challenger's first score from the champion's on the same rows: "
      "median and 99th percentile.", "none",
-     quantiles("streamer_shadow_abs_diff", by="le, challenger", qs=(0.5, 0.99), legend=" {{challenger}}")),
+     quantiles("streamer_shadow_abs_diff", by="le, model, challenger", qs=(0.5, 0.99),
+               legend=" {{model}}: {{challenger}}", sel="MSEL")),
     ("Shadow: published and failed",
      "Shadow predictions acknowledged per second, and a challenger's rows not published, by stage "
      "(skipped: it lagged and its queue was full; score, encode, produce). The champion never waits "
      "for a challenger.", "ops",
-     [q("sum by (challenger) (rate(streamer_shadow_predictions_total{SEL}[RATE]))", "{{challenger}} published"),
-      q("sum by (challenger, stage) (rate(streamer_shadow_failures_total{SEL}[RATE]))",
-        "{{challenger}} {{stage}}")]),
+     [q("sum by (model, challenger) (rate(streamer_shadow_predictions_total{MSEL}[RATE]))",
+        "{{model}}: {{challenger}} published"),
+      q("sum by (model, challenger, stage) (rate(streamer_shadow_failures_total{MSEL}[RATE]))",
+        "{{model}}: {{challenger}} {{stage}}")]),
     ("Health",
      "Healthy is 0 while a processor is blocked (model failing, outputs unwritable, registry "
      "away); stalled partitions have work and no progress; paused partitions wait on a block.",
@@ -245,6 +253,7 @@ def dashboard() -> dict[str, object]:
             variable("job", "Job", f"label_values({streamer}, job)"),
             variable("instance", "Instance", 'label_values({__name__=~"streamer_.+", job=~"$job"}, instance)'),
             variable("group", "Consumer group", 'label_values({__name__=~"streamer_.+", job=~"$job"}, group)'),
+            variable("model", "Model", 'label_values(streamer_model_info{job=~"$job"}, model)'),
         ]},
         "annotations": {"list": []},
         "panels": panels,

@@ -1,6 +1,7 @@
 """`streamer topics create --config FILE`: the topics a config reads and writes, created on its cluster.
 
-The input topics, the output topic, the dead-letter topic and, with ``shadow.challengers``, the
+The input topics, the output topic (with ``output.topic_per_model``, one per model of the
+config: ``<output.topic>.<model>``), the dead-letter topic and, with ``shadow.challengers``, the
 shadow topic, each with ``--partitions`` (default 3), ``--replication`` (default 1) and
 ``--retention-ms`` (default: the broker's). One line per topic, with its config key::
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streamer.config import Sections, dead_letter_topic, shadow_topic
+from streamer.config import Config, Sections, dead_letter_topic, model_entries, prediction_topic, shadow_topic
 from streamer.errors import EXIT_FATAL, ConfigError
 from streamer.kafka.clients import make_admin
 from streamer.kafka.topics import Outcome, create_each
@@ -47,7 +48,11 @@ def config_topics(cfg: Sections) -> dict[str, str]:
     keys: dict[str, str] = {}
     for n, topic in enumerate(cfg.input.topics):
         keys.setdefault(topic, f"input.topics[{n}]")
-    keys.setdefault(cfg.output.topic, "output.topic")
+    if isinstance(cfg, Config) and cfg.output.topic_per_model:
+        for name in model_entries(cfg):
+            keys.setdefault(prediction_topic(cfg, name), "output.topic_per_model")
+    else:
+        keys.setdefault(cfg.output.topic, "output.topic")
     keys.setdefault(dead_letter_topic(cfg), "processing.dead_letter_topic")
     if cfg.shadow.challengers:
         keys.setdefault(shadow_topic(cfg), "shadow.topic")

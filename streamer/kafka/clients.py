@@ -16,7 +16,16 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streamer.config import Config, HasKafka, Secret, Sections, dead_letter_topic, librdkafka_config
+from streamer.config import (
+    Config,
+    HasKafka,
+    Secret,
+    Sections,
+    dead_letter_topic,
+    librdkafka_config,
+    prediction_topic,
+    route_models,
+)
 from streamer.errors import BrokerError, ConfigError, StopRequested
 from streamer.kafka.delivery import QUEUE_LIMIT
 from streamer.kafka.retrylog import LibrdkafkaLog, retry_level
@@ -377,8 +386,12 @@ def consume_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Me
 
 
 def topic_wait(cfg: Config) -> TopicWait:
-    """What a processor waits for before it reads: the output topic, and the input topics unless
-    ``input.create_topics`` (start-up created them then); each named by its config key."""
+    """What a processor waits for before it reads: the output topic (with
+    ``output.topic_per_model``, the topic of each model it scores with), and the input topics
+    unless ``input.create_topics`` (start-up created them then); each named by its config key."""
     needed = [] if cfg.input.create_topics else [(f"input.topics[{n}]", t) for n, t in enumerate(cfg.input.topics)]
-    needed.append(("output.topic", cfg.output.topic))
+    if cfg.output.topic_per_model:
+        needed.extend(("output.topic_per_model", prediction_topic(cfg, name)) for name in route_models(cfg))
+    else:
+        needed.append(("output.topic", cfg.output.topic))
     return TopicWait(lambda: make_admin(cfg), needed, str(librdkafka_config(cfg)["bootstrap.servers"]))

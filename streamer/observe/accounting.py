@@ -3,6 +3,11 @@
 The loop reports events (consumed, a batch scored, outputs final, a commit); this module turns
 each into the summary counts (:class:`Stats`) and the exported metrics, so the loop holds no
 metric code. Without metrics, the no-op twin takes the calls.
+
+The model side's metrics carry a ``model`` label (the model's name): batch sizes, flushes,
+inference seconds, degraded rows, the breaker's state, reloads, drift and the model's info (and
+the challengers', shadow.py), so a
+processor of several models (``route``) tells them apart.
 """
 
 from __future__ import annotations
@@ -11,11 +16,12 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from streamer.config import Config
+from streamer.config import Config, ModelConfig
 from streamer.kafka.checkpoint import Commit
 from streamer.kafka.messages import Acked
 from streamer.observe.drift import DriftGauges
@@ -28,37 +34,61 @@ from streamer.pipeline.reload import Reload
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True, slots=True)
+class _OfModel:
+    """A metric labelled ``model`` first, seen as one without it (what DriftGauges sets)."""
+
+    metric: Any
+    model: str
+
+    def labels(self, *values: str) -> Any:
+        return self.metric.labels(self.model, *values)
+
+
 class Accounting:
-    """Stats and metrics of one processor."""
+    """Stats and metrics of one processor. ``models``: each model it scores with, the default
+    first, and its numeric inputs' width (drift); None: ``cfg.model``'s, ``n_features`` wide."""
 
     def __init__(self, stats: Stats, metrics: Metrics | None, cfg: Config, n_features: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 models: Mapping[str, tuple[ModelConfig, int]] | None = None) -> None:
         self.stats = stats
         self.log = ProgressLog(cfg.metrics.log_interval_ms / 1000.0, clock, cfg.model.name)
         self._held: str | None = None
         self._assigned = 0
         self.metrics: Metrics | NullMetrics = metrics if metrics is not None else NullMetrics()
-        self._model, self._output_topic = [cfg.model.name, cfg.model.version, ""], cfg.output.topic
-        m = cfg.model  # drift is measured only where it is exported
-        self.drift = (DriftGauges.of(m.drift_profile, n_features, m.drift_window_rows, self.metrics.feature_psi,
-                                     self.metrics.feature_out_of_range) if metrics is not None else None)
+        models = models or {cfg.model.name: (cfg.model, n_features)}
+        self._default, self._output_topic = next(iter(models)), cfg.output.topic  # the default model first
+        self._model = {name: [name, m.version, ""] for name, (m, _) in models.items()}  # its model_info labels
+        self.drifts = {name: DriftGauges.of(m.drift_profile, width, m.drift_window_rows,  # where it is exported
+                                            _OfModel(self.metrics.feature_psi, name),
+                                            _OfModel(self.metrics.feature_out_of_range, name))
+                       for name, (m, width) in models.items() if metrics is not None}
+        self.drift = self.drifts.get(self._default)
+        if metrics is not None:
+            for name in models:
+                metrics.of_model(name)
 
-    def started(self, provider: str, version: str) -> None:
-        self._model[1:] = version, provider
-        self.metrics.model_info.labels(*self._model).set(1)
+    def started(self, provider: str, version: str, model: str | None = None) -> None:
+        info = self._model[model or self._default]
+        info[1:] = version, provider
+        self.metrics.model_info.labels(*info).set(1)
         self.metrics.healthy.set(1)
 
-    def reloaded(self, reload: Reload | None) -> None:
+    def reloaded(self, reload: Reload | None, model: str | None = None) -> None:
         """A model load ended: swapped in (the info series moves to its version) or refused."""
         if reload is None:
             return
-        self.metrics.reloads.labels("refused" if reload.runner is None else "swapped").inc()
-        self.metrics.reload_seconds.observe(reload.seconds)
+        name = model or self._default
+        self.metrics.reloads.labels(name, "refused" if reload.runner is None else "swapped").inc()
+        self.metrics.reload_seconds.labels(name).observe(reload.seconds)
         if reload.runner is not None:
             self.stats.reloads += 1
-            self.metrics.model_info.remove(*self._model)
-            self._model[1:] = reload.version, reload.runner.provider
-            self.metrics.model_info.labels(*self._model).set(1)
+            info = self._model[name]
+            self.metrics.model_info.remove(*info)
+            info[1:] = reload.version, reload.runner.provider
+            self.metrics.model_info.labels(*info).set(1)
 
     def consumed(self, topics: list[str]) -> None:
         """Messages consumed (the topic of each)."""
@@ -77,29 +107,31 @@ class Accounting:
     def acked(self, acked: Acked) -> None:
         """Nothing to count yet: outputs count once final (:meth:`final`, or a transaction's commit)."""
 
-    def breaker(self, state: int) -> None:
-        """The serving model's breaker state code, after each batch."""
-        self.metrics.breaker_state.set(state)
+    def breaker(self, state: int, model: str | None = None) -> None:
+        """A serving model's breaker state code, after each batch."""
+        self.metrics.breaker_state.labels(model or self._default).set(state)
 
     def scored(self, batch: Batch[Rows], seconds: float, out: Scored, predicted: Rows) -> None:
         """A batch scored, by the model or (degraded) by the fallback, and its predictions encoded."""
         s, m, scored = self.stats, self.metrics, out
+        name = out.model.name.removesuffix("-fallback") if out.degraded is not None else out.model.name
+        name = name if name in self._model else self._default
         s.batches += 1
         s.rows_batched += len(batch.rows)
         s.flushes[batch.reason] += 1
         s.model_calls += scored.calls
         s.bisections += scored.bisections
-        m.batch_size.observe(len(batch.rows))
-        m.flushes.labels(batch.reason).inc()
+        m.batch_size.labels(name).observe(len(batch.rows))
+        m.flushes.labels(name, batch.reason).inc()
         m.batch_wait.observe(batch.wait_s)
-        m.inference.labels(out.model.name or self._model[0], out.model.version, out.provider).observe(seconds)
+        m.inference.labels(out.model.name or name, out.model.version, out.provider).observe(seconds)
         if out.degraded is not None:
             s.degraded += len(batch.rows)
-            m.degraded.inc(len(batch.rows))
+            m.degraded.labels(name).inc(len(batch.rows))
         if scored.bisections:
             m.bisections.inc(scored.bisections)
-        if self.drift is not None:
-            self.drift.add(batch.rows.features)
+        if (drift := self.drifts.get(name)) is not None:
+            drift.add(batch.rows.features)
 
     def final(self, acked: Acked) -> None:
         """Outputs acknowledged for good (committed, under exactly-once): count and time them."""
@@ -153,7 +185,7 @@ class Accounting:
         """Once a pass: the queue gauges, and the progress line when it is due."""
         self.metrics.in_flight_batches.set(batches)
         self.metrics.producer_queue.set(producer_queue)
-        self.log.tick(self.stats, version=self._model[1], assigned=self._assigned, lag=lag, held=self._held)
+        self.log.tick(self.stats, version=self._model[self._default][1], assigned=self._assigned, lag=lag, held=self._held)
 
     def stopped(self, failed: bool) -> None:
         self.log.summary(self.stats, failed)

@@ -37,9 +37,9 @@ class Metrics:
                                             ["topic"], registry=registry)
         self.dead_letters = Counter(f"{p}_dead_letters", "Dead letters acknowledged, by stage",
                                     ["stage"], registry=registry)
-        self.batch_size = Histogram(f"{p}_batch_size_rows", "Rows per inference batch",
+        self.batch_size = Histogram(f"{p}_batch_size_rows", "Rows per inference batch", ["model"],
                                     buckets=ROW_BUCKETS, registry=registry)
-        self.flushes = Counter(f"{p}_batch_flushes", "Batch flushes by reason", ["reason"],
+        self.flushes = Counter(f"{p}_batch_flushes", "Batch flushes by model and reason", ["model", "reason"],
                                registry=registry)
         self.batch_wait = Histogram(f"{p}_batch_wait_seconds", "Age of a batch's first row at flush",
                                     buckets=FAST_SECONDS, registry=registry)
@@ -82,19 +82,19 @@ class Metrics:
         self.producer_queue = Gauge(f"{p}_producer_queue_messages", "Messages in the producer's "
                                     "local queue", registry=registry)
         self.feature_psi = Gauge(f"{p}_feature_psi", "Population stability index of a feature over the drift "
-                                 "window, against the model's reference profile", ["feature"], registry=registry)
+                                 "window, against the model's reference profile", ["model", "feature"], registry=registry)
         self.feature_out_of_range = Gauge(f"{p}_feature_out_of_range_ratio", "Share of a feature's values in "
-                                          "the drift window outside the reference range", ["feature"],
+                                          "the drift window outside the reference range", ["model", "feature"],
                                           registry=registry)
         self.degraded = Counter(f"{p}_degraded_predictions", "Rows scored by the fallback (model.fallback_*), "
-                                "flagged degraded", registry=registry)
+                                "flagged degraded", ["model"], registry=registry)
         self.breaker_state = Gauge(f"{p}_model_breaker_state", "The model's circuit breaker: 0 closed, "
-                                   "1 half-open (probing), 2 open (the fallback scores)", registry=registry)
+                                   "1 half-open (probing), 2 open (the fallback scores)", ["model"], registry=registry)
         self.reloads = Counter(f"{p}_model_reloads", "Model versions loaded while running, by result "
-                               "(swapped, refused)", ["result"], registry=registry)
+                               "(swapped, refused)", ["model", "result"], registry=registry)
         self.reload_seconds = Histogram(f"{p}_model_reload_seconds", "From a model change seen (or SIGHUP) to "
-                                        "its swap or refusal", buckets=RELOAD_SECONDS, registry=registry)
-        ch = ["challenger"]
+                                        "its swap or refusal", ["model"], buckets=RELOAD_SECONDS, registry=registry)
+        ch = ["model", "challenger"]  # the champion's name, the challenger's
         self.shadow_rows = Counter(f"{p}_shadow_compared_rows", "Rows a challenger scored that the champion "
                                    "scored itself (compared)", ch, registry=registry)
         self.shadow_flips = Counter(f"{p}_shadow_flips", "Compared rows whose decision (score[0] >= "
@@ -106,7 +106,7 @@ class Metrics:
                                           "broker", ch, registry=registry)
         self.shadow_failures = Counter(f"{p}_shadow_failures", "A challenger's rows not published, by stage "
                                        "(skipped: its queue was full; score, encode, produce)",
-                                       ["challenger", "stage"], registry=registry)
+                                       ["model", "challenger", "stage"], registry=registry)
         self.build_info = Gauge(f"{p}_build_info", "streamer and runtime versions (value is 1)",
                                 ["version", "python", "librdkafka"], registry=registry)
         self.build_info.labels(__version__, platform.python_version(), confluent_kafka.libversion()[0]).set(1)
@@ -114,12 +114,18 @@ class Metrics:
         # first event of its kind.
         for stage in STAGES:
             self.dead_letters.labels(stage)
-        for reason in get_args(FlushReason):
-            self.flushes.labels(reason)
         for kind in ("assign", "revoke", "lost"):
             self.rebalances.labels(kind)
+
+    def of_model(self, model: str) -> None:
+        """Start a model's labelled series at zero (its batches, flushes by reason, degraded rows,
+        breaker, reloads by result and their seconds)."""
+        for metric in (self.batch_size, self.degraded, self.breaker_state, self.reload_seconds):
+            metric.labels(model)
+        for reason in get_args(FlushReason):
+            self.flushes.labels(model, reason)
         for result in ("swapped", "refused"):
-            self.reloads.labels(result)
+            self.reloads.labels(model, result)
 
 
 class NullMetric:

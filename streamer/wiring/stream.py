@@ -7,9 +7,9 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry
 
-from streamer.config import Config
+from streamer.config import Config, for_model, route_models
 from streamer.formats.configured import input_codec
-from streamer.house import Observer, Scope, Wiring
+from streamer.house import ModelSide, Observer, Scope, Wiring
 from streamer.kafka.clients import KafkaClients, check_topics, topic_wait
 from streamer.kafka.side import open_kafka
 from streamer.model.runner import ModelRunner
@@ -17,6 +17,7 @@ from streamer.observe.health import serve_http
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
 from streamer.wiring.model import model_house
+from streamer.wiring.models import model_houses
 
 
 def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,
@@ -30,12 +31,20 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
     the config's cluster is checked first, and the processor waits for the topics of
     :func:`topic_wait` before it reads. ``stopping``: a stop signal came (it ends start-up's wait
     for the cluster: StopRequested). ``model_version``: the label every prediction carries,
-    verbatim, whatever the file declares. ``observers``: watch the loop beside its accounting."""
+    verbatim, whatever the file declares. ``observers``: watch the loop beside its accounting.
+    With a route (``route.field``), every model it scores with (config.route_models) is built
+    and checked here, each on its own key (wiring/models.py), the default first."""
     metrics = None
     if cfg.metrics.enabled or registry is not None:
         registry = registry or GroupRegistry(cfg.input.group_id)
         metrics = Metrics(registry)
-    house = model_house(cfg, runner, metrics=metrics, label=model_version)
+    sides: tuple[ModelSide, ...] = ()
+    if cfg.route.field is not None and runner is None:
+        houses = model_houses(cfg, route_models(cfg), metrics)
+        sides = tuple(ModelSide(for_model(cfg, name), h.serving, h.encoder) for name, h in houses.items())
+        house = next(iter(houses.values()))
+    else:
+        house = model_house(cfg, runner, metrics=metrics, label=model_version)
     topics = None
     if clients is None:
         check_topics(cfg, stopping=stopping)
@@ -47,7 +56,7 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
         health = partial(serve_http, cfg, exported)
     return Wiring(cfg, house.serving, input_codec(cfg.input, house.schema_in), house.encoder,
                   open_kafka(cfg, clients or KafkaClients.from_config(cfg)),
-                  metrics, health=health, observers=observers, topics=topics)
+                  metrics, health=health, observers=observers, topics=topics, models=sides)
 
 
 def build_processor(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,

@@ -9,9 +9,10 @@ import pytest
 
 from streamer.commands import topics
 from streamer.commands.topics import TopicsPlan, config_topics, create_topics, exit_code
-from streamer.config import ChallengerConfig
+from streamer.config import ChallengerConfig, ModelEntry, ModelsConfig, RouteConfig
 from streamer.config_file import load_config
 from streamer.errors import ConfigError
+from streamer.kafka.clients import topic_wait
 from tests.kafka.test_topics import FakeAdmin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,18 @@ def test_the_topics_are_inputs_output_dead_letters_and_shadow_when_on() -> None:
                                   "in.dlq": "processing.dead_letter_topic"}
     shadowed = replace(CFG, shadow=replace(CFG.shadow, challengers=(ChallengerConfig(CFG.model.path, "b", "1"),)))
     assert config_topics(shadowed)["out.shadow"] == "shadow.topic"
+
+
+def test_with_topic_per_model_each_model_has_its_topic_created_and_the_routed_ones_waited_for() -> None:
+    """``output.topic_per_model``: ``topics create`` makes ``<output.topic>.<model>`` for every model
+    of the config; the processor waits for those it scores with (kafka/clients.py topic_wait)."""
+    named = {"acme": ModelEntry(replace(CFG.model, name="acme")), "idle": ModelEntry(replace(CFG.model, name="idle"))}
+    cfg = replace(CFG, models=ModelsConfig(named=named, default="acme"), route=RouteConfig("tenant", {"a": "acme"}),
+                  output=replace(CFG.output, topic_per_model=True))
+    assert config_topics(cfg) == {"in": "input.topics[0]", "out.acme": "output.topic_per_model",
+                                  "out.idle": "output.topic_per_model", f"out.{CFG.model.name}": "output.topic_per_model",
+                                  "in.dlq": "processing.dead_letter_topic"}
+    assert topic_wait(cfg)._needed == [("input.topics[0]", "in"), ("output.topic_per_model", "out.acme")]
 
 
 def test_bad_flags_are_config_errors() -> None:

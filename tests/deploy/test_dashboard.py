@@ -52,7 +52,7 @@ def test_the_committed_json_is_the_generator_output() -> None:
 def test_a_datasource_variable_and_every_panel_and_query_use_it() -> None:
     variables = {v["name"]: v for v in load()["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    for name in ("job", "instance", "group"):
+    for name in ("job", "instance", "group", "model"):
         assert variables[name]["type"] == "query" and variables[name]["includeAll"], name
         assert variables[name]["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
     for panel in graphs():
@@ -68,6 +68,28 @@ def test_every_series_selector_filters_by_job_instance_and_group(title: str, tar
     for metric, labels in selectors:
         for wanted in VARIABLE_FILTERS:
             assert wanted in labels, f"{title}: {metric} lacks {wanted}"
+
+
+MODEL_SIDE = ("streamer_batch_size_rows", "streamer_batch_flushes", "streamer_inference_seconds", "streamer_feature_psi",
+              "streamer_feature_out_of_range_ratio", "streamer_degraded_predictions", "streamer_model_breaker_state",
+              "streamer_model_info", "streamer_model_reloads", "streamer_shadow_flips", "streamer_shadow_compared_rows",
+              "streamer_shadow_abs_diff", "streamer_shadow_predictions", "streamer_shadow_failures")
+
+
+def test_a_model_variable_that_every_model_side_series_uses() -> None:
+    """A stream of several models (``route``): each model-side series has the ``model`` label, and
+    the dashboard's model variable picks it."""
+    variables = {v["name"]: v for v in load()["templating"]["list"]}
+    assert variables["model"]["type"] == "query" and variables["model"]["includeAll"]
+    assert "streamer_model_info" in variables["model"]["definition"]
+    seen = set()
+    for title, target in targets():
+        for metric, labels in SELECTOR.findall(target["expr"]):
+            base = re.sub(r"_(bucket|sum|count|total)$", "", metric)
+            if base in MODEL_SIDE:
+                seen.add(base)
+                assert 'model=~"$model"' in labels, f"{title}: {metric} lacks the model variable"
+    assert seen == set(MODEL_SIDE)
 
 
 def test_ranges_use_rate_interval_and_panels_have_units_and_descriptions() -> None:
@@ -160,7 +182,7 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     """promtool parses each query (as a recording rule) with the variables as Grafana fills them."""
     promtool = shutil.which("promtool")
     assert promtool, "no promtool: `make test` installs Debian's prometheus package"
-    substitute = {"$__rate_interval": "1m", "$job": ".+", "$instance": ".+", "$group": ".+"}
+    substitute = {"$__rate_interval": "1m", "$job": ".+", "$instance": ".+", "$group": ".+", "$model": ".+"}
     rules = []
     for n, (title, target) in enumerate(targets()):
         expr = target["expr"]

@@ -33,7 +33,7 @@ COMPARISON = re.compile(r"\s*(>|<|>=|<=|==|!=)\s*[-+0-9.eE]+\s*$")  # an alert's
 def online_queries(prefix: str = "Online: ") -> list[tuple[str, str]]:
     """The Online row's queries (or another row's, by its panels' ``prefix``) as Grafana sends them
     with every variable at "All"."""
-    substitute = {"$__rate_interval": "1m", "$job": ".+", "$instance": ".+", "$group": ".+"}
+    substitute = {"$__rate_interval": "1m", "$job": ".+", "$instance": ".+", "$group": ".+", "$model": ".+"}
     out = []
     for panel in json.loads(DASHBOARD.read_text())["panels"]:
         if panel["type"] == "row" or not panel["title"].startswith(prefix):

@@ -113,8 +113,9 @@ def test_a_new_model_version_is_swapped_in_under_a_steady_stream(bootstrap: str,
           f"v1 {sum(p['model_version'] == '1' for p in preds)}, v2 {sum(p['model_version'] == '2' for p in preds)}")
 
 
-def gauge(registry: CollectorRegistry, name: str) -> float:
-    value = registry.get_sample_value(name)
+def gauge(registry: CollectorRegistry, name: str, model: str = "fraud_mlp") -> float:
+    """A model-side series of ``model`` (the example config's)."""
+    value = registry.get_sample_value(name, {"model": model})
     assert value is not None, name
     return value
 
@@ -217,7 +218,7 @@ def test_challengers_score_in_shadow_and_a_failing_or_hung_one_never_touches_the
     feed(bootstrap, topics, n)
 
     def sample(name: str, **labels: str) -> float:
-        return registry.get_sample_value(name, labels) or 0.0
+        return registry.get_sample_value(name, {"model": cfg.model.name, **labels}) or 0.0
 
     running = Running(processor)
     try:

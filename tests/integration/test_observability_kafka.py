@@ -136,7 +136,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
     """Each panel query as Grafana would send it with every variable at "All" (regex ``.*``) and
     a one-minute rate interval (the test scrapes every second)."""
     dash = json.loads(DASHBOARD.read_text())
-    substitute = {"$__rate_interval": "1m", "$job": ".*", "$instance": ".*", "$group": ".*"}
+    substitute = {"$__rate_interval": "1m", "$job": ".*", "$instance": ".*", "$group": ".*", "$model": ".*"}
     exprs = []
     # Rows draw nothing; the Online row's series come from an online server, the Jobs row's from
     # a job worker: tests/deploy/test_dashboard_online.py and test_dashboard_jobs_online.py run
@@ -308,7 +308,7 @@ def test_drift_metrics_rise_on_the_shifted_features_only(bootstrap: str, topics:
     codec = input_codec(cfg.input)
 
     def psi() -> np.ndarray:
-        return np.array([registry.get_sample_value("streamer_feature_psi", {"feature": str(i)}) or 0.0
+        return np.array([registry.get_sample_value("streamer_feature_psi", {"model": cfg.model.name, "feature": str(i)}) or 0.0
                          for i in range(32)])
 
     def feed_until(predicate: Callable[[], bool], shift: float, what: str) -> None:
@@ -331,7 +331,8 @@ def test_drift_metrics_rise_on_the_shifted_features_only(bootstrap: str, topics:
                    "low PSI on a reference stream")
         feed_until(lambda: psi()[[3, 7]].min() > 0.25, 2.0, "high PSI on the shifted features")
         assert np.delete(psi(), [3, 7]).max() < 0.1, psi().round(3)
-        outside = np.array([registry.get_sample_value("streamer_feature_out_of_range_ratio", {"feature": str(i)})
+        outside = np.array([registry.get_sample_value("streamer_feature_out_of_range_ratio",
+                                                      {"model": cfg.model.name, "feature": str(i)})
                             for i in range(32)])
         assert outside[[3, 7]].min() > np.delete(outside, [3, 7]).max(), outside.round(4)
     finally:

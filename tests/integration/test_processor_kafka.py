@@ -88,9 +88,10 @@ def test_20k_events_scored_exactly_and_committed(bootstrap: str, topics: Topics,
     metric = registry.get_sample_value
     assert metric("streamer_predictions_produced_total", {"topic": topics.output}) == n
     assert metric("streamer_events_consumed_total", {"topic": topics.input}) == n
-    assert metric("streamer_batch_size_rows_sum") == n
-    assert metric("streamer_batch_size_rows_count") == stats.batches
-    assert metric("streamer_batch_size_rows_bucket", {"le": "128.0"}) <= 6  # nearly all batches near full
+    model = {"model": cfg.model.name}
+    assert metric("streamer_batch_size_rows_sum", model) == n
+    assert metric("streamer_batch_size_rows_count", model) == stats.batches
+    assert metric("streamer_batch_size_rows_bucket", {**model, "le": "128.0"}) <= 6  # nearly all batches near full
 
     # End-to-end latency runs from each event's time to its acknowledged prediction: after the
     # event was produced and before this test measured the end of the run.

@@ -86,9 +86,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "05-max-wait-times-50",
         "the processor's batches wait 50 times max_wait_ms",
         ("tests/integration/test_processor_kafka.py::test_a_trickle_is_flushed_within_max_wait",),
-        (Edit(PROCESSOR, "Processor.__init__",
-              "MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms, clock,",
-              "MicroBatcher(cfg.batching.max_size, cfg.batching.max_wait_ms * 50, clock,"),),
+        (Edit("streamer/pipeline/lanes.py", "Lane.of",
+              "MicroBatcher(b.max_size, b.max_wait_ms, clock,",
+              "MicroBatcher(b.max_size, b.max_wait_ms * 50, clock,"),),
     ),
     Mutant(
         "06-latency-zero",
@@ -105,8 +105,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (P + "test_scores_reach_the_output_in_partition_order",
          "tests/integration/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed"),
         (Edit(PROCESSOR, "Processor._predictions",
-              "return Predictions(self.cfg.output.topic, values, rows)\n",
-              "return Predictions(self.cfg.output.topic, values[:-1], rows[:-1])\n"),),
+              "return Predictions(lane.topic, values, rows)\n",
+              "return Predictions(lane.topic, values[:-1], rows[:-1])\n"),),
     ),
     Mutant(
         "08-drop-row-marked-done",
@@ -114,11 +114,11 @@ MUTANTS: tuple[Mutant, ...] = (
         (P + "test_scores_reach_the_output_in_partition_order",
          "tests/integration/test_processor_kafka.py::test_20k_events_scored_exactly_and_committed"),
         (Edit(PROCESSOR, "Processor._predictions",
-              "return Predictions(self.cfg.output.topic, values, rows)\n",
+              "return Predictions(lane.topic, values, rows)\n",
               "if len(rows):\n"
               "    dropped = rows[-1:].source\n"
               "    self._tracker.done((dropped.topics[0], int(dropped.partitions[0])), dropped.offsets)\n"
-              "return Predictions(self.cfg.output.topic, values[:-1], rows[:-1])\n"),),
+              "return Predictions(lane.topic, values[:-1], rows[:-1])\n"),),
     ),
     Mutant(
         "09-commit-prefix-plus-one",
@@ -178,7 +178,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the consume wait is not cut to what is left of the open batch's max_wait_ms",
         (P + "test_an_open_batch_is_flushed_within_max_wait_when_the_consume_timeout_is_longer",),
         (Edit(PROCESSOR, "Processor._consume",
-              "if (remaining := self._batcher.remaining_s()) is not None and not self._holds.blocked:\n"
+              "if (remaining := self._lanes.remaining_s()) is not None and not self._holds.blocked:\n"
               "    wait = min(wait, remaining)\n",
               ""),),
     ),
@@ -966,6 +966,48 @@ MUTANTS: tuple[Mutant, ...] = (
         "refuses the source naming the input",
         ("tests/engines/test_ray.py::test_a_source_the_models_inputs_cannot_read_is_refused_before_ray_is_reached",),
         (Edit("streamer/engines/ray.py", "run_ray", "scorer.check(location)", "scorer.schema"),),
+    ),
+    Mutant(
+        "123-route-to-the-next-model",
+        "a routed event goes to the model after the one its value names (a row scored by the wrong model)",
+        ("tests/pipeline/test_route.py::test_each_event_goes_to_the_model_its_value_names_in_chunk_order",
+         "tests/integration/test_routing_kafka.py::"
+         "test_three_models_score_their_tenants_as_onnx_runtime_does_each_on_its_topic"),
+        (Edit("streamer/pipeline/route.py", "Router.__init__",
+              "self._map = {value: at[name] for value, name in route.map.items()}",
+              "self._map = {value: (at[name] + 1) % len(self.lanes) for value, name in route.map.items()}"),),
+    ),
+    Mutant(
+        "124-lane-acks-commit-the-other-lanes",
+        "a lane's acknowledged outputs mark every offset up to its last row done, the other lanes' rows "
+        "between them included: offsets committed before those rows' acks",
+        ("tests/test_processor_lanes.py::test_each_model_writes_its_own_topic_and_commits_wait_for_every_lane",),
+        (Edit(PROCESSOR, "Processor._collect_acks", "self._observe.acked(acked)\n",
+              "self._observe.acked(acked)\n"
+              "for tp, offs in acked.offsets().items():\n"
+              "    self._tracker.done(tp, list(range(max(int(o.max()) for o in offs) + 1)))\n"),),
+    ),
+    Mutant(
+        "125-reload-swaps-every-model",
+        "one model's new version makes every model of the stream load again",
+        ("tests/integration/test_routing_kafka.py::test_one_model_reloads_alone_and_one_failing_model_degrades_alone",),
+        (Edit(PROCESSOR, "Processor._infer_and_produce",
+              "for lane in self._lanes:\n"
+              "    self._account.reloaded(lane.serving.poll(), lane.name)  # a new version goes in between batches\n",
+              "for lane in self._lanes:\n"
+              "    self._account.reloaded(done := lane.serving.poll(), lane.name)\n"
+              "    if done is not None:\n"
+              "        self._lanes.reload()\n"),),
+    ),
+    Mutant(
+        "126-unknown-value-scored-when-dead-letter-asked",
+        "route.unknown: dead_letter is ignored: an unknown tenant is silently scored by the default model",
+        ("tests/pipeline/test_route.py::test_each_event_goes_to_the_model_its_value_names_in_chunk_order",
+         "tests/integration/test_routing_kafka.py::"
+         "test_three_models_score_their_tenants_as_onnx_runtime_does_each_on_its_topic"),
+        (Edit("streamer/pipeline/route.py", "Router.__init__",
+              'self._unknown = _UNKNOWN if route.unknown == "dead_letter" else at[default]',
+              "self._unknown = at.get(default, 0)"),),
     ),
     Mutant(
         "140-online-lru-unloads-the-one-just-used",

@@ -48,7 +48,7 @@ def test_the_twin_records_nothing_and_knows_no_other_names() -> None:
 
 def test_every_stage_and_flush_reason_has_a_series_from_the_start() -> None:
     registry = CollectorRegistry()
-    Metrics(registry, prefix="t")
+    Metrics(registry, prefix="t").of_model("m")
     stages = {s.labels["stage"] for m in registry.collect() if m.name == "t_dead_letters"
               for s in m.samples if s.name == "t_dead_letters_total"}
     reasons = {s.labels["reason"] for m in registry.collect() if m.name == "t_batch_flushes"
