@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from streamer.config import Config, default_model, model_entries
+from streamer.config import Config, model_entries
 from streamer.pipeline.serving import Serving
 from streamer.processor import Processor
 from streamer.wiring.model import model_house
@@ -96,7 +96,7 @@ def running(cfg: Config, stopping: Callable[[], bool] = lambda: False) -> Proces
     check_ports(cfg.online)  # a taken port is refused before the stream starts
     processor = build_processor(cfg, stopping=stopping)
 
-    shared = {default_model(cfg): processor.serving}  # the stream's models: one load each, never unloaded
+    shared = processor.servings  # the stream's models: one load each, never unloaded
     return StreamAndOnline(processor, OnlineServer(cfg, processor.serving, beside_stream=True,
                                                    servings={n: s for n, s in shared.items() if n != cfg.model.name},
                                                    load=_loader(cfg)))
