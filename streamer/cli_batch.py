@@ -153,7 +153,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from streamer.config_file import load_config
     from streamer.evaluate.labels import LabelsFrom
     from streamer.kafka.ranges import parse_when
-    from streamer.wiring.evaluate import Evaluation, Outputs
+    from streamer.wiring.evaluate import Evaluation, Outputs, RoutedTo
 
     given = [flag for flag, value in (("--labels-key", args.labels_key), ("--labels-column", args.labels_column),
                                       ("--labels-time", args.labels_time), ("--labels-within", args.labels_within))
@@ -164,13 +164,15 @@ def evaluate(args: argparse.Namespace) -> int:
     if args.labels_from:
         labels_from = LabelsFrom(args.labels_from, args.labels_key, args.labels_column or "label", args.labels_time,
                                  parse_within(args.labels_within))
-    cfg = one_model(load_config(args.config), args)
+    routed = load_config(args.config)
+    cfg = one_model(routed, args)
     start, end = parse_when(args.from_, "--from"), parse_when(args.to or "latest", "--to")
     ev = Evaluation(Path(args.candidate), start, end, report=Path(args.report) if args.report else None,
                     candidate_version=args.candidate_version, labels=args.labels, labels_from=labels_from,
                     threshold=args.threshold, require=args.require,
                     outputs=Outputs(args.to_topic, args.to_table, args.to_parquet), batch_size=args.batch_size,
-                    min_events=args.min_events, bootstrap=args.bootstrap)
+                    min_events=args.min_events, bootstrap=args.bootstrap,
+                    routed=RoutedTo.of(routed, cfg.model.name))  # the champion's events of a route
     result = evaluate(cfg, ev, stop=stop)
     print("\n".join(result.lines))
     return result.exit_code

@@ -265,8 +265,8 @@ def parser() -> argparse.ArgumentParser:
                  "Ctrl+C (the report covers what was read).")
     ev.add_argument("--config", required=True, help=CONFIG)
     ev.add_argument("--model", metavar="NAME", help="the champion: a model of the config's models, its contract the "
-                                                    "candidate's; every event of the range is scored by both "
-                                                    "(default: models.default)")
+                                                    "candidate's; with a route, the events it sends that model are "
+                                                    "scored by both (default: models.default)")
     ev.add_argument("--candidate", required=True, metavar="PATH", help="the candidate's .onnx file")
     ev.add_argument("--candidate-version", help="the version its predictions carry (default: the file's name)")
     ev.add_argument("--from", dest="from_", required=True, metavar="WHEN", help="as replay: 7d, an ISO-8601 time, "

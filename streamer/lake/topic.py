@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -23,19 +23,23 @@ from streamer.kafka.ranges import Ranges, When, resolve
 from streamer.kafka.topics import partitions
 from streamer.lake.run import Chunk
 from streamer.lake.sink import Resume, Shard
-from streamer.pipeline.records import Partition
-from streamer.pipeline.stages import Stages
+from streamer.pipeline.records import Messages, Partition
+from streamer.pipeline.stages import Reject, Stages
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
 IDLE_S = 10.0  # no message for this long with partitions left: ask the broker where they stand
+# The messages of a chunk a run scores, and the rejects of those it cannot tell (an evaluation
+# of one model of a route: the events the route sends that model, pipeline/route.py)
+Only = Callable[[Messages], tuple[Messages, list[Reject]]]
 
 
 class TopicSource:
-    """Reads a resumed run's range of the input topics."""
+    """Reads a resumed run's range of the input topics (``only``: the messages of each chunk it
+    keeps; the others are passed over, their offsets reached all the same)."""
 
-    def __init__(self, cfg: Config, stages: Stages) -> None:
-        self.cfg, self.stages = cfg, stages
+    def __init__(self, cfg: Config, stages: Stages, only: Only | None = None) -> None:
+        self.cfg, self.stages, self.only = cfg, stages, only
 
     def chunks(self, resume: Resume) -> Iterator[Chunk]:
         bounds = resume.bounds
@@ -69,7 +73,9 @@ class TopicSource:
                         yield Chunk(self.stages.empty, [], {tp: bounds[tp][1] for tp in done})
                     continue
                 chunk = consumed(messages).within(todo, lambda tp, offsets: offsets >= bounds[tp][1])
-                rows, rejects = self.stages.decode(chunk)
+                kept, passed = (chunk, []) if self.only is None else self.only(chunk)
+                rows, rejects = self.stages.decode(kept)
+                rejects = passed + rejects
                 reached = {}
                 for tp in consumer.position([TopicPartition(t, p) for t, p in sorted(todo)]):
                     key = (tp.topic, tp.partition)

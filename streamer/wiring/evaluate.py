@@ -5,6 +5,8 @@ own consumer group, without a fallback (a degraded score compares nothing); the 
 refused at start when it cannot serve the config as the champion does. The range is read once by
 the lake's topic source, with the champion's decode and validation, and its rows are written to a
 topic, an Iceberg table or a Parquet dataset (by default ``predictions/`` beside the report).
+One model of a routed config (``evaluate --model``) is evaluated on the events the route sends it
+(:class:`RoutedTo`): the others are passed over.
 """
 
 from __future__ import annotations
@@ -12,19 +14,24 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from streamer.config import Config, ModelConfig
-from streamer.errors import ConfigError
+import numpy as np
+
+from streamer.config import Config, ModelConfig, RouteConfig, default_model, route_models
+from streamer.errors import ConfigError, RouteError
 from streamer.evaluate import labels
 from streamer.evaluate.labels import Known, LabelsFrom, Outcomes
 from streamer.evaluate.pair import PairColumns, PairScorer
 from streamer.evaluate.to_topic import TopicSink, topic_codec
+from streamer.formats.codec import Codec
 from streamer.formats.configured import input_codec
 from streamer.kafka.clients import ensure_topic, make_producer
 from streamer.kafka.ranges import Ranges, When
 from streamer.lake.sink import Resume, Shard, Sink
-from streamer.lake.topic import TopicSource, replay_plan
+from streamer.lake.topic import Only, TopicSource, replay_plan
 from streamer.model.runner import ModelRunner
-from streamer.pipeline.stages import Stages
+from streamer.pipeline.records import Messages
+from streamer.pipeline.route import Router
+from streamer.pipeline.stages import Reject, Stages
 from streamer.wiring.lake import LakeHouse, Target, lake_house, open_sink
 
 
@@ -40,6 +47,39 @@ class Outputs:
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.topic, self.table, self.parquet)) > 1:
             raise ConfigError("--to-topic", "give at most one of --to-topic, --to-table and --to-parquet")
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedTo:
+    """The events a route sends one model: the route, its default model, the models it scores
+    with (config.route_models) and the model evaluated."""
+
+    route: RouteConfig
+    default: str
+    models: tuple[str, ...]
+    model: str
+
+    @classmethod
+    def of(cls, cfg: Config, model: str) -> RoutedTo | None:
+        """``model``'s events of ``cfg``'s route (None: no route, every event is the model's);
+        a model the route sends no event is refused on ``--model``."""
+        if cfg.route.field is None:
+            return None
+        if model not in route_models(cfg):
+            raise ConfigError("--model", f"route.map sends model {model!r} no event (nor, as the default, the "
+                                         f"values it does not name): nothing of the range is its to evaluate")
+        return cls(cfg.route, default_model(cfg), route_models(cfg), model)
+
+    def only(self, decoder: Codec) -> Only:
+        """A chunk's messages the route sends the model, and the rejects of those that cannot be
+        read; the events of the other models (and unknown values' dead letters) are passed over."""
+        router = Router(self.route, self.default, self.models, decoder)
+
+        def only(chunk: Messages) -> tuple[Messages, list[Reject]]:
+            parts, rejects = router.split(chunk)
+            kept = parts.get(self.model, chunk.take(np.empty(0, np.intp)))
+            return kept, [r for r in rejects if not isinstance(r[0], RouteError)]
+        return only
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +99,7 @@ class Evaluation:
     batch_size: int | None = None  # default: batching.max_size, the stream's batches
     min_events: int = 100
     bootstrap: int = 200
+    routed: RoutedTo | None = None  # the champion's events of a route; None: every event of the range
 
     def __post_init__(self) -> None:
         if self.labels is not None and self.labels_from is not None:
@@ -107,7 +148,8 @@ def evaluation_job(cfg: Config, ev: Evaluation, run_id: str) -> EvaluationJob:
                         Outcomes(decoder if ev.labels else None, ev.labels), None if known is None else known.key)
     sink = _open_outputs(cfg, ev, pair)
     plan = replay_plan(cfg, ev.start, ev.end, Shard())
-    source = TopicSource(cfg, Stages.serving(decoder, model.encoder, cfg, model.runner))
+    source = TopicSource(cfg, Stages.serving(decoder, model.encoder, cfg, model.runner),
+                         None if ev.routed is None else ev.routed.only(decoder))
     return EvaluationJob(run_id, cfg, champion, candidate, scorer, sink, plan, sink.resume(run_id, Shard(), plan, False),
                          source, known, threshold)
 

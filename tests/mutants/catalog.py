@@ -1078,4 +1078,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (MODELS_BATCH + "test_a_job_spec_with_an_unknown_model_is_refused_at_submit",),
         (Edit("streamer/cli_jobs.py", "checked_spec", "if names is not None:", "if False:"),),
     ),
+    Mutant(
+        "156-evaluate-every-tenant",
+        "evaluate --model of a routed config scores every tenant's events with that model, not the events its route "
+        "sends it: the proof of one tenant's model mixes in the others",
+        ("tests/commands/test_models_evaluate_routed_kafka.py::"
+         "test_evaluate_with_model_of_a_routed_config_proves_the_candidate_on_that_models_events",),
+        (Edit("streamer/cli_batch.py", "evaluate", "routed=RoutedTo.of(routed, cfg.model.name))", "routed=None)"),),
+    ),
 )
