@@ -227,10 +227,10 @@ def _dev_or_topics(args: argparse.Namespace) -> int:
 
         return run_dev_kafka(Path(args.data), args.port, sys.stdout, sys.stderr)
     from streamer.commands.topics import TopicsPlan, create_topics, exit_code
-    from streamer.config_file import load_unscored
+    from streamer.config_file import load_unscored, model_names
 
     plan = TopicsPlan(args.partitions, args.replication, args.retention_ms)  # a bad flag: exit 2
-    lines = create_topics(load_unscored(args.config), plan)
+    lines = create_topics(load_unscored(args.config), plan, models=model_names(args.config) or ())
     print("\n".join(lines))
     return exit_code(lines)
 

@@ -335,7 +335,7 @@ def model_key(cfg: Config, name: str) -> str:
     return f"models.named.{name}.model"
 
 
-def prediction_topic(cfg: Config, name: str) -> str:
+def prediction_topic(cfg: Sections, name: str) -> str:
     """Where the predictions of model ``name`` go: ``output.topic``, or ``<output.topic>.<name>``
     with ``output.topic_per_model``."""
     return f"{cfg.output.topic}.{name}" if cfg.output.topic_per_model else cfg.output.topic

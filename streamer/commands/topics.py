@@ -15,6 +15,7 @@ broker refused one (or gave no listing), 2 for a bad config or flag.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from streamer.config import Config, Sections, dead_letter_topic, model_entries, prediction_topic, shadow_topic
@@ -43,13 +44,16 @@ class TopicsPlan:
             raise ConfigError("--retention-ms", f"must be >= -1 (-1: keep for ever), got {self.retention_ms}")
 
 
-def config_topics(cfg: Sections) -> dict[str, str]:
-    """Each topic the config reads or writes -> the config key that names it, in that order."""
+def config_topics(cfg: Sections, models: Iterable[str] = ()) -> dict[str, str]:
+    """Each topic the config reads or writes -> the config key that names it, in that order.
+    ``models``: the config's model names (config_file.model_names), for ``output.topic_per_model``
+    where ``cfg`` has no model sections (an UnscoredConfig); a Config's own otherwise."""
     keys: dict[str, str] = {}
     for n, topic in enumerate(cfg.input.topics):
         keys.setdefault(topic, f"input.topics[{n}]")
-    if isinstance(cfg, Config) and cfg.output.topic_per_model:
-        for name in model_entries(cfg):
+    names = sorted(model_entries(cfg)) if isinstance(cfg, Config) else sorted(models)
+    if cfg.output.topic_per_model and names:
+        for name in names:
             keys.setdefault(prediction_topic(cfg, name), "output.topic_per_model")
     else:
         keys.setdefault(cfg.output.topic, "output.topic")
@@ -59,9 +63,10 @@ def config_topics(cfg: Sections) -> dict[str, str]:
     return keys
 
 
-def create_topics(cfg: Sections, plan: TopicsPlan, timeout_s: float = 30.0) -> list[str]:
-    """Create the config's missing topics per ``plan``; one line per topic (see the module docstring)."""
-    keys = config_topics(cfg)
+def create_topics(cfg: Sections, plan: TopicsPlan, timeout_s: float = 30.0, models: Iterable[str] = ()) -> list[str]:
+    """Create the config's missing topics per ``plan``; one line per topic (see the module docstring).
+    ``models``: as :func:`config_topics` takes them."""
+    keys = config_topics(cfg, models)
     settings = {} if plan.retention_ms is None else {"retention.ms": str(plan.retention_ms)}
     outcomes = create_each(make_admin(cfg), {t: plan.partitions for t in keys},
                            replication_factor=plan.replication, config=settings, timeout_s=timeout_s)

@@ -10,7 +10,7 @@ import pytest
 from streamer.commands import topics
 from streamer.commands.topics import TopicsPlan, config_topics, create_topics, exit_code
 from streamer.config import ChallengerConfig, ModelEntry, ModelsConfig, RouteConfig
-from streamer.config_file import load_config
+from streamer.config_file import load_config, load_unscored, model_names
 from streamer.errors import ConfigError
 from streamer.kafka.clients import topic_wait
 from tests.kafka.test_topics import FakeAdmin
@@ -58,3 +58,19 @@ def test_one_line_per_topic_and_exit_3_on_a_refusal(monkeypatch: pytest.MonkeyPa
     assert again[:2] == ["exists   in (input.topics[0]): 4 partitions", "exists   out (output.topic): 4 partitions"]
     assert again[2] == "created  in.dlq (processing.dead_letter_topic): 3 partitions, replication 1"
     assert exit_code(again) == 0
+
+
+def test_topics_create_reads_the_model_names_of_a_file_whose_models_it_does_not_load(tmp_path: Path) -> None:
+    """``topics create`` runs where the model files are not (load_unscored): the per-model topics
+    come from the names the file gives (config_file.model_names), the repository folder's too."""
+    (tmp_path / "repository" / "globex").mkdir(parents=True)
+    (tmp_path / "repository" / "globex" / "model.yaml").write_text("model: {version: '7'}\n")
+    (tmp_path / "many.yaml").write_text(
+        "kafka: {bootstrap.servers: 'fake:9092'}\n"
+        "input: {topics: [in], group_id: g, format: json}\n"
+        "models: {default: acme, repository: repository, named: {acme: {model: {path: gone.onnx, version: '1'}}}}\n"
+        "output: {topic: out, topic_per_model: true}\n")
+    path = tmp_path / "many.yaml"
+    assert config_topics(load_unscored(path), model_names(path) or ()) == {
+        "in": "input.topics[0]", "out.acme": "output.topic_per_model", "out.globex": "output.topic_per_model",
+        "in.dlq": "processing.dead_letter_topic"}
