@@ -83,7 +83,13 @@ def plane(model: Doubler, dispatcher: Dispatcher, **kw: Any) -> DataPlane:
 def running(cfg: Config, serving: Serving, **kw: Any) -> Iterator[OnlineServer]:
     """An online server of ``serving`` under ``cfg`` in a thread, ready; stopped, and its thread
     ended, after; ``kw``: the server's other arguments (a feature source)."""
-    server = OnlineServer(cfg, serving, **kw)
+    with run(OnlineServer(cfg, serving, **kw)) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def run(server: OnlineServer) -> Iterator[OnlineServer]:
+    """``server`` run in a thread, ready; stopped, and its thread ended, after."""
     thread = threading.Thread(target=server.run, args=(False,), daemon=True)
     thread.start()
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from streamer.model.onnx_file import file_digest
 from streamer.online.server import OnlineServer
 from streamer.wiring.online import online_server
 from tests.conftest import ROOT
-from tests.online.doubler import TIMEOUT_S, free_port
+from tests.online.doubler import TIMEOUT_S, free_port, run
 
 MLP = ROOT / "models" / "fraud_mlp.onnx"
 TOKEN = "s3cret"
@@ -79,16 +78,11 @@ def config(**sections: Any) -> Config:
 def serving(cfg: Config) -> Iterator[OnlineServer]:
     """``streamer serve``'s server of ``cfg`` in a thread, ready; stopped after."""
     server = online_server(cfg)
-    thread = threading.Thread(target=server.run, args=(False,), daemon=True)
-    thread.start()
     try:
-        assert server.ready.wait(TIMEOUT_S), "the online server did not become ready"
-        yield server
+        with run(server):
+            yield server
     finally:
-        server.stop()
-        thread.join(TIMEOUT_S)
         server.serving.close(0.0)
-    assert not thread.is_alive(), "the online server did not stop"
 
 
 def http(cfg: Config) -> httpclient.InferenceServerClient:
