@@ -27,12 +27,8 @@ from streamer.processor import Processor
 from tests.support import faults
 from tests.support.feast import LocalFeast, entity_rows, local_feast
 from tests.support.objectstore import ObjectStore, seaweedfs
-from tests.support.ray_cluster import RayCluster
-from tests.support.ray_cluster import ray_cluster as running_ray
 from tests.support.schema_registry import SchemaRegistry
 from tests.support.schema_registry import schema_registry as running_registry
-from tests.support.spark_cluster import SparkCluster
-from tests.support.spark_cluster import spark_cluster as running_spark
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
@@ -71,27 +67,11 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectSto
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    """A real Ray cluster (a head and one more node, tests/support/ray_cluster.py) for the session,
-    started by the first test that asks for it; its cost paid once. Fails loudly if none starts."""
-    with running_ray(tmp_path_factory.mktemp("ray")) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
     """A real Redis (Debian's redis-server, streamer/dev/redis.py) with a password, for the session;
     tests keep apart by key prefix (tests/support/redis.py's kv_config). Fails loudly if none starts."""
     with local_redis(tmp_path_factory.mktemp("redis")) as server:
         yield server
-
-
-@pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    """A real Spark standalone cluster (a master and two one-core workers, tests/support/spark_cluster.py)
-    for the session, shared by every Spark test and the docs page; stopped at the session's end."""
-    with running_spark(tmp_path_factory.mktemp("spark")) as cluster:
-        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,12 @@
 """What the engine tests share: one table of 1,000,000 rows (some that cannot be scored) and what
-``streamer score`` writes for it, made once per session."""
+``streamer score`` writes for it, made once per session; and the Spark and Ray clusters, which only
+these tests use: started by the first test that asks, stopped after this folder's last test, so the
+rest of the suite never carries their idle daemons."""
 
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +19,32 @@ import pytest
 from streamer.commands.lake import Target, run_score
 from streamer.config import Config
 from tests.lake.test_score import config, many
+from tests.support.ray_cluster import RayCluster
+from tests.support.ray_cluster import ray_cluster as running_ray
+from tests.support.spark_cluster import SparkCluster
+from tests.support.spark_cluster import spark_cluster as running_spark
 
 ROWS = 1_000_000
 FILES = 4
 # Rows that cannot be scored, by row number in the table: each a reject with its reason.
 BAD = {17: {"features": [1.0] * 3}, 250_001: {"features": [float("nan")] * 32}, 999_999: {"features": None}}
 STAMPS = ("run_id", "scored_at", "rejected_at")  # the run's own: never equal across two runs
+
+
+@pytest.fixture(scope="package")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A real Ray cluster (a head and one more node, tests/support/ray_cluster.py) for this folder,
+    started by the first test that asks for it; its cost paid once. Fails loudly if none starts."""
+    with running_ray(tmp_path_factory.mktemp("ray")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="package")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A real Spark standalone cluster (a master and two one-core workers, tests/support/spark_cluster.py)
+    for this folder, shared by every Spark test and the docs page; stopped after its last test."""
+    with running_spark(tmp_path_factory.mktemp("spark")) as cluster:
+        yield cluster
 
 
 @dataclass(frozen=True)

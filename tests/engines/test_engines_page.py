@@ -1,11 +1,11 @@
-"""docs/engines.md, executed: a table of the lake scored on the session's Spark and Ray clusters and read with DuckDB, as written.
+"""docs/engines.md, executed: a table of the lake scored on the engine tests' Spark and Ray clusters and read with DuckDB, as written.
 
 Every fenced block whose info string carries an ``engines-<step>`` marker is taken from the page:
 the config block is saved as ``engines.yaml``, the shell and Python blocks run verbatim, in order,
 in a folder laid out like the repository root (``models``, ``streamer`` and ``.cache``, where
 ``make spark-jars`` puts the jars, linked in), with the venv's ``streamer`` and ``spark-submit``
 first on the PATH. Three substitutions, each named here: the page's master URL
-(``spark://127.0.0.1:7077``) and Ray address (``127.0.0.1:6379``) become the session clusters';
+(``spark://127.0.0.1:7077``) and Ray address (``127.0.0.1:6379``) become the engine tests' clusters';
 and DuckDB's ``INSTALL iceberg; LOAD iceberg;`` becomes a LOAD of the installed
 ``duckdb-extension-*`` wheels' files (tests/lake/test_lake_page_kafka.py, as the lake page's note
 tells a host without the extension repository to do). Each ``text`` block is an excerpt: its

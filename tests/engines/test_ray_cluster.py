@@ -1,4 +1,4 @@
-"""The session's Ray cluster: two nodes of one cluster, reached at its address."""
+"""The engine tests' Ray cluster: two nodes of one cluster, reached at its address."""
 
 from __future__ import annotations
 
