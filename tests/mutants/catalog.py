@@ -1086,4 +1086,13 @@ MUTANTS: tuple[Mutant, ...] = (
          "test_evaluate_with_model_of_a_routed_config_proves_the_candidate_on_that_models_events",),
         (Edit("streamer/cli_batch.py", "evaluate", "routed=RoutedTo.of(routed, cfg.model.name))", "routed=None)"),),
     ),
+    Mutant(
+        "190-resume-reads-the-current-snapshot",
+        "a resumed table run reads the source table's current snapshot, not the one it was planned on: rows "
+        "appended since are scored into the run",
+        ("tests/lake/test_score.py::test_a_resumed_score_reads_the_snapshot_it_was_planned_on",),
+        (Edit("streamer/lake/table.py", "TableSource._batches",
+              "return iter(table.scan(snapshot_id=int(snapshot)).to_arrow_batch_reader()), 0",
+              "return iter(table.scan().to_arrow_batch_reader()), 0"),),
+    ),
 )
