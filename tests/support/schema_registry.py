@@ -114,7 +114,10 @@ class SchemaRegistry:
                       "quarkus.http.auth.permission.all.paths": "/*",
                       "quarkus.http.auth.permission.all.policy": "authenticated"}
             props |= {f"quarkus.security.users.embedded.users.{u}": p for u, p in self.users.items()}
-        return [str(java_21()), "-Xmx512m", "-XX:+UseSerialGC", *(f"-D{k}={v}" for k, v in props.items()),
+        # C1 alone (TieredStopAtLevel=1): a test's registry answers a few requests, and its start
+        # without C2's compilations takes about half the CPU (measured: 8.5 s of CPU to 4.9).
+        return [str(java_21()), "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                *(f"-D{k}={v}" for k, v in props.items()),
                 "-jar", str(ensure_app() / "quarkus-run.jar")]
 
     def start(self) -> SchemaRegistry:
