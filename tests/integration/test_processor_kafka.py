@@ -23,6 +23,7 @@ import onnxruntime as ort
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry._sync import schema_registry_client as sr_client
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from prometheus_client import CollectorRegistry
@@ -304,10 +305,15 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
 
 
 @pytest.mark.timeout(300)
-def test_a_registry_outage_blocks_and_resumes_by_itself(bootstrap: str, topics: Topics) -> None:
+def test_a_registry_outage_blocks_and_resumes_by_itself(bootstrap: str, topics: Topics,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """avro-confluent with the registry answering 503: input pauses, the processor reports
     unhealthy with the reason and commits nothing; the registry comes back, every event is
     scored once, no dead letter, and the process never exited."""
+    # The client's back-off between its own tries of a lookup is random (up to 1, 2, 4 s): none
+    # here, so a lookup under way when the registry comes back ends at once. The processor's
+    # back-off between lookups (processing.retry_backoff_ms) is the one this test is about.
+    monkeypatch.setattr(sr_client, "full_jitter", lambda *_: 0.0)
     schema = json.loads((ROOT / "streamer" / "schemas" / "feature_event.avsc").read_text())
     registry = FakeRegistry({7: schema})
     registry.away = True
