@@ -364,8 +364,11 @@ def test_zombie_writes_never_become_visible(bootstrap: str, topics: Topics, tmp_
 @pytest.fixture(scope="module")
 def own_broker() -> Iterator[LocalKafka]:
     """A broker of these tests' own, to kill -9 and restart without disturbing the others; each
-    test leaves it running again, and keeps apart by its fresh topics and group."""
-    broker = LocalKafka(ensure_jars())
+    test leaves it running again, and keeps apart by its fresh topics and group. Its registration
+    lapses 3 s after its last heartbeat (Kafka's default: 9 s), so a restart after a kill -9 is not
+    held back while the controller fences the killed incarnation."""
+    broker = LocalKafka(ensure_jars(), properties={"broker.session.timeout.ms": "3000",
+                                                   "broker.heartbeat.interval.ms": "500"})
     broker.start()
     yield broker
     broker.stop()
