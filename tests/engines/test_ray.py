@@ -26,7 +26,7 @@ from streamer.lake.places import open_catalog
 from tests.engines.conftest import Scored, unstamped
 from tests.lake.test_score import config, events
 from tests.support.duck import connect
-from tests.support.ray_cluster import RayCluster
+from tests.support.ray_cluster import ENV, RayCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "config" / "example.yaml"
@@ -182,9 +182,12 @@ def test_the_ray_flags_are_refused_on_the_local_engine(tmp_path: Path, capsys: p
 
 
 @pytest.mark.timeout(180)
-def test_score_dataset_maps_a_datasets_batches_to_predictions_and_rejects(ray_cluster: RayCluster,
-                                                                          tmp_path: Path) -> None:
+def test_score_dataset_maps_a_datasets_batches_to_predictions_and_rejects(ray_cluster: RayCluster, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
+
+    for name, value in ENV.items():  # a driver of the test cluster, as its nodes are: no usage stats poller left behind
+        monkeypatch.setenv(name, value)
 
     from streamer.engines.ray import score_dataset
 
