@@ -89,7 +89,7 @@ def routed(base: Config) -> Config:
     """Three models (the demo model's file under three names), each tenant's events to its own."""
     m = base.model
     named = {f"m{i}": ModelEntry(replace(m, name=f"m{i}")) for i in range(len(TENANTS))}
-    return replace(base, models=ModelsConfig(named=named, default="m0"),
+    return replace(base, model=named["m0"].model, models=ModelsConfig(named=named, default="m0"),
                    route=RouteConfig("entity_id", {t: f"m{i}" for i, t in enumerate(TENANTS)}),
                    output=replace(base.output, topic_per_model=True))
 

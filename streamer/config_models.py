@@ -126,7 +126,7 @@ class ModelsConfig:
 
     named: Mapping[str, ModelEntry] = field(default_factory=dict)  # model name -> its model section, and batching and shadow of its own
     repository: Path | None = None  # a folder of models: each sub-folder holding a model.yaml (sections model, batching, shadow; paths relative to it) is one, named by the folder
-    default: str | None = None  # the model of an event no route names, and of a command without --model; null: model.name (required without a model section)
+    default: str | None = None  # the model of an event no route names, and of a command without --model; null: model.name (required without a model section, which is the default when given)
     max_loaded: int = 0  # the most models in memory at once online (the least recently used unloaded first, loaded again on demand); 0: no bound
 
     def __post_init__(self) -> None:
@@ -212,6 +212,9 @@ def check_models(cfg: HasModels) -> None:
     if cfg.models.default is not None and cfg.models.default not in entries:
         raise ConfigError("models.default", f"no model {cfg.models.default!r}; the models are "
                                             f"{', '.join(sorted(entries))}")
+    if cfg.models.default is not None and cfg.models.default != cfg.model.name:
+        raise ConfigError("models.default", f"names {cfg.models.default!r}, but the model section's model "
+                                            f"{cfg.model.name!r} is the default: name it, or leave one out")
     for value, name in cfg.route.map.items():
         if name not in entries:
             raise ConfigError(f"route.map.{value}", f"no model {name!r}; the models are {', '.join(sorted(entries))}")

@@ -84,6 +84,8 @@ def test_the_model_section_is_one_model_of_the_repository_and_keeps_its_challeng
     ({"models": {"default": "g", "named": {"g": model(breaker_failures=0)}}},
      "models.named.g.model.breaker_failures", ">= 1"),
     ({"models": {"default": "g", "named": {"g": model()}, "max_loaded": -1}}, "models.max_loaded", ">= 0"),
+    ({"model": {"path": MODEL, "name": "fraud", "version": "1"}, "models": {"default": "g", "named": {"g": model()}}},
+     "models.default", "the model section's model 'fraud' is the default"),
     ({"models": {"default": "g", "named": {"g": model()}}, "route": {"field": "t", "map": {"a": "zz"}}},
      "route.map.a", "no model 'zz'"),
     ({"models": {"default": "g", "named": {"g": model()}}, "route": {"field": "t"}}, "route.map", "maps no value"),

@@ -31,11 +31,10 @@ def test_with_topic_per_model_each_model_has_its_topic_created_and_the_routed_on
     """``output.topic_per_model``: ``topics create`` makes ``<output.topic>.<model>`` for every model
     of the config; the processor waits for those it scores with (kafka/clients.py topic_wait)."""
     named = {"acme": ModelEntry(replace(CFG.model, name="acme")), "idle": ModelEntry(replace(CFG.model, name="idle"))}
-    cfg = replace(CFG, models=ModelsConfig(named=named, default="acme"), route=RouteConfig("tenant", {"a": "acme"}),
+    cfg = replace(CFG, model=named["acme"].model, models=ModelsConfig(named=named, default="acme"), route=RouteConfig("tenant", {"a": "acme"}),
                   output=replace(CFG.output, topic_per_model=True))
     assert config_topics(cfg) == {"in": "input.topics[0]", "out.acme": "output.topic_per_model",
-                                  "out.idle": "output.topic_per_model", f"out.{CFG.model.name}": "output.topic_per_model",
-                                  "in.dlq": "processing.dead_letter_topic"}
+                                  "out.idle": "output.topic_per_model", "in.dlq": "processing.dead_letter_topic"}
     assert topic_wait(cfg)._needed == [("input.topics[0]", "in"), ("output.topic_per_model", "out.acme")]
 
 

@@ -66,7 +66,7 @@ def routed(bootstrap: str, topics: Topics, models: Path, unknown: str = "dead_le
              "cls": entry(models / "logreg.onnx", "cls", inputs={"features": ["f0", "f1", "f2", "f3"]},
                           outputs=LABEL_PROBS),
              "two": entry(models / "two_outputs.onnx", "two", outputs={"score": "score", "embedding": "embedding"})}
-    cfg = replace(cfg, models=ModelsConfig(named=named, default="reg"),
+    cfg = replace(cfg, model=named["reg"].model, models=ModelsConfig(named=named, default="reg"),
                   route=RouteConfig("tenant", {t: m for t, m in TENANTS.items()}, unknown))  # type: ignore[arg-type]
     create_topics(bootstrap, {prediction_topic(cfg, name): 1 for name in named})
     return cfg
