@@ -173,8 +173,8 @@ class Processor:
                 return {}
         for tp, offsets in by_tp.items():
             self._tracker.consumed(tp, offsets)
-        for name, bad in rejects.items():
-            self._dead_letter(bad, self._lanes[name].serving.model)
+        for name, bad in rejects.items():  # None: the route's, named by the default model
+            self._dead_letter(bad, None if name is None else self._lanes[name].serving.model)
         for rows in parts.values():
             self._observe.decoded(rows)
         return parts

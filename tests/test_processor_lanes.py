@@ -32,6 +32,7 @@ from streamer.kafka.side import open_kafka
 from streamer.observe.stats import Stats
 from streamer.processor import Processor
 from streamer.testing import FunctionRunner
+from streamer.wiring.stream import build_processor
 from tests.support.fakes import serving_of
 from tests.test_processor import P0, Harness, config
 
@@ -44,7 +45,7 @@ def routed(unknown: str = "dead_letter") -> Config:
     cfg = config(max_wait_ms=60_000)
     named = {"a": ModelEntry(ModelConfig(MODEL, "a", "1"), BatchingConfig(max_size=2, max_wait_ms=60_000)),
              "b": ModelEntry(ModelConfig(MODEL, "b", "1"))}
-    return replace(cfg, models=ModelsConfig(named=named, default="a"),
+    return replace(cfg, model=named["a"].model, models=ModelsConfig(named=named, default="a"),
                    route=RouteConfig("tenant", {"x": "a", "y": "b"}, unknown),  # type: ignore[arg-type]
                    output=replace(cfg.output, topic_per_model=True))
 
@@ -145,3 +146,26 @@ def test_a_failing_model_without_a_fallback_holds_the_stream_until_it_answers() 
         return True
 
     h.run(held_while_b_fails, lambda s: h.consumer.committed == {P0: 6} and h.processor.healthy)
+
+
+def test_the_default_model_stands_behind_the_processor_when_the_route_sends_it_nothing() -> None:
+    """Unknown values are dead letters and no value maps to the default: the stream scores with
+    a and b alone, yet the processor's serving (the online server's default beside the stream) is
+    the default model's, and the route's dead letters are named by it."""
+    cfg = routed()
+    named = {**cfg.models.named, "general": ModelEntry(ModelConfig(MODEL, "general", "9"))}
+    cfg = replace(cfg, model=named["general"].model, models=ModelsConfig(named=named, default="general"))
+    h = Harness(config(max_wait_ms=60_000))  # its fake clients; its processor is replaced
+    clients = KafkaClients(consumer=lambda **kw: h.consumer.configure(**kw), producer=h._producer,
+                           ensure_topic=lambda topic, like: None)
+    h.processor = build_processor(cfg, clients=clients)
+    assert list(h.processor.servings) == ["a", "b"]
+    assert (h.processor.serving.model.name, h.processor.serving.model.version) == ("general", "9")
+    h.consumer.rebalance("assign", [P0])
+    h.consumer.append(P0, [tenant_event(i, t) for i, t in enumerate(["x", "z", "x"])])
+    h.run(lambda s: sum(t == "scores.a" for t, _ in h.producer.written) == 2)
+    assert h.consumer.committed == {P0: 3}
+    letters = [hs for (t, _), hs in zip(h.producer.written, h.producer.written_headers, strict=True)
+               if t == dead_letter_topic(cfg)]
+    assert [header(hs, "stage") for hs in letters] == ["route"]
+    assert header(letters[0], "model.name") == "general"

@@ -99,15 +99,17 @@ class Lanes:
             lane.batcher.drop(keep)
             lane.inference.keep(keep)
 
-    def decode(self, chunk: Messages, router: Router | None) -> tuple[dict[str, Rows], dict[str, list[Reject]]]:
+    def decode(self, chunk: Messages,
+               router: Router | None) -> tuple[dict[str, Rows], dict[str | None, list[Reject]]]:
         """Each lane's decoded rows, and the rejects by the lane whose model names their dead
-        letters (the route's: the default's). Without a router the default lane decodes the chunk."""
+        letters (None: the route's, which no model scored: the default model's name). Without a
+        router the default lane decodes the chunk."""
         if router is None:
             rows, bad = self.default.stages.decode(chunk)
             return {self.default.name: rows}, {self.default.name: bad}
         routed, unrouted = router.split(chunk)
         parts: dict[str, Rows] = {}
-        rejects = {self.default.name: unrouted}
+        rejects: dict[str | None, list[Reject]] = {None: unrouted}
         for name, part in routed.items():
             parts[name], bad = self.by_name[name].stages.decode(part)
             rejects[name] = rejects.get(name, []) + bad

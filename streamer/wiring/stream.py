@@ -17,7 +17,7 @@ from streamer.observe.health import serve_http
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
 from streamer.wiring.model import model_house
-from streamer.wiring.models import model_houses
+from streamer.wiring.models import house_of, model_houses
 
 
 def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: CollectorRegistry | None = None,
@@ -42,7 +42,9 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
     if cfg.route.field is not None and runner is None:
         houses = model_houses(cfg, route_models(cfg), metrics)
         sides = tuple(ModelSide(for_model(cfg, name), h.serving, h.encoder) for name, h in houses.items())
-        house = next(iter(houses.values()))
+        # The default model's serving, the online server's beside the stream: built even when the
+        # route sends it nothing (unknown values dead letters, no value mapped to it).
+        house = houses.get(cfg.model.name) or house_of(cfg, cfg.model.name, metrics)
     else:
         house = model_house(cfg, runner, metrics=metrics, label=model_version)
     topics = None

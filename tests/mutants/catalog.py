@@ -1095,4 +1095,14 @@ MUTANTS: tuple[Mutant, ...] = (
               "return iter(table.scan(snapshot_id=int(snapshot)).to_arrow_batch_reader()), 0",
               "return iter(table.scan().to_arrow_batch_reader()), 0"),),
     ),
+    Mutant(
+        "127-default-serving-is-the-first-routed-models",
+        "a routed stream whose default model the route never sends events to serves the first routed "
+        "model as its default: the online server's default beside the stream answers with another model",
+        ("tests/test_processor_lanes.py::"
+         "test_the_default_model_stands_behind_the_processor_when_the_route_sends_it_nothing",),
+        (Edit("streamer/wiring/stream.py", "build_wiring",
+              "house = houses.get(cfg.model.name) or house_of(cfg, cfg.model.name, metrics)",
+              "house = next(iter(houses.values()))"),),
+    ),
 )
