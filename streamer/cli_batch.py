@@ -179,22 +179,20 @@ def evaluate(args: argparse.Namespace) -> int:
 
 
 def one_model(cfg: Config, args: argparse.Namespace) -> Config:
-    """The config a batch command scores with: model ``--model``'s one-model config (None: the
-    default model's), taken here once. A replay to a topic of a routed config without ``--model``
-    keeps every model and routes as the stream does; into the lake it names its one model."""
-    from streamer.config import for_model, model_entries
+    """The config a batch command scores with (config.replay_config): model ``--model``'s, taken
+    here once. A replay of a routed config naming no model takes no one model's file or version."""
+    from streamer.config import replay_config
 
-    if args.command == "replay" and args.model is None and cfg.route.field is not None:
-        if args.to_table or args.to_parquet or args.to_kv is not None:
-            raise ConfigError("--model", f"a replay into the lake scores with one model, and the config routes each "
-                                         f"event by route.field {cfg.route.field!r}: name one of "
-                                         f"{', '.join(sorted(model_entries(cfg)))}, or replay to a topic")
+    replay = args.command == "replay" and args.model is None and cfg.route.field is not None
+    lake = replay and (args.to_table or args.to_parquet or args.to_kv is not None)
+    if replay and not lake:
         for flag in ("--model-file", "--model-version"):
             if getattr(args, flag[2:].replace("-", "_")) is not None:
                 raise ConfigError(flag, "is one model's: name it with --model (the config routes each event by "
                                         f"route.field {cfg.route.field!r})")
-        return cfg
-    return for_model(cfg, args.model)
+    if args.command != "replay":
+        return replay_config(cfg, args.model, None)
+    return replay_config(cfg, args.model, "lake" if lake else "topic")
 
 
 def _a_file(where: str) -> bool:

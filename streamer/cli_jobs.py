@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 
 from streamer.cli_signals import stop_event
-from streamer.config import Config, for_model, model_entries
-from streamer.errors import EXIT_FATAL, ConfigError, FileError, ReplayFinishedError
+from streamer.config import Config, replay_config
+from streamer.errors import EXIT_FATAL, FileError, ReplayFinishedError
 from streamer.extras import need
 from streamer.jobs.spec import JobSource, JobSpec, JobTarget, check_model, parse_spec
 from streamer.jobs.states import Done, State
@@ -202,18 +202,11 @@ class JobRunner:
 
 
 def job_config(cfg: Config, spec: JobSpec) -> Config:
-    """The config a job scores with: its ``model``'s one-model config (None: the default model's),
-    an unknown one refused on ``job.model``. A replay of a routed config without one, to a topic,
-    keeps every model and routes as the stream does; into the lake, it is refused (as
-    `streamer replay --to-table` is)."""
-    replay = spec.source is not None and spec.source.kind == "topic"
-    if spec.model is None and replay and cfg.route.field is not None:
-        if spec.target.topic is None:
-            raise ConfigError("job.model", f"a replay into the lake scores with one model, and the config routes "
-                                           f"each event by route.field {cfg.route.field!r}: name one of "
-                                           f"{', '.join(sorted(model_entries(cfg)))}")
-        return cfg
-    return for_model(cfg, spec.model, key="job.model")
+    """The config a job scores with (config.replay_config): its ``model``'s, an unknown one refused
+    on ``job.model``; a replay naming none, of a routed config, routes to a topic as the stream does."""
+    if spec.source is None or spec.source.kind != "topic":
+        return replay_config(cfg, spec.model, None, key="job.model")
+    return replay_config(cfg, spec.model, "topic" if spec.target.topic is not None else "lake", key="job.model")
 
 
 def _where(source: JobSource) -> Any:

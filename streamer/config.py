@@ -324,6 +324,20 @@ def with_overrides(cfg: Config, **sections: Any) -> Config:
 
 # ---- several models (config_models.py's sections) ---------------------------------------------
 
+def replay_config(cfg: Config, name: str | None, into: Literal["topic", "lake"] | None, key: str = "--model") -> Config:
+    """The config a command or a job scores with: model ``name``'s one-model config (None: the
+    default model's; an unknown one refused on ``key``). ``into``: where a replay writes (None: not
+    a replay). A replay of a routed config naming no model keeps every model to a topic, routing as
+    the stream does; into the lake, which takes one model, it is refused on ``key``."""
+    if name is None and into is not None and cfg.route.field is not None:
+        if into == "lake":
+            raise ConfigError(key, f"a replay into the lake scores with one model, and the config routes each "
+                                   f"event by route.field {cfg.route.field!r}: name one of "
+                                   f"{', '.join(sorted(model_entries(cfg)))}, or replay to a topic")
+        return cfg
+    return for_model(cfg, name, key)
+
+
 def model_key(cfg: Config, name: str) -> str:
     """The config key a model's section is under: ``model``, ``models.named.<name>.model``, or
     ``models.repository.<name>.model`` for one of the repository folder's."""
