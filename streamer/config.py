@@ -35,6 +35,7 @@ from streamer.config_models import (
     model_shadow,
     model_versions,
     route_models,
+    under,
 )
 from streamer.config_sections import (
     MAX_BATCH_SIZE,
@@ -54,7 +55,7 @@ from streamer.errors import ConfigError
 
 __all__ = ["InputSource", "OutputTarget",  # the contract's, defined in config_contract.py
            "MODEL_FILE", "ModelConfig", "ModelEntry", "ModelsConfig", "Provider", "RouteConfig",
-           "check_models", "default_model", "model_entries", "model_shadow", "model_versions", "route_models",  # the model sections, defined in config_models.py
+           "check_models", "default_model", "model_entries", "model_shadow", "model_versions", "route_models", "under",  # the model sections, defined in config_models.py
            "MAX_BATCH_SIZE", "BatchingConfig", "CacheConfig", "ChallengerConfig", "FeaturesConfig", "Guarantee",
            "KvConfig", "MetricsConfig", "OnlineConfig", "ProcessingConfig", "ShadowConfig"]  # sections defined in config_sections.py, used from here
 

@@ -185,6 +185,12 @@ def default_model(cfg: HasModels) -> str:
     return cfg.models.default or cfg.model.name
 
 
+def under(found: str, key: str) -> str:
+    """A model section's key (``model.inputs.x``, as a model's checks name it) under the model's
+    own (``models.named.a.model``: ``models.named.a.model.inputs.x``); another key as it is."""
+    return key + found[len("model"):] if found == "model" or found.startswith("model.") else found
+
+
 def model_shadow(cfg: HasModels, name: str, entry: ModelEntry) -> ShadowConfig:
     """A model's challengers: its entry's, else the ``shadow`` section's for the model section's
     model (the default one without a model section), else none."""

@@ -12,6 +12,9 @@ import pytest
 from streamer.config import for_model, model_entries, model_key, prediction_topic, route_models
 from streamer.config_file import config_from_dict
 from streamer.errors import ConfigError
+from streamer.kafka.clients import KafkaClients
+from streamer.wiring.models import house_of
+from streamer.wiring.stream import build_wiring
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = str(ROOT / "models" / "fraud_mlp.onnx")
@@ -108,3 +111,18 @@ def test_a_bad_manifest_names_its_model_and_an_unknown_model_names_the_flag(repo
     with pytest.raises(ConfigError, match="no model 'nope'; the models are g") as unknown:
         for_model(cfg, "nope")
     assert unknown.value.key == "--model"
+
+
+def test_a_models_house_is_refused_on_its_own_key_and_the_default_scores_with_its_own_batching() -> None:
+    """A model's contract that cannot serve is refused under the model's key at start-up (not
+    ``model.inputs...``); without a route the stream's one model is the default with its own
+    ``batching`` (config.for_model), not the config's."""
+    cfg = config_from_dict(base(models={"default": "g", "named": {
+        "g": {**model(), "batching": {"max_size": 3}},
+        "b": model(inputs={"features": ["nope"]})}}))
+    with pytest.raises(ConfigError, match="takes 32 values a row") as caught:
+        house_of(cfg, "b")
+    assert caught.value.key == "models.named.b.model.inputs.features"
+    clients = KafkaClients(consumer=lambda **kw: None, producer=lambda **kw: None, ensure_topic=lambda topic, like: None)
+    wiring = build_wiring(cfg, clients=clients)
+    assert (wiring.cfg.batching.max_size, wiring.serving.model.name) == (3, "g")

@@ -33,6 +33,7 @@ from streamer.config import (
     output_registry,
     prediction_topic,
     route_models,
+    under,
 )
 from streamer.errors import ConfigError
 from streamer.formats.configured import input_schema, prediction_schema
@@ -75,17 +76,12 @@ def _model(cfg: Config, key: str, which: str) -> list[Finding]:
         runner = checked_runner(cfg, schema_in=schema_in, key=f"{key}.path")
         schema = prediction_schema(cfg.output, runner.contract, schema_in)
     except ConfigError as exc:
-        return [Finding(_under(exc.key, key), False, f"{which}{exc.reason}")]
+        return [Finding(under(exc.key, key), False, f"{which}{exc.reason}")]
     fields = ", ".join(f["name"] for f in schema["fields"])
     return [Finding(f"{key}.path", True, f"{which}{cfg.model.path.name} serves version {cfg.model.version}; "
                                          f"predictions carry {fields}"),
-            *(Finding(_under(k, key), True, f"{which}{words}", warn=True)
+            *(Finding(under(k, key), True, f"{which}{words}", warn=True)
               for k, words in runner.contract.nullable_fields(schema_in))]
-
-
-def _under(found: str, key: str) -> str:
-    """A model section's key (``model.inputs.x``) under the model's own (``models.named.a.model``)."""
-    return key + found[len("model"):] if found == "model" or found.startswith("model.") else found
 
 
 def _kafka(cfg: Config, timeout_s: float) -> list[Finding]:
