@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from streamer.config import Config, model_entries
 from streamer.pipeline.serving import Serving
 from streamer.processor import Processor
-from streamer.wiring.model import model_house
 from streamer.wiring.models import house_of
 from streamer.wiring.stream import build_processor
 
@@ -35,7 +34,7 @@ def online_server(cfg: Config) -> OnlineServer:
     from streamer.online.server import OnlineServer, check_ports  # the online extra's
 
     check_ports(cfg.online)  # a taken port is refused before the model loads
-    return OnlineServer(cfg, model_house(cfg).serving, servings=_at_start(cfg), load=_loader(cfg))
+    return OnlineServer(cfg, house_of(cfg, cfg.model.name).serving, servings=_at_start(cfg), load=_loader(cfg))
 
 
 def _at_start(cfg: Config) -> dict[str, Serving]:

@@ -16,7 +16,6 @@ from streamer.model.runner import ModelRunner
 from streamer.observe.health import serve_http
 from streamer.observe.metrics import GroupRegistry, Metrics
 from streamer.processor import Processor
-from streamer.wiring.model import model_house
 from streamer.wiring.models import house_of, model_houses
 
 
@@ -33,7 +32,8 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
     for the cluster: StopRequested). ``model_version``: the label every prediction carries,
     verbatim, whatever the file declares. ``observers``: watch the loop beside its accounting.
     With a route (``route.field``), every model it scores with (config.route_models) is built
-    and checked here, each on its own key (wiring/models.py), the default first."""
+    and checked here, each on its own key (wiring/models.py), the default first; without one (or
+    with ``runner``), the default model scores every event with its own config (config.for_model)."""
     metrics = None
     if cfg.metrics.enabled or registry is not None:
         registry = registry or GroupRegistry(cfg.input.group_id)
@@ -45,8 +45,9 @@ def build_wiring(cfg: Config, runner: ModelRunner | None = None, registry: Colle
         # The default model's serving, the online server's beside the stream: built even when the
         # route sends it nothing (unknown values dead letters, no value mapped to it).
         house = houses.get(cfg.model.name) or house_of(cfg, cfg.model.name, metrics)
-    else:
-        house = model_house(cfg, runner, metrics=metrics, label=model_version)
+    else:  # one model: the default's own config (its batching, challengers and topic), or ``runner``
+        house = house_of(cfg, cfg.model.name, metrics, runner, model_version)
+        cfg = for_model(cfg)
     topics = None
     if clients is None:
         check_topics(cfg, stopping=stopping)
