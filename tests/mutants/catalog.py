@@ -348,7 +348,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "streamer check passes a nullable Avro field mapped without fill silently (each null a dead letter)",
         ("tests/commands/test_check.py::test_a_nullable_field_mapped_without_fill_is_a_warning_that_names_its_dead_letters",),
         (Edit("streamer/commands/check.py", "_model",
-              "*(Finding(_under(k, key), True, f\"{which}{words}\", warn=True)\n"
+              "*(Finding(under(k, key), True, f\"{which}{words}\", warn=True)\n"
               "  for k, words in runner.contract.nullable_fields(schema_in))]\n",
               "]\n"),),
     ),
